@@ -1,0 +1,345 @@
+"""Spec files: TOML studies of workloads, validated field by field, resolved into trials.
+
+A spec holds `name`, `description`, optional `[defaults]` and one or more `[[study]]` tables.
+A study is one of:
+- `throughput`: one workload at one resolution and batch;
+- `sweep`: one workload, one batch, a list (or start/stop/step range) of resolutions;
+- `max-resolution` / `max-batch`: a limit search (batch or resolution fixed, the other searched
+  from `start` up to `stop` in multiples of `step`). Declared and validated here; `inv run` lists
+  them but does not run them.
+Every trial's resolved parameters are hashed canonically (`trial_hash`): the same hash on two hosts
+means the same workload, which is what reports compare.
+"""
+
+import copy
+import hashlib
+import json
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from suite.errors import SpecError, SuiteError
+from suite.units import parse_bytes
+from suite.workloads import PRECISIONS, WORKLOADS
+
+SPEC_DIR = Path(__file__).parent / "specs"
+STUDY_KINDS = ("throughput", "sweep", "max-resolution", "max-batch")
+RUNNABLE_KINDS = ("throughput", "sweep")
+DATA_FORMATS = ("imagenet", "voc")
+_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
+
+# Fields a study may set, or inherit from [defaults], with their defaults.
+TRIAL_DEFAULTS = {
+    "precision": "fp32",
+    "steps": 100,
+    "warmup_steps": 10,  # tf_cnn_benchmarks excludes at least 10
+    "repeats": 1,
+    "classes": None,  # None: the workload's own number of classes
+    "data": "synthetic",
+    "timeout": 3600,  # seconds per trial process
+    "memory_budget": None,  # emulated device: peak above this is out-of-memory
+    "seed": 0,
+}
+STUDY_FIELDS = {
+    "throughput": {"resolution", "batch"},
+    "sweep": {"batch", "resolutions"},
+    "max-resolution": {"batch", "start", "stop", "step"},
+    "max-batch": {"resolution", "start", "stop", "step"},
+}
+OVERRIDABLE = ("resolution", "batch", "steps", "precision")
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One runnable trial: resolved parameters (hashed) plus how to run it (not hashed)."""
+
+    spec: str
+    study: str
+    params: dict
+    repeats: int
+    timeout_s: float
+
+    @property
+    def hash(self) -> str:
+        return trial_hash(self.params)
+
+    def describe(self) -> str:
+        p = self.params
+        return (f"{p['workload']} {p['resolution']}px batch {p['batch']} {p['precision']} "
+                f"({self.study})")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Search:
+    """A declared limit search (run by a later version of `inv search`)."""
+
+    spec: str
+    study: str
+    kind: str
+    params: dict  # resolved like a trial's, without the searched dimension
+    start: int
+    stop: int
+    step: int
+
+
+@dataclass
+class Spec:
+    name: str
+    description: str
+    source: str
+    trials: list[Trial] = field(default_factory=list)
+    searches: list[Search] = field(default_factory=list)
+
+
+def trial_hash(params: dict) -> str:
+    """Canonical hash of resolved parameters: sorted-key JSON, SHA-256, 16 hex digits.
+
+    A TFRecord path is host-specific, so only its format and final component enter the hash.
+    """
+    canonical = copy.deepcopy(params)
+    data = canonical.get("data", {})
+    if "path" in data:
+        data["name"] = Path(data.pop("path")).name
+    text = json.dumps(canonical, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def available_specs() -> list[str]:
+    return sorted(p.stem for p in SPEC_DIR.glob("*.toml"))
+
+
+def find_spec(name_or_path: str) -> Path:
+    """A spec by path, or by name among the suite's specs."""
+    path = Path(name_or_path)
+    if path.suffix == ".toml" or path.exists():
+        if not path.is_file():
+            raise SuiteError(f"spec file {name_or_path} does not exist")
+        return path
+    candidate = SPEC_DIR / f"{name_or_path}.toml"
+    if not candidate.is_file():
+        raise SuiteError(f"unknown spec {name_or_path!r}; choose one of: "
+                         f"{', '.join(available_specs())}, or give a path to a .toml file")  # fmt: skip
+    return candidate
+
+
+class _Checker:
+    """Validates values of one source (a file or the command line), naming the field on error."""
+
+    def __init__(self, source: str):
+        self.source = source
+
+    def fail(self, field_name, value, allowed):
+        raise SpecError(self.source, field_name, value, allowed)
+
+    def integer(self, name, value, minimum):
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            self.fail(name, value, f"an integer >= {minimum}")
+        return value
+
+    def choice(self, name, value, choices):
+        if value not in choices:
+            self.fail(name, value, "one of " + ", ".join(repr(c) for c in choices))
+        return value
+
+    def text(self, name, value, pattern=None):
+        if not isinstance(value, str) or (pattern and not pattern.match(value)):
+            self.fail(name, value, "lowercase letters, digits, '-' and '_'" if pattern
+                      else "a string")  # fmt: skip
+        return value
+
+    def known_keys(self, where, table, allowed):
+        if not isinstance(table, dict):
+            self.fail(where, table, "a table")
+        for key, value in table.items():
+            if key not in allowed:
+                self.fail(f"{where}.{key}" if where else key, value,
+                          "a known field: " + ", ".join(sorted(allowed)))  # fmt: skip
+
+    def resolution(self, name, value, workload):
+        self.integer(name, value, 1)
+        problem = WORKLOADS[workload].check_resolution(value)
+        if problem:
+            self.fail(name, value, problem)
+        return value
+
+    def trial_field(self, name, key, value):
+        """Validate one TRIAL_DEFAULTS field; returns its resolved form."""
+        if key == "precision":
+            return self.choice(name, value, tuple(PRECISIONS))
+        if key in ("steps", "repeats"):
+            return self.integer(name, value, 1)
+        if key in ("warmup_steps", "seed"):
+            return self.integer(name, value, 0)
+        if key == "classes":
+            return self.integer(name, value, 2)
+        if key == "timeout":
+            if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
+                self.fail(name, value, "a number of seconds > 0")
+            return value
+        if key == "memory_budget":
+            try:
+                return parse_bytes(value)
+            except ValueError as error:
+                self.fail(name, value, str(error))
+        if key == "data":
+            return self.data(name, value)
+        raise AssertionError(key)
+
+    def data(self, name, value):
+        if value == "synthetic":
+            return {"kind": "synthetic"}
+        if not isinstance(value, dict):
+            self.fail(name, value, "'synthetic' or a table {format = 'imagenet'|'voc', path = ...}")
+        self.known_keys(name, value, {"format", "path"})
+        fmt = self.choice(f"{name}.format", value.get("format"), DATA_FORMATS)
+        path = self.text(f"{name}.path", value.get("path"))
+        return {"kind": "tfrecord", "format": fmt, "path": path}
+
+
+def _resolutions(check: _Checker, where: str, value, workload: str) -> list[int]:
+    if isinstance(value, dict):
+        check.known_keys(where, value, {"start", "stop", "step"})
+        start = check.integer(f"{where}.start", value.get("start"), 1)
+        stop = check.integer(f"{where}.stop", value.get("stop"), start)
+        step = check.integer(f"{where}.step", value.get("step"), 1)
+        value = list(range(start, stop + 1, step))
+    if not isinstance(value, list) or not value:
+        check.fail(where, value, "a non-empty list of resolutions or {start, stop, step}")
+    for i, resolution in enumerate(value):
+        check.resolution(f"{where}[{i}]", resolution, workload)
+    if len(set(value)) != len(value):
+        check.fail(where, value, "distinct resolutions")
+    return value
+
+
+def _resolve_params(check: _Checker, where: str, settings: dict, workload: str) -> dict:
+    resolved = {}
+    for key in TRIAL_DEFAULTS:
+        value = settings.get(key, TRIAL_DEFAULTS[key])
+        resolved[key] = None if value is None else check.trial_field(f"{where}.{key}", key, value)
+    if resolved["classes"] is None:
+        resolved["classes"] = WORKLOADS[workload].default_classes
+    data = resolved["data"]
+    if data["kind"] == "tfrecord":
+        info = WORKLOADS[workload]
+        kind = {"imagenet": "class", "voc": "mask"}[data["format"]]
+        if info.spatial_dims != 2 or kind != info.labels:
+            check.fail(f"{where}.data.format", data["format"],
+                       f"no real-data format fits {workload}" if info.spatial_dims != 2 else
+                       f"'{'imagenet' if info.labels == 'class' else 'voc'}' for {workload}")  # fmt: skip
+    return resolved
+
+
+def _trial_params(workload, resolution, batch, resolved) -> dict:
+    return {
+        "workload": workload,
+        "resolution": resolution,
+        "batch": batch,
+        "precision": resolved["precision"],
+        "classes": resolved["classes"],
+        "steps": resolved["steps"],
+        "warmup_steps": resolved["warmup_steps"],
+        "data": resolved["data"],
+        "memory_budget_bytes": resolved["memory_budget"],
+        "seed": resolved["seed"],
+    }
+
+
+def parse_spec(text: str, source: str, overrides: dict | None = None) -> Spec:
+    """Validate and resolve a spec's TOML text; `overrides` come from the command line."""
+    try:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise SuiteError(f"{source}: not valid TOML: {error}") from error
+    check = _Checker(source)
+    check.known_keys("", document, {"name", "description", "defaults", "study"})
+    name = check.text("name", document.get("name"), _NAME)
+    description = document.get("description", "")
+    check.text("description", description)
+    defaults = document.get("defaults", {})
+    check.known_keys("defaults", defaults, set(TRIAL_DEFAULTS))
+    studies = document.get("study")
+    if not isinstance(studies, list) or not studies:
+        check.fail("study", studies, "one or more [[study]] tables")
+    overrides = _checked_overrides(overrides or {})
+
+    spec, seen = Spec(name, description, source), set()
+    for index, study in enumerate(studies):
+        where = f"study[{index}]"
+        check.known_keys(where, study, {"name", "kind", "workload"} | set(TRIAL_DEFAULTS)
+                         | set().union(*STUDY_FIELDS.values()))  # fmt: skip
+        study_name = check.text(f"{where}.name", study.get("name"), _NAME)
+        if study_name in seen:
+            check.fail(f"{where}.name", study_name, "a name not used by another study")
+        seen.add(study_name)
+        kind = check.choice(f"{where}.kind", study.get("kind"), STUDY_KINDS)
+        workload = check.choice(f"{where}.workload", study.get("workload"), tuple(WORKLOADS))
+        for key in set().union(*STUDY_FIELDS.values()) - STUDY_FIELDS[kind]:
+            if key in study:
+                check.fail(f"{where}.{key}", study[key], f"absent in a {kind} study (it takes: "
+                           f"{', '.join(sorted(STUDY_FIELDS[kind]))})")  # fmt: skip
+        for key in STUDY_FIELDS[kind]:
+            if key not in study:
+                check.fail(f"{where}.{key}", None, f"required in a {kind} study")
+        settings = {**defaults, **{k: v for k, v in study.items() if k in TRIAL_DEFAULTS}}
+        for key in ("steps", "precision"):
+            if key in overrides:
+                settings[key] = overrides[key]
+        resolved = _resolve_params(check, where, settings, workload)
+        _add_study(spec, check, where, study, study_name, kind, workload, resolved, overrides)
+    return spec
+
+
+def _add_study(spec, check, where, study, study_name, kind, workload, resolved, overrides):
+    batch = study.get("batch")
+    if batch is not None:
+        batch = overrides.get("batch", check.integer(f"{where}.batch", batch, 1))
+    if kind in RUNNABLE_KINDS:
+        if kind == "throughput":
+            resolutions = [check.resolution(f"{where}.resolution", study["resolution"], workload)]
+        else:
+            resolutions = _resolutions(check, f"{where}.resolutions", study["resolutions"],
+                                       workload)  # fmt: skip
+        if "resolution" in overrides:
+            resolutions = [overrides["resolution"]]
+            _Checker("command line").resolution("--resolution", resolutions[0], workload)
+        for resolution in resolutions:
+            params = _trial_params(workload, resolution, batch, resolved)
+            spec.trials.append(Trial(spec.name, study_name, params, resolved["repeats"],
+                                     resolved["timeout"]))  # fmt: skip
+        return
+    start = check.integer(f"{where}.start", study["start"], 1)
+    stop = check.integer(f"{where}.stop", study["stop"], start + 1)
+    step = check.integer(f"{where}.step", study["step"], 1)
+    if kind == "max-resolution":
+        multiple = WORKLOADS[workload].resolution_multiple
+        if step % multiple:
+            check.fail(f"{where}.step", step, f"a multiple of {multiple} for {workload}")
+        check.resolution(f"{where}.start", start, workload)
+        params = _trial_params(workload, None, batch, resolved)
+    else:
+        resolution = check.resolution(f"{where}.resolution", study["resolution"], workload)
+        params = _trial_params(workload, overrides.get("resolution", resolution), None, resolved)
+    spec.searches.append(Search(spec.name, study_name, kind, params, start, stop, step))
+
+
+def _checked_overrides(overrides: dict) -> dict:
+    check = _Checker("command line")
+    result = {}
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        if key not in OVERRIDABLE:
+            raise AssertionError(key)
+        if key == "precision":
+            result[key] = check.choice(f"--{key}", value, tuple(PRECISIONS))
+        else:
+            result[key] = check.integer(f"--{key}", value, 1)
+    return result
+
+
+def load_spec(name_or_path: str, overrides: dict | None = None) -> Spec:
+    """Find, read, validate and resolve a spec; errors name the file and field."""
+    path = find_spec(name_or_path)
+    return parse_spec(path.read_text(), str(path), overrides)

@@ -1,0 +1,87 @@
+"""The measured training loop of one trial (runs inside the trial process).
+
+The step is a plain `tf.function` (forward, gradients, SGD-with-momentum update): the same shape of
+step a user writes, and the one LMS wraps. Each step is timed alone and synchronised by reading the
+loss, so per-step rates exist for the statistics; `benchmarks/trial_overhead.py` measures what that
+costs against an untimed loop.
+"""
+
+import time
+from dataclasses import dataclass, field
+
+import tensorflow as tf
+
+FP16_LOSS_SCALE = 128.0  # static loss scale for fp16, tf_cnn_benchmarks' default for fp16
+
+
+def make_optimizer():
+    import keras
+
+    return keras.optimizers.SGD(learning_rate=0.005, momentum=0.9)
+
+
+def make_train_step(model, loss_fn, optimizer, precision: str):
+    """A tf.function (images, labels) -> loss that trains `model` by one step."""
+    scale = FP16_LOSS_SCALE if precision == "fp16" else None
+    variables = model.trainable_variables
+    optimizer.build(variables)
+
+    @tf.function
+    def train_step(images, labels):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(labels, model(images, training=True))
+            scaled = loss * scale if scale else loss
+        gradients = tape.gradient(scaled, variables)
+        if scale:
+            gradients = [g / scale for g in gradients]
+        optimizer.apply_gradients(zip(gradients, variables))
+        return loss
+
+    return train_step
+
+
+def memory_stats(device: str) -> dict | None:
+    """The allocator's current and peak bytes on `device`, or None where it keeps no statistics
+    (CPU without TF_CPU_ALLOCATOR_USE_BFC=true)."""
+    try:
+        return tf.config.experimental.get_memory_info(device)
+    except (ValueError, tf.errors.InvalidArgumentError):
+        return None
+
+
+def reset_peak(device: str) -> None:
+    try:
+        tf.config.experimental.reset_memory_stats(device)
+    except (ValueError, tf.errors.InvalidArgumentError):
+        pass
+
+
+@dataclass
+class Measurement:
+    step_seconds: list[float] = field(default_factory=list)  # timed steps only
+    warmup_seconds: list[float] = field(default_factory=list)
+    peak_bytes: int | None = None
+    final_loss: float | None = None
+    over_budget: bool = False  # stopped early: the allocator peak passed the memory budget
+
+
+def measure(train_step, next_batch, warmup_steps: int, steps: int, device: str,
+            budget_bytes: int | None = None, on_step=None) -> Measurement:
+    """Run warm-up then timed steps; stop early once the measured peak exceeds `budget_bytes`."""  # fmt: skip
+    result = Measurement()
+    reset_peak(device)
+    for index in range(warmup_steps + steps):
+        start = time.perf_counter()
+        images, labels = next_batch()
+        result.final_loss = float(train_step(images, labels))  # reading the loss synchronises
+        elapsed = time.perf_counter() - start
+        (result.warmup_seconds if index < warmup_steps else result.step_seconds).append(elapsed)
+        stats = memory_stats(device)
+        if stats is not None:
+            result.peak_bytes = int(stats["peak"])
+        if budget_bytes is not None and result.peak_bytes and result.peak_bytes > budget_bytes:
+            result.over_budget = True
+            break
+        if on_step:
+            on_step(index, elapsed)
+    return result

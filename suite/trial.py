@@ -1,0 +1,83 @@
+"""Run one trial in its own process with a timeout, and classify how it ended.
+
+One process per trial because TensorFlow never gives device memory back inside a process, and an
+out-of-memory, a crash or a hang must not take the sweep down. The child is `suite.trial_worker`;
+its output goes to a log file kept beside the results so a crash can be read afterwards.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+OUTCOMES = ("ok", "out_of_memory", "crashed", "timed_out")
+
+# What every trial process gets, whatever the parent's environment: allocator statistics on the
+# CPU (the emulated device) and TensorFlow's C++ logging quiet enough to read the trial log.
+TRIAL_ENVIRONMENT = {"TF_CPU_ALLOCATOR_USE_BFC": "true", "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+
+@dataclass
+class TrialResult:
+    outcome: str
+    metrics: dict | None
+    error: str | None
+    device: str | None
+    wall_s: float
+    returncode: int | None
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def _signal_name(returncode: int) -> str:
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
+
+
+def run_trial(params: dict, timeout_s: float, log_path: Path,
+              extra_env: dict[str, str] | None = None) -> TrialResult:
+    """Run the trial `params` in a fresh Python process; never raises for the trial's failures.
+
+    `extra_env` is added to the child's environment (the container runner and tests use it).
+    """  # fmt: skip
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, **TRIAL_ENVIRONMENT, **(extra_env or {})}
+    repo_root = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (repo_root, env.get("PYTHONPATH")) if p)
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="trial-") as scratch, open(log_path, "wb") as log:
+        params_file, result_file = Path(scratch, "params.json"), Path(scratch, "result.json")
+        params_file.write_text(json.dumps(params))
+        process = subprocess.Popen(
+            [sys.executable, "-m", "suite.trial_worker", str(params_file), str(result_file)],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+            start_new_session=True,  # its own process group: a timeout kills all of it
+        )  # fmt: skip
+        try:
+            returncode = process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            return TrialResult("timed_out", None, f"no result after {timeout_s:g}s; killed",
+                               None, time.perf_counter() - started, None)  # fmt: skip
+        wall = time.perf_counter() - started
+        if result_file.exists():
+            result = json.loads(result_file.read_text())
+            return TrialResult(result["outcome"], result["metrics"], result["error"],
+                               result["device"], wall, returncode)  # fmt: skip
+    how = (f"killed by {_signal_name(returncode)}" if returncode < 0
+           else f"exited with code {returncode}")  # fmt: skip
+    return TrialResult("crashed", None, f"trial process {how} without a result; log tail:\n"
+                       f"{_tail(log_path)}", None, wall, returncode)  # fmt: skip

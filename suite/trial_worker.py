@@ -1,0 +1,108 @@
+"""Entry point of one trial's process: `python -m suite.trial_worker PARAMS.json RESULT.json`.
+
+Builds the workload, measures it, writes the result as JSON (atomically), exits 0. An out-of-memory
+(a real one from the allocator, or a measured peak above the trial's memory budget on the emulated
+device) is a result; any other exception is written as a crashed result and exits 1. A process
+that dies without writing a result is classified by the parent (`suite.trial`).
+"""
+
+import json
+import os
+import sys
+import time
+import traceback
+
+
+def _write_json(path: str, payload: dict) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as handle:
+        json.dump(payload, handle)
+    os.replace(tmp, path)
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def run(params: dict) -> dict:
+    import keras
+    import tensorflow as tf
+
+    from suite import data, stats, training
+    from suite.workloads import build_workload, get_workload
+
+    info = get_workload(params["workload"])
+    keras.utils.set_random_seed(params["seed"])
+    device = "GPU:0" if tf.config.list_physical_devices("GPU") else "CPU:0"
+    resolution, batch = params["resolution"], params["batch"]
+    budget = params.get("memory_budget_bytes")
+
+    started = time.perf_counter()
+    model, loss_fn = build_workload(
+        info.name, resolution, batch, params["precision"], params["classes"]
+    )
+    train_step = training.make_train_step(model, loss_fn, training.make_optimizer(),
+                                          params["precision"])  # fmt: skip
+    source = params["data"]
+    with tf.device(device):
+        if source["kind"] == "synthetic":
+            batch_tensors = data.synthetic_batch(info, resolution, batch, params["classes"],
+                                                 params["seed"])  # fmt: skip
+
+            def next_batch():
+                return batch_tensors
+        else:
+            iterator = iter(data.tfrecord_dataset(info, source["format"], source["path"],
+                                                  resolution, batch))  # fmt: skip
+            next_batch = iterator.__next__
+    build_seconds = time.perf_counter() - started
+    _log(f"built {info.name} in {build_seconds:.1f}s on {device}")
+
+    total = params["warmup_steps"] + params["steps"]
+
+    def on_step(index, seconds):
+        if index == 0 or (index + 1) % max(1, total // 10) == 0 or index + 1 == total:
+            _log(f"step {index + 1}/{total}: {seconds:.3f}s")
+
+    try:
+        result = training.measure(train_step, next_batch, params["warmup_steps"],
+                                  params["steps"], device, budget, on_step)  # fmt: skip
+    except tf.errors.ResourceExhaustedError as error:
+        return {"outcome": "out_of_memory", "device": device,
+                "error": str(error).splitlines()[0][:500],
+                "metrics": {"peak_memory_bytes": None, "memory_budget_bytes": budget}}  # fmt: skip
+    memory = {"peak_memory_bytes": result.peak_bytes, "memory_budget_bytes": budget}
+    if result.over_budget:
+        return {"outcome": "out_of_memory", "device": device, "metrics": memory,
+                "error": f"measured peak {result.peak_bytes} B exceeds the memory budget "
+                         f"{budget} B (emulated device)"}  # fmt: skip
+    metrics = stats.throughput_metrics(result.step_seconds, batch,
+                                       info.elements_per_sample(resolution), info.spatial_dims)  # fmt: skip
+    metrics.update(memory)
+    metrics.update({
+        "step_times_s": result.step_seconds,
+        "warmup_times_s": result.warmup_seconds,
+        "build_s": build_seconds,
+        "final_loss": result.final_loss,
+    })  # fmt: skip
+    return {"outcome": "ok", "device": device, "metrics": metrics, "error": None}
+
+
+def main(argv: list[str]) -> int:
+    params_path, result_path = argv
+    with open(params_path) as handle:
+        params = json.load(handle)
+    try:
+        result = run(params)
+        code = 0
+    except Exception as error:  # any failure of the workload is a recorded result
+        traceback.print_exc()
+        result = {"outcome": "crashed", "device": None, "metrics": None,
+                  "error": f"{type(error).__name__}: {error}"[:2000]}  # fmt: skip
+        code = 1
+    _write_json(result_path, result)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
