@@ -41,16 +41,19 @@ def tfrecord_files(path: str) -> list[str]:
     else:
         files = sorted(glob.glob(path))
     if not files:
-        raise SuiteError(f"no TFRecord files at {path!r} (a file, a glob, or a directory of "
-                         "*.tfrecord* files)")  # fmt: skip
+        raise SuiteError(
+            f"no TFRecord files at {path!r} (a file, a glob, or a directory of *.tfrecord* files)"
+        )
     return files
 
 
 def tfrecord_dataset(info: WorkloadInfo, fmt: str, path: str, resolution: int, batch: int):
     """An endless, batched, prefetched tf.data pipeline of (images, labels) at `resolution`."""
     if info.spatial_dims != 2 or FORMATS.get(fmt) != info.labels:
-        raise SuiteError(f"workload {info.name} cannot read {fmt!r} records; formats for it: "
-                         f"{[f for f, kind in FORMATS.items() if kind == info.labels] or 'none'}")  # fmt: skip
+        raise SuiteError(
+            f"workload {info.name} cannot read {fmt!r} records; formats for it: "
+            f"{[f for f, kind in FORMATS.items() if kind == info.labels] or 'none'}"
+        )
     size = (resolution, resolution)
 
     def parse(serialized):
@@ -81,12 +84,13 @@ def _encode(array: np.ndarray, png: bool) -> bytes:
     return (tf.io.encode_png(array) if png else tf.io.encode_jpeg(array)).numpy()
 
 
-def write_tfrecords(path: str, fmt: str, count: int, size: int = 64, classes: int = 21,
-                    seed: int = 0) -> str:
+def write_tfrecords(
+    path: str, fmt: str, count: int, size: int = 64, classes: int = 21, seed: int = 0
+) -> str:
     """Write `count` random examples in format `fmt` to the TFRecord file `path`.
 
     For tests and for trying the real-data path without a dataset; the layout is the public one.
-    """  # fmt: skip
+    """
     if fmt not in FORMATS:
         raise SuiteError(f"unknown TFRecord format {fmt!r}; choose one of: {', '.join(FORMATS)}")
     rng = np.random.default_rng(seed)

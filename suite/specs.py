@@ -66,8 +66,10 @@ class Trial:
 
     def describe(self) -> str:
         p = self.params
-        return (f"{p['workload']} {p['resolution']}px batch {p['batch']} {p['precision']} "
-                f"({self.study})")  # fmt: skip
+        return (
+            f"{p['workload']} {p['resolution']}px batch {p['batch']} {p['precision']} "
+            f"({self.study})"
+        )
 
 
 @dataclass(frozen=True)
@@ -118,8 +120,10 @@ def find_spec(name_or_path: str) -> Path:
         return path
     candidate = SPEC_DIR / f"{name_or_path}.toml"
     if not candidate.is_file():
-        raise SuiteError(f"unknown spec {name_or_path!r}; choose one of: "
-                         f"{', '.join(available_specs())}, or give a path to a .toml file")  # fmt: skip
+        raise SuiteError(
+            f"unknown spec {name_or_path!r}; choose one of: "
+            f"{', '.join(available_specs())}, or give a path to a .toml file"
+        )
     return candidate
 
 
@@ -144,8 +148,9 @@ class _Checker:
 
     def text(self, name, value, pattern=None):
         if not isinstance(value, str) or (pattern and not pattern.match(value)):
-            self.fail(name, value, "lowercase letters, digits, '-' and '_'" if pattern
-                      else "a string")  # fmt: skip
+            self.fail(
+                name, value, "lowercase letters, digits, '-' and '_'" if pattern else "a string"
+            )
         return value
 
     def known_keys(self, where, table, allowed):
@@ -153,8 +158,11 @@ class _Checker:
             self.fail(where, table, "a table")
         for key, value in table.items():
             if key not in allowed:
-                self.fail(f"{where}.{key}" if where else key, value,
-                          "a known field: " + ", ".join(sorted(allowed)))  # fmt: skip
+                self.fail(
+                    f"{where}.{key}" if where else key,
+                    value,
+                    "a known field: " + ", ".join(sorted(allowed)),
+                )
 
     def resolution(self, name, value, workload):
         self.integer(name, value, 1)
@@ -225,9 +233,13 @@ def _resolve_params(check: _Checker, where: str, settings: dict, workload: str) 
         info = WORKLOADS[workload]
         kind = {"imagenet": "class", "voc": "mask"}[data["format"]]
         if info.spatial_dims != 2 or kind != info.labels:
-            check.fail(f"{where}.data.format", data["format"],
-                       f"no real-data format fits {workload}" if info.spatial_dims != 2 else
-                       f"'{'imagenet' if info.labels == 'class' else 'voc'}' for {workload}")  # fmt: skip
+            check.fail(
+                f"{where}.data.format",
+                data["format"],
+                f"no real-data format fits {workload}"
+                if info.spatial_dims != 2
+                else f"'{'imagenet' if info.labels == 'class' else 'voc'}' for {workload}",
+            )
     return resolved
 
 
@@ -267,8 +279,13 @@ def parse_spec(text: str, source: str, overrides: dict | None = None) -> Spec:
     spec, seen = Spec(name, description, source), set()
     for index, study in enumerate(studies):
         where = f"study[{index}]"
-        check.known_keys(where, study, {"name", "kind", "workload"} | set(TRIAL_DEFAULTS)
-                         | set().union(*STUDY_FIELDS.values()))  # fmt: skip
+        check.known_keys(
+            where,
+            study,
+            {"name", "kind", "workload"}
+            | set(TRIAL_DEFAULTS)
+            | set().union(*STUDY_FIELDS.values()),
+        )
         study_name = check.text(f"{where}.name", study.get("name"), _NAME)
         if study_name in seen:
             check.fail(f"{where}.name", study_name, "a name not used by another study")
@@ -277,8 +294,11 @@ def parse_spec(text: str, source: str, overrides: dict | None = None) -> Spec:
         workload = check.choice(f"{where}.workload", study.get("workload"), tuple(WORKLOADS))
         for key in set().union(*STUDY_FIELDS.values()) - STUDY_FIELDS[kind]:
             if key in study:
-                check.fail(f"{where}.{key}", study[key], f"absent in a {kind} study (it takes: "
-                           f"{', '.join(sorted(STUDY_FIELDS[kind]))})")  # fmt: skip
+                check.fail(
+                    f"{where}.{key}",
+                    study[key],
+                    f"absent in a {kind} study (it takes: {', '.join(sorted(STUDY_FIELDS[kind]))})",
+                )
         for key in STUDY_FIELDS[kind]:
             if key not in study:
                 check.fail(f"{where}.{key}", None, f"required in a {kind} study")
@@ -299,15 +319,17 @@ def _add_study(spec, check, where, study, study_name, kind, workload, resolved, 
         if kind == "throughput":
             resolutions = [check.resolution(f"{where}.resolution", study["resolution"], workload)]
         else:
-            resolutions = _resolutions(check, f"{where}.resolutions", study["resolutions"],
-                                       workload)  # fmt: skip
+            resolutions = _resolutions(
+                check, f"{where}.resolutions", study["resolutions"], workload
+            )
         if "resolution" in overrides:
             resolutions = [overrides["resolution"]]
             _Checker("command line").resolution("--resolution", resolutions[0], workload)
         for resolution in resolutions:
             params = _trial_params(workload, resolution, batch, resolved)
-            spec.trials.append(Trial(spec.name, study_name, params, resolved["repeats"],
-                                     resolved["timeout"]))  # fmt: skip
+            spec.trials.append(
+                Trial(spec.name, study_name, params, resolved["repeats"], resolved["timeout"])
+            )
         return
     start = check.integer(f"{where}.start", study["start"], 1)
     stop = check.integer(f"{where}.stop", study["stop"], start + 1)

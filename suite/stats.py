@@ -25,9 +25,10 @@ def summarize_rates(step_seconds: list[float], items_per_step: float) -> dict:
     return {"mean": mean, "stderr": stderr, "jitter": jitter, "total": total}
 
 
-def throughput_metrics(step_seconds: list[float], batch: int, elements_per_sample: int,
-                       spatial_dims: int) -> dict:
-    """images/sec (samples/sec) and pixels/sec (voxels/sec for 3D) summaries of one trial."""  # fmt: skip
+def throughput_metrics(
+    step_seconds: list[float], batch: int, elements_per_sample: int, spatial_dims: int
+) -> dict:
+    """images/sec (samples/sec) and pixels/sec (voxels/sec for 3D) summaries of one trial."""
     unit = "voxels_per_sec" if spatial_dims == 3 else "pixels_per_sec"
     return {
         "images_per_sec": summarize_rates(step_seconds, batch),

@@ -6,6 +6,7 @@ loss, so per-step rates exist for the statistics; `benchmarks/trial_overhead.py`
 costs against an untimed loop.
 """
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 
@@ -34,7 +35,7 @@ def make_train_step(model, loss_fn, optimizer, precision: str):
         gradients = tape.gradient(scaled, variables)
         if scale:
             gradients = [g / scale for g in gradients]
-        optimizer.apply_gradients(zip(gradients, variables))
+        optimizer.apply_gradients(zip(gradients, variables, strict=True))
         return loss
 
     return train_step
@@ -50,10 +51,8 @@ def memory_stats(device: str) -> dict | None:
 
 
 def reset_peak(device: str) -> None:
-    try:
+    with contextlib.suppress(ValueError, tf.errors.InvalidArgumentError):
         tf.config.experimental.reset_memory_stats(device)
-    except (ValueError, tf.errors.InvalidArgumentError):
-        pass
 
 
 @dataclass
@@ -65,9 +64,16 @@ class Measurement:
     over_budget: bool = False  # stopped early: the allocator peak passed the memory budget
 
 
-def measure(train_step, next_batch, warmup_steps: int, steps: int, device: str,
-            budget_bytes: int | None = None, on_step=None) -> Measurement:
-    """Run warm-up then timed steps; stop early once the measured peak exceeds `budget_bytes`."""  # fmt: skip
+def measure(
+    train_step,
+    next_batch,
+    warmup_steps: int,
+    steps: int,
+    device: str,
+    budget_bytes: int | None = None,
+    on_step=None,
+) -> Measurement:
+    """Run warm-up then timed steps; stop early once the measured peak exceeds `budget_bytes`."""
     result = Measurement()
     reset_peak(device)
     for index in range(warmup_steps + steps):

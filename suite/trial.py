@@ -46,12 +46,13 @@ def _signal_name(returncode: int) -> str:
         return f"signal {-returncode}"
 
 
-def run_trial(params: dict, timeout_s: float, log_path: Path,
-              extra_env: dict[str, str] | None = None) -> TrialResult:
+def run_trial(
+    params: dict, timeout_s: float, log_path: Path, extra_env: dict[str, str] | None = None
+) -> TrialResult:
     """Run the trial `params` in a fresh Python process; never raises for the trial's failures.
 
     `extra_env` is added to the child's environment (the container runner and tests use it).
-    """  # fmt: skip
+    """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, **TRIAL_ENVIRONMENT, **(extra_env or {})}
     repo_root = str(Path(__file__).resolve().parents[1])
@@ -62,22 +63,46 @@ def run_trial(params: dict, timeout_s: float, log_path: Path,
         params_file.write_text(json.dumps(params))
         process = subprocess.Popen(
             [sys.executable, "-m", "suite.trial_worker", str(params_file), str(result_file)],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
             start_new_session=True,  # its own process group: a timeout kills all of it
-        )  # fmt: skip
+        )
         try:
             returncode = process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
-            return TrialResult("timed_out", None, f"no result after {timeout_s:g}s; killed",
-                               None, time.perf_counter() - started, None)  # fmt: skip
+            return TrialResult(
+                "timed_out",
+                None,
+                f"no result after {timeout_s:g}s; killed",
+                None,
+                time.perf_counter() - started,
+                None,
+            )
         wall = time.perf_counter() - started
         if result_file.exists():
             result = json.loads(result_file.read_text())
-            return TrialResult(result["outcome"], result["metrics"], result["error"],
-                               result["device"], wall, returncode)  # fmt: skip
-    how = (f"killed by {_signal_name(returncode)}" if returncode < 0
-           else f"exited with code {returncode}")  # fmt: skip
-    return TrialResult("crashed", None, f"trial process {how} without a result; log tail:\n"
-                       f"{_tail(log_path)}", None, wall, returncode)  # fmt: skip
+            return TrialResult(
+                result["outcome"],
+                result["metrics"],
+                result["error"],
+                result["device"],
+                wall,
+                returncode,
+            )
+    how = (
+        f"killed by {_signal_name(returncode)}"
+        if returncode < 0
+        else f"exited with code {returncode}"
+    )
+    return TrialResult(
+        "crashed",
+        None,
+        f"trial process {how} without a result; log tail:\n{_tail(log_path)}",
+        None,
+        wall,
+        returncode,
+    )

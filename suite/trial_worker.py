@@ -41,19 +41,22 @@ def run(params: dict) -> dict:
     model, loss_fn = build_workload(
         info.name, resolution, batch, params["precision"], params["classes"]
     )
-    train_step = training.make_train_step(model, loss_fn, training.make_optimizer(),
-                                          params["precision"])  # fmt: skip
+    train_step = training.make_train_step(
+        model, loss_fn, training.make_optimizer(), params["precision"]
+    )
     source = params["data"]
     with tf.device(device):
         if source["kind"] == "synthetic":
-            batch_tensors = data.synthetic_batch(info, resolution, batch, params["classes"],
-                                                 params["seed"])  # fmt: skip
+            batch_tensors = data.synthetic_batch(
+                info, resolution, batch, params["classes"], params["seed"]
+            )
 
             def next_batch():
                 return batch_tensors
         else:
-            iterator = iter(data.tfrecord_dataset(info, source["format"], source["path"],
-                                                  resolution, batch))  # fmt: skip
+            iterator = iter(
+                data.tfrecord_dataset(info, source["format"], source["path"], resolution, batch)
+            )
             next_batch = iterator.__next__
     build_seconds = time.perf_counter() - started
     _log(f"built {info.name} in {build_seconds:.1f}s on {device}")
@@ -65,26 +68,37 @@ def run(params: dict) -> dict:
             _log(f"step {index + 1}/{total}: {seconds:.3f}s")
 
     try:
-        result = training.measure(train_step, next_batch, params["warmup_steps"],
-                                  params["steps"], device, budget, on_step)  # fmt: skip
+        result = training.measure(
+            train_step, next_batch, params["warmup_steps"], params["steps"], device, budget, on_step
+        )
     except tf.errors.ResourceExhaustedError as error:
-        return {"outcome": "out_of_memory", "device": device,
-                "error": str(error).splitlines()[0][:500],
-                "metrics": {"peak_memory_bytes": None, "memory_budget_bytes": budget}}  # fmt: skip
+        return {
+            "outcome": "out_of_memory",
+            "device": device,
+            "error": str(error).splitlines()[0][:500],
+            "metrics": {"peak_memory_bytes": None, "memory_budget_bytes": budget},
+        }
     memory = {"peak_memory_bytes": result.peak_bytes, "memory_budget_bytes": budget}
     if result.over_budget:
-        return {"outcome": "out_of_memory", "device": device, "metrics": memory,
-                "error": f"measured peak {result.peak_bytes} B exceeds the memory budget "
-                         f"{budget} B (emulated device)"}  # fmt: skip
-    metrics = stats.throughput_metrics(result.step_seconds, batch,
-                                       info.elements_per_sample(resolution), info.spatial_dims)  # fmt: skip
+        return {
+            "outcome": "out_of_memory",
+            "device": device,
+            "metrics": memory,
+            "error": f"measured peak {result.peak_bytes} B exceeds the memory budget "
+            f"{budget} B (emulated device)",
+        }
+    metrics = stats.throughput_metrics(
+        result.step_seconds, batch, info.elements_per_sample(resolution), info.spatial_dims
+    )
     metrics.update(memory)
-    metrics.update({
-        "step_times_s": result.step_seconds,
-        "warmup_times_s": result.warmup_seconds,
-        "build_s": build_seconds,
-        "final_loss": result.final_loss,
-    })  # fmt: skip
+    metrics.update(
+        {
+            "step_times_s": result.step_seconds,
+            "warmup_times_s": result.warmup_seconds,
+            "build_s": build_seconds,
+            "final_loss": result.final_loss,
+        }
+    )
     return {"outcome": "ok", "device": device, "metrics": metrics, "error": None}
 
 
@@ -97,8 +111,12 @@ def main(argv: list[str]) -> int:
         code = 0
     except Exception as error:  # any failure of the workload is a recorded result
         traceback.print_exc()
-        result = {"outcome": "crashed", "device": None, "metrics": None,
-                  "error": f"{type(error).__name__}: {error}"[:2000]}  # fmt: skip
+        result = {
+            "outcome": "crashed",
+            "device": None,
+            "metrics": None,
+            "error": f"{type(error).__name__}: {error}"[:2000],
+        }
         code = 1
     _write_json(result_path, result)
     return code

@@ -26,6 +26,7 @@ class WorkloadInfo:
     labels: str  # "class": one id per sample, "mask": one id per pixel, "multilabel": 0/1 per voxel
     resolution_multiple: int  # resolutions must be multiples of this (strided layers)
     min_resolution: int
+    reference_resolution: int  # the seed's size, or the usual one (`inv models` default)
 
     def check_resolution(self, resolution: int) -> str | None:
         """Return why `resolution` is invalid for this workload, or None."""
@@ -43,16 +44,29 @@ class WorkloadInfo:
 WORKLOADS = {
     w.name: w
     for w in (
-        WorkloadInfo("googlenet", "Enlarged GoogLeNet (Inception v1)", "googlenet", 2, 3, 1001,
-                     "class", 1, 32),
-        WorkloadInfo("deeplabv3plus", "DeepLabV3+ / Xception-65", "deeplab", 2, 3, 21,
-                     "mask", 1, 64),
-        WorkloadInfo("resnet50", "ResNet50 (keras.applications)", "resnet50", 2, 3, 1000,
-                     "class", 1, 32),
-        WorkloadInfo("unet3d", "3D U-Net (depth 4, 32 filters)", "unet3d", 3, 4, 3,
-                     "multilabel", 8, 16),
+        WorkloadInfo(
+            "googlenet",
+            "Enlarged GoogLeNet (Inception v1)",
+            "googlenet",
+            2,
+            3,
+            1001,
+            "class",
+            1,
+            32,
+            2240,
+        ),
+        WorkloadInfo(
+            "deeplabv3plus", "DeepLabV3+ / Xception-65", "deeplab", 2, 3, 21, "mask", 1, 64, 513
+        ),
+        WorkloadInfo(
+            "resnet50", "ResNet50 (keras.applications)", "resnet50", 2, 3, 1000, "class", 1, 32, 224
+        ),
+        WorkloadInfo(
+            "unet3d", "3D U-Net (depth 4, 32 filters)", "unet3d", 3, 4, 3, "multilabel", 8, 16, 144
+        ),
     )
-}  # fmt: skip
+}
 
 
 def get_workload(name: str) -> WorkloadInfo:
@@ -79,14 +93,15 @@ def precision_policy(precision: str):
         keras.mixed_precision.set_global_policy(previous)
 
 
-def build_workload(name: str, resolution: int, batch: int, precision: str = "fp32",
-                   classes: int | None = None):
+def build_workload(
+    name: str, resolution: int, batch: int, precision: str = "fp32", classes: int | None = None
+):
     """Build workload `name`: returns (keras.Model, loss(labels, outputs) -> scalar float32).
 
     The model's input has a static batch dimension so that every tensor of the training step has
     a static size (what LMS plans with). Outputs may be float16 under mixed precision; the losses
     compute in float32.
-    """  # fmt: skip
+    """
     info = get_workload(name)
     problem = info.check_resolution(resolution)
     if problem:

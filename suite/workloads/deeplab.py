@@ -4,9 +4,8 @@ Output stride 16 (the strided exit-flow unit becomes atrous, rate 2), ASPP with 
 image pooling, decoder at output stride 4 fed by the entry flow's block-2 features, logits upsampled
 to the input size. Batch norm is trainable (fine_tune_batch_norm=True) with DeepLab's decay and
 epsilon. As in DeepLab's xception_65, separable convolutions apply ReLU *before* the depthwise
-convolution and put batch norm between depthwise and pointwise. Padding is "same" throughout (DeepLab
-pads strided convolutions explicitly; the tensor sizes match for resolutions of the form 16k+1 and
-differ by at most one row elsewhere).
+convolution and put batch norm between depthwise and pointwise. Padding is "same" throughout
+(DeepLab pads strided convolutions explicitly; tensor sizes can differ from its by one row).
 """
 
 import keras
@@ -21,13 +20,17 @@ BN = {"momentum": 0.9997, "epsilon": 1e-5}
 
 # (name, depths of the three units, shortcut, stride): DeepLab's xception_65 block list
 _BLOCKS = (
-    [("entry_block1", (128, 128, 128), "conv", 2),
-     ("entry_block2", (256, 256, 256), "conv", 2),
-     ("entry_block3", (728, 728, 728), "conv", 2)]
+    [
+        ("entry_block1", (128, 128, 128), "conv", 2),
+        ("entry_block2", (256, 256, 256), "conv", 2),
+        ("entry_block3", (728, 728, 728), "conv", 2),
+    ]
     + [(f"middle_block{i}", (728, 728, 728), "sum", 1) for i in range(1, 17)]
-    + [("exit_block1", (728, 1024, 1024), "conv", 2),
-       ("exit_block2", (1536, 1536, 2048), "none", 1)]
-)  # fmt: skip
+    + [
+        ("exit_block1", (728, 1024, 1024), "conv", 2),
+        ("exit_block2", (1536, 1536, 2048), "none", 1),
+    ]
+)
 LOW_LEVEL_BLOCK = "entry_block2"  # its second unit's output, at output stride 4, feeds the decoder
 
 
@@ -45,8 +48,9 @@ def _separable(x, filters, name, strides=1, rate=1, relu_first=True, relu_after=
     """Depthwise 3x3 (atrous) + BN + pointwise 1x1 + BN; ReLU placement as DeepLab does it."""
     if relu_first:
         x = keras.layers.ReLU(name=f"{name}_relu_in")(x)
-    x = keras.layers.DepthwiseConv2D(3, strides, padding="same", dilation_rate=rate,
-                                     use_bias=False, name=f"{name}_depthwise")(x)  # fmt: skip
+    x = keras.layers.DepthwiseConv2D(
+        3, strides, padding="same", dilation_rate=rate, use_bias=False, name=f"{name}_depthwise"
+    )(x)
     x = _bn(x, f"{name}_depthwise", relu=relu_after)
     x = keras.layers.Conv2D(filters, 1, use_bias=False, name=f"{name}_pointwise")(x)
     return _bn(x, f"{name}_pointwise", relu=relu_after)
@@ -93,8 +97,9 @@ def _aspp(features):
     pooled = _conv_bn(pooled, 256, 1, "aspp_pool_conv")
     branches = [_resize(pooled, features, "aspp_pool_resize"), _conv_bn(features, 256, 1, "aspp0")]
     for i, rate in enumerate(ASPP_RATES, start=1):
-        branches.append(_separable(features, 256, f"aspp{i}", rate=rate, relu_first=False,
-                                   relu_after=True))  # fmt: skip
+        branches.append(
+            _separable(features, 256, f"aspp{i}", rate=rate, relu_first=False, relu_after=True)
+        )
     x = keras.layers.Concatenate(name="aspp_concat")(branches)
     x = _conv_bn(x, 256, 1, "aspp_projection")
     return keras.layers.Dropout(0.1, name="aspp_dropout")(x)

@@ -24,8 +24,9 @@ _LAYERS = (
 
 
 def _conv(x, filters, size, name, strides=1):
-    return keras.layers.Conv2D(filters, size, strides, padding="same", activation="relu",
-                               name=name)(x)  # fmt: skip
+    return keras.layers.Conv2D(
+        filters, size, strides, padding="same", activation="relu", name=name
+    )(x)
 
 
 def _inception(x, name, k, l3r, l3, n5r, n5, q):
@@ -33,9 +34,13 @@ def _inception(x, name, k, l3r, l3, n5r, n5, q):
         _conv(x, k, 1, f"inception_{name}_1x1"),
         _conv(_conv(x, l3r, 1, f"inception_{name}_3x3_reduce"), l3, 3, f"inception_{name}_3x3"),
         _conv(_conv(x, n5r, 1, f"inception_{name}_5x5_reduce"), n5, 5, f"inception_{name}_5x5"),
-        _conv(keras.layers.MaxPooling2D(3, 1, "same", name=f"inception_{name}_pool")(x), q, 1,
-              f"inception_{name}_pool_proj"),
-    ]  # fmt: skip
+        _conv(
+            keras.layers.MaxPooling2D(3, 1, "same", name=f"inception_{name}_pool")(x),
+            q,
+            1,
+            f"inception_{name}_pool_proj",
+        ),
+    ]
     return keras.layers.Concatenate(name=f"inception_{name}_concat")(branches)
 
 
@@ -56,4 +61,3 @@ def build(resolution: int, batch: int, classes: int) -> keras.Model:
     x = keras.layers.GlobalAveragePooling2D(name="global_pool")(x)
     logits = keras.layers.Dense(classes, name="logits")(x)
     return keras.Model(inputs, logits, name="googlenet")
-

@@ -1,0 +1,146 @@
+"""Result records: one JSON object per trial, one JSON-lines file per host, host descriptions
+stored once by content hash.
+
+Appends are a single `os.write` of one line to a file opened with O_APPEND, then fsync: a run
+killed at any moment leaves every earlier record intact and at worst one torn last line, which
+loading skips (with a warning) and the next append seals off with a newline.
+"""
+
+import json
+import logging
+import os
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+
+from suite.errors import RecordError
+from suite.trial import OUTCOMES
+
+SCHEMA_VERSION = 1
+log = logging.getLogger("suite.records")
+
+# field -> type(s) every record must carry (validated on write and on load)
+REQUIRED = {
+    "schema": int,
+    "spec": dict,
+    "spec_hash": str,
+    "params": dict,
+    "repeat": int,
+    "host": str,
+    "host_ref": str,
+    "outcome": str,
+    "metrics": (dict, type(None)),
+    "error": (str, type(None)),
+    "device": (str, type(None)),
+    "started_at": str,
+    "finished_at": str,
+    "wall_s": (int, float),
+}
+_HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def check_host_name(name: str) -> str:
+    if not _HOST_NAME.match(name):
+        raise RecordError(f"host name {name!r} is invalid: use letters, digits, '.', '_' and '-'")
+    return name
+
+
+def results_file(results_dir: Path, host: str) -> Path:
+    return Path(results_dir) / f"{check_host_name(host)}.jsonl"
+
+
+def validate_record(record: dict, where: str) -> dict:
+    """Raise RecordError naming `where` if `record` is not a schema-1 record."""
+    if not isinstance(record, dict):
+        raise RecordError(f"{where}: a record must be a JSON object")
+    version = record.get("schema")
+    if version != SCHEMA_VERSION:
+        raise RecordError(
+            f"{where}: record schema version {version!r}; this suite reads version "
+            f"{SCHEMA_VERSION}. Re-run the trials with this suite (inv run --force) "
+            "or read them with the suite version that wrote them."
+        )
+    for name, kind in REQUIRED.items():
+        if name not in record:
+            raise RecordError(f"{where}: record lacks required field {name!r}")
+        if not isinstance(record[name], kind) or isinstance(record[name], bool):
+            raise RecordError(f"{where}: field {name!r} has type {type(record[name]).__name__}")
+    if record["outcome"] not in OUTCOMES:
+        raise RecordError(f"{where}: outcome {record['outcome']!r} is not one of {OUTCOMES}")
+    if record["outcome"] == "ok" and not record["metrics"]:
+        raise RecordError(f"{where}: an 'ok' record must carry metrics")
+    return record
+
+
+def append_record(path: Path, record: dict) -> None:
+    """Append one validated record as one line, atomically with respect to crashes."""
+    validate_record(record, str(path))
+    line = (json.dumps(record, sort_keys=True) + "\n").encode()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        if os.fstat(fd).st_size and not _ends_with_newline(path):
+            line = b"\n" + line  # seal off a torn line left by a killed writer
+        written = os.write(fd, line)
+        if written != len(line):
+            raise OSError(f"short write to {path}: {written} of {len(line)} bytes")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with open(path, "rb") as handle:
+        handle.seek(-1, os.SEEK_END)
+        return handle.read(1) == b"\n"
+
+
+def load_records(path: Path) -> list[dict]:
+    """All records of a results file, validated; a torn line from a killed run is skipped."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    records = []
+    lines = path.read_bytes().split(b"\n")
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        try:
+            record = json.loads(raw)
+        except json.JSONDecodeError as error:
+            # a torn write is an unterminated line: the last one, or one sealed off by an append
+            log.warning("%s:%d: skipping an incomplete record (%s)", path, number, error.msg)
+            continue
+        records.append(validate_record(record, f"{path}:{number}"))
+    return records
+
+
+def load_all_records(results_dir: Path) -> list[dict]:
+    """Records of every host's results file in `results_dir`."""
+    records = []
+    for path in sorted(Path(results_dir).glob("*.jsonl")):
+        records.extend(load_records(path))
+    return records
+
+
+def store_host(results_dir: Path, description: dict) -> str:
+    """Write a host description once under its content hash; return the hash."""
+    from suite.hostinfo import host_ref
+
+    ref = host_ref(description)
+    path = Path(results_dir) / "hosts" / f"{ref}.json"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(description, indent=1, sort_keys=True))
+        os.replace(tmp, path)
+    return ref
+
+
+def load_host(results_dir: Path, ref: str) -> dict | None:
+    path = Path(results_dir) / "hosts" / f"{ref}.json"
+    return json.loads(path.read_text()) if path.exists() else None

@@ -1,0 +1,226 @@
+"""Render a Markdown report from stored records (never by running anything).
+
+Groups records by workload and spec hash: only records with the same hash describe the same
+workload. Per group and host: throughput (mean over repeats), pixels/voxels per second, peak
+memory, outcomes. Plus the host descriptions, the parameters behind each hash, and a bar chart.
+"""
+
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+from tabulate import tabulate
+
+from suite.records import load_all_records, load_host, utc_now
+from suite.units import format_bytes
+
+TEMPLATES = Path(__file__).resolve().parents[1] / "reports" / "templates"
+
+
+@dataclass
+class HostResult:
+    """All records of one host under one spec hash, summarised."""
+
+    host: str
+    records: list
+
+    @property
+    def ok(self):
+        return [r for r in self.records if r["outcome"] == "ok"]
+
+    def outcomes(self) -> str:
+        counts = defaultdict(int)
+        for record in self.records:
+            counts[record["outcome"]] += 1
+        return ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items()))
+
+    def rate(self, key: str) -> tuple[float, float] | None:
+        """Mean over repeats, and its error: across repeats if several, else within the trial."""
+        values = [r["metrics"][key] for r in self.ok if key in r["metrics"]]
+        if not values:
+            return None
+        means = [v["mean"] for v in values]
+        if len(means) > 1:
+            return statistics.fmean(means), statistics.stdev(means) / len(means) ** 0.5
+        return means[0], values[0]["stderr"]
+
+    def peak(self) -> int | None:
+        peaks = [r["metrics"].get("peak_memory_bytes") for r in self.records if r["metrics"]]
+        peaks = [p for p in peaks if p]
+        return max(peaks) if peaks else None
+
+
+def _fmt_rate(value: tuple[float, float] | None, scale: float = 1.0) -> str:
+    if value is None:
+        return "-"
+    mean, error = value
+    return f"{mean / scale:.3g} ± {error / scale:.2g}"
+
+
+def _group(records: list[dict]) -> dict:
+    """{workload: {spec_hash: {host: HostResult}}}"""
+    groups = defaultdict(lambda: defaultdict(dict))
+    for record in records:
+        workload, spec_hash = record["params"]["workload"], record["spec_hash"]
+        entry = groups[workload][spec_hash].setdefault(
+            record["host"], HostResult(record["host"], [])
+        )
+        entry.records.append(record)
+    return groups
+
+
+def _throughput_table(by_host: dict) -> str:
+    rows = []
+    for host, result in sorted(by_host.items()):
+        params = result.records[-1]["params"]
+        unit_key = "voxels_per_sec" if params["workload"] == "unet3d" else "pixels_per_sec"
+        rows.append(
+            [
+                host,
+                result.outcomes(),
+                _fmt_rate(result.rate("images_per_sec")),
+                _fmt_rate(result.rate(unit_key), 1e6),
+                format_bytes(result.peak()),
+                result.records[-1]["device"] or "-",
+                len(result.records),
+            ]
+        )
+    unit = "Mvoxels/sec" if "voxels" in unit_key else "Mpixels/sec"
+    headers = ["host", "outcomes", "images/sec", unit, "peak memory", "device", "records"]
+    return tabulate(rows, headers, tablefmt="github", disable_numparse=True)
+
+
+def _hosts_table(records: list[dict], results_dir: Path) -> str:
+    fields = [
+        ("architecture", lambda d: d["architecture"]),
+        ("CPU", lambda d: d["cpu"]["model"]),
+        (
+            "sockets / cores / threads",
+            lambda d: "{sockets} / {cores} / {threads}".format(**d["cpu"]),
+        ),
+        ("memory", lambda d: format_bytes(d["memory_bytes"])),
+        (
+            "GPUs",
+            lambda d: (
+                ", ".join(g["model"] for g in d["gpus"])
+                if d["gpus"]
+                else ("none" if d["gpus"] == [] else "unknown")
+            ),
+        ),
+        (
+            "driver / CUDA / cuDNN",
+            lambda d: f"{d['driver_version']} / {d['cuda_version']} / {d['cudnn_version']}",
+        ),
+        ("TensorFlow / Keras", lambda d: f"{d['tensorflow_version']} / {d['keras_version']}"),
+        ("Python", lambda d: d["python_version"]),
+        ("image digest", lambda d: d["image_digest"] or "native"),
+        (
+            "suite commit",
+            lambda d: (
+                (d["suite"]["commit"] or "unknown")[:12]
+                + (" (modified)" if d["suite"]["dirty"] else "")
+            ),
+        ),
+    ]
+    refs = {}
+    for record in records:
+        refs.setdefault(record["host"], record["host_ref"])  # newest wins below
+        refs[record["host"]] = record["host_ref"]
+    hosts = sorted(refs)
+    descriptions = {h: load_host(results_dir, refs[h]) for h in hosts}
+    rows = []
+    for label, getter in fields:
+        row = [label]
+        for host in hosts:
+            description = descriptions[host]
+            row.append(getter(description) if description else "description missing")
+        rows.append(row)
+    return tabulate(rows, ["", *hosts], tablefmt="github", disable_numparse=True)
+
+
+def _plot(groups: dict, path: Path) -> bool:
+    """Bar chart of images/sec per workload configuration and host; False if nothing to plot."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    bars = []
+    for workload, by_hash in sorted(groups.items()):
+        for by_host in by_hash.values():
+            for host, result in sorted(by_host.items()):
+                rate = result.rate("images_per_sec")
+                if rate:
+                    p = result.records[-1]["params"]
+                    bars.append((f"{workload}\n{p['resolution']}px b{p['batch']}", host, *rate))
+    if not bars:
+        return False
+    hosts = sorted({b[1] for b in bars})
+    labels = list(dict.fromkeys(b[0] for b in bars))
+    width = 0.8 / len(hosts)
+    figure, axis = plt.subplots(figsize=(max(6, 1.6 * len(labels)), 4))
+    for h, host in enumerate(hosts):
+        points = [(labels.index(b[0]) + h * width, b[2], b[3]) for b in bars if b[1] == host]
+        xs, ys, errors = zip(*points, strict=True)
+        axis.bar(xs, ys, width, yerr=errors, label=host, capsize=3)
+    axis.set_xticks([i + width * (len(hosts) - 1) / 2 for i in range(len(labels))], labels)
+    axis.set_ylabel("images/sec (mean ± stderr)")
+    axis.set_title("Training throughput per workload and host")
+    axis.legend()
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return True
+
+
+def render_report(results_dir: Path, output_dir: Path, title: str = "LMS benchmark report") -> Path:
+    """Write `report.md` (and its plot) for all records under `results_dir`; return its path."""
+    results_dir, output_dir = Path(results_dir), Path(output_dir)
+    records = load_all_records(results_dir)
+    groups = _group(records)
+    sections = []
+    for workload, by_hash in sorted(groups.items()):
+        for spec_hash, by_host in sorted(by_hash.items()):
+            params = next(iter(by_host.values())).records[-1]["params"]
+            studies = sorted(
+                {
+                    f"{r['spec']['name']}/{r['spec']['study']}"
+                    for h in by_host.values()
+                    for r in h.records
+                }
+            )
+            sections.append(
+                {
+                    "workload": workload,
+                    "spec_hash": spec_hash,
+                    "params": params,
+                    "studies": studies,
+                    "table": _throughput_table(by_host),
+                }
+            )
+    plot_name = "throughput.png"
+    has_plot = _plot(groups, output_dir / plot_name)
+    environment = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    text = environment.get_template("report.md.j2").render(
+        title=title,
+        generated_at=utc_now(),
+        results_dir=str(results_dir),
+        record_count=len(records),
+        hosts=sorted({r["host"] for r in records}),
+        sections=sections,
+        plot=plot_name if has_plot else None,
+        hosts_table=_hosts_table(records, results_dir) if records else None,
+    )
+    output_dir.mkdir(parents=True, exist_ok=True)
+    path = output_dir / "report.md"
+    path.write_text(text)
+    return path

@@ -1,0 +1,180 @@
+"""Tasks of the LMS benchmark suite (`inv --list`). Thin: options in, `suite` functions out."""
+
+import json
+import sys
+from pathlib import Path
+
+from invoke import Collection, Exit, task
+
+from suite.errors import SuiteError
+
+ROOT = Path(__file__).resolve().parent
+
+
+def _user_errors(function):
+    """Print a user error as one line and exit non-zero; bugs keep their traceback."""
+
+    def wrapper(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        except SuiteError as error:
+            raise Exit(f"error: {error}", code=2) from None
+
+    wrapper.__name__, wrapper.__doc__ = function.__name__, function.__doc__
+    wrapper.__wrapped__ = function
+    return wrapper
+
+
+@task(
+    help={
+        "spec": "spec name (suite/specs/NAME.toml) or path to a .toml file; default: smoke",
+        "results": "results directory (one JSON-lines file per host)",
+        "host": "host name the records are filed under; default: this machine's hostname",
+        "resolution": "override every trial's resolution (changes the spec hash)",
+        "batch": "override every trial's batch size (changes the spec hash)",
+        "steps": "override every trial's timed steps (changes the spec hash)",
+        "precision": "override every trial's precision: fp32, fp16 or bf16 (changes the hash)",
+        "force": "re-run trials that are already recorded",
+    }
+)
+@_user_errors
+def run(
+    c,
+    spec=None,
+    results=None,
+    host=None,
+    resolution=None,
+    batch=None,
+    steps=None,
+    precision=None,
+    force=False,
+):
+    """Run a spec's trials on this host, each in its own process; skips recorded trials."""
+    from suite.runner import run_spec
+    from suite.specs import load_spec
+
+    overrides = {"resolution": resolution, "batch": batch, "steps": steps, "precision": precision}
+    overrides = {
+        k: int(v) if k != "precision" and v is not None else v for k, v in overrides.items()
+    }
+    loaded = load_spec(spec or c.suite.spec, overrides)
+    summary = run_spec(loaded, Path(results or c.suite.results), host, force)
+    print(f"records: {summary.results} ({summary.outcomes or 'nothing new'})")
+
+
+@task(
+    help={
+        "results": "results directory to read",
+        "output": "directory the report and its plots are written to",
+    }
+)
+@_user_errors
+def report(c, results=None, output=None):
+    """Render the Markdown report (tables and plots) from the stored records."""
+    from suite.report import render_report
+
+    path = render_report(Path(results or c.suite.results), Path(output or c.suite.reports))
+    print(f"report: {path}")
+
+
+@task(
+    help={
+        "resolution": "input side in pixels (voxels for 3D); default: each workload's reference",
+        "batch": "batch size the activation sizes are computed for",
+        "precision": "fp32, fp16 or bf16",
+        "workload": "one workload only",
+    }
+)
+@_user_errors
+def models(c, resolution=None, batch=1, precision="fp32", workload=None):
+    """Print each workload's parameter count and largest activation at a resolution."""
+    from tabulate import tabulate
+
+    from suite.units import format_bytes
+    from suite.workloads import WORKLOADS, get_workload
+    from suite.workloads.summary import model_summary
+
+    names = [get_workload(workload).name] if workload else list(WORKLOADS)
+    rows = []
+    for name in names:
+        size = int(resolution) if resolution else WORKLOADS[name].reference_resolution
+        s = model_summary(name, size, int(batch), precision)
+        largest = s["largest_activation"]
+        rows.append(
+            [
+                name,
+                size,
+                s["batch"],
+                s["precision"],
+                f"{s['parameters']:,}",
+                largest["layer"],
+                "x".join(map(str, largest["shape"])),
+                format_bytes(largest["bytes"]),
+            ]
+        )
+    print(
+        tabulate(
+            rows,
+            [
+                "workload",
+                "resolution",
+                "batch",
+                "precision",
+                "parameters",
+                "largest activation",
+                "shape",
+                "size",
+            ],
+            tablefmt="simple",
+        )
+    )
+
+
+@task
+@_user_errors
+def hostinfo(c):
+    """Print this host's description (JSON), as records reference it."""
+    from suite.hostinfo import capture_host_description
+
+    print(json.dumps(capture_host_description(), indent=1, sort_keys=True))
+
+
+@task
+def specs(c):
+    """List the suite's specs, their trials and declared searches."""
+    from suite.specs import available_specs, load_spec
+
+    for name in available_specs():
+        spec = load_spec(name)
+        print(
+            f"{name}: {len(spec.trials)} trials, {len(spec.searches)} searches — "
+            f"{spec.description.splitlines()[0]}"
+        )
+
+
+@task(
+    help={
+        "compat": "also run the compat-marked tests on TensorFlow 2.14.1 (Keras 2) in "
+        ".venv-tf2.14 (created on first use)",
+        "lint": "run ruff check and ruff format --check first",
+        "k": "only tests matching this pytest -k expression",
+    }
+)
+def test(c, compat=True, lint=True, k=None):
+    """Lint, then run the tests on this environment and the compat tests on TF 2.14.1."""
+    selector = f" -k {json.dumps(k)}" if k else ""
+    with c.cd(str(ROOT)):
+        if lint:
+            c.run(f"{sys.executable} -m ruff check .", echo=True)
+            c.run(f"{sys.executable} -m ruff format --check .", echo=True)
+        c.run(f"{sys.executable} -m pytest -ra{selector}", echo=True, pty=False)
+        if compat:
+            venv = ROOT / ".venv-tf2.14"
+            c.run(f"bash scripts/venv.sh {venv} tf214,dev", echo=True)
+            c.run(f"{venv}/bin/python -m pytest -ra -m compat{selector}", echo=True)
+
+
+namespace = Collection(run, report, models, hostinfo, specs, test)
+namespace.configure(
+    {"suite": {"spec": "smoke", "results": "results", "reports": "reports/generated"}}
+)

@@ -1,0 +1,96 @@
+"""Reports render from stored records only: hand-made records with known numbers."""
+
+import copy
+
+from suite.records import SCHEMA_VERSION, append_record, results_file, store_host
+from suite.report import render_report
+
+HOST = {
+    "architecture": "x86_64",
+    "cpu": {"model": "Test CPU", "sockets": 1, "cores": 2, "threads": 4},
+    "memory_bytes": 2**34,
+    "gpus": [],
+    "driver_version": None,
+    "cuda_version": None,
+    "cudnn_version": None,
+    "tensorflow_version": "2.21.0",
+    "keras_version": "3.15.1",
+    "python_version": "3.11.7",
+    "image_digest": None,
+    "suite": {"commit": "abcdef1234567890", "dirty": False},
+}
+
+
+def record(host, ref, spec_hash, mean, stderr, resolution=64, outcome="ok", repeat=0):
+    metrics = None
+    if outcome == "ok":
+        metrics = {
+            "images_per_sec": {"mean": mean, "stderr": stderr, "jitter": 0.0, "total": mean},
+            "pixels_per_sec": {
+                "mean": mean * resolution**2,
+                "stderr": stderr * resolution**2,
+                "jitter": 0.0,
+                "total": 0.0,
+            },
+            "peak_memory_bytes": 300 * 2**20,
+        }
+    return {
+        "schema": SCHEMA_VERSION,
+        "spec": {"name": "s", "study": "a", "source": "s.toml"},
+        "spec_hash": spec_hash,
+        "params": {
+            "workload": "googlenet",
+            "resolution": resolution,
+            "batch": 2,
+            "precision": "fp32",
+            "classes": 1001,
+            "steps": 5,
+            "warmup_steps": 1,
+            "data": {"kind": "synthetic"},
+            "memory_budget_bytes": None,
+            "seed": 0,
+        },
+        "repeat": repeat,
+        "host": host,
+        "host_ref": ref,
+        "outcome": outcome,
+        "metrics": metrics,
+        "error": None if outcome == "ok" else "boom",
+        "device": "CPU:0",
+        "started_at": "2026-11-01T00:00:00+00:00",
+        "finished_at": "2026-11-01T00:01:00+00:00",
+        "wall_s": 60.0,
+    }
+
+
+def test_report_tables_numbers_hosts_and_plot(tmp_path):
+    other = copy.deepcopy(HOST)
+    other.update(architecture="ppc64le", tensorflow_version="2.14.1")
+    ref_a, ref_b = store_host(tmp_path, HOST), store_host(tmp_path, other)
+    append_record(results_file(tmp_path, "alpha"), record("alpha", ref_a, "aaaa", 12.5, 0.25))
+    append_record(results_file(tmp_path, "beta"), record("beta", ref_b, "aaaa", 30.0, 0.5))
+    append_record(
+        results_file(tmp_path, "beta"), record("beta", ref_b, "aaaa", 32.0, 0.5, repeat=1)
+    )
+    append_record(
+        results_file(tmp_path, "beta"),
+        record("beta", ref_b, "bbbb", 0, 0, resolution=96, outcome="crashed"),
+    )
+    path = render_report(tmp_path, tmp_path / "out")
+    text = path.read_text()
+    assert "Generated" in text and "4 records" in text
+    assert "Spec hash `aaaa`" in text and "Spec hash `bbbb`" in text
+    assert "| alpha  | 1 ok" in text and "12.5 ± 0.25" in text
+    assert "31 ± 1" in text  # two repeats: mean 31, stderr across repeats 1
+    assert "0.0512 ± 0.001" in text  # 12.5 images/s x 64^2 pixels in Mpixels/s
+    assert "1 crashed" in text
+    assert "300 MiB" in text
+    assert "ppc64le" in text and "2.14.1 / 3.15.1" in text
+    png = (tmp_path / "out" / "throughput.png").read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 5000
+    assert "![Training throughput per workload and host](throughput.png)" in text
+
+
+def test_report_without_records_says_so(tmp_path):
+    text = render_report(tmp_path, tmp_path / "out").read_text()
+    assert "No records yet" in text

@@ -1,0 +1,212 @@
+"""Spec validation: every field's error names file, field, value and what is allowed."""
+
+import pytest
+
+from suite.errors import SpecError, SuiteError
+from suite.specs import available_specs, load_spec, parse_spec, trial_hash
+
+BASE = """
+name = "t"
+[defaults]
+steps = 5
+[[study]]
+name = "a"
+kind = "throughput"
+workload = "googlenet"
+resolution = 64
+batch = 2
+"""
+
+
+def spec_with(study_extra="", defaults_extra="", top_extra=""):
+    text = BASE.replace("[defaults]\n", f"{top_extra}\n[defaults]\n{defaults_extra}\n")
+    return text + study_extra
+
+
+def test_shipped_specs_load():
+    names = available_specs()
+    assert {
+        "smoke",
+        "googlenet-enlarged",
+        "deeplab-v3plus",
+        "resnet50-sweep",
+        "unet3d-sweep",
+    } <= set(names)
+    for name in names:
+        assert load_spec(name).trials
+
+
+def test_seed_parameters():
+    (trial,) = load_spec("googlenet-enlarged").trials
+    assert (
+        trial.params["resolution"],
+        trial.params["batch"],
+        trial.params["precision"],
+        trial.params["steps"],
+        trial.params["classes"],
+    ) == (2240, 15, "fp16", 500, 1001)
+    deeplab = load_spec("deeplab-v3plus")
+    assert {t.params["batch"] for t in deeplab.trials} == {16}
+    assert {t.params["steps"] for t in deeplab.trials} == {1000}
+    kinds = {s.kind: s for s in deeplab.searches}
+    assert kinds["max-resolution"].params["batch"] == 1
+    assert kinds["max-batch"].params["resolution"] == 1400
+    smoke = load_spec("smoke")
+    assert sorted(t.params["workload"] for t in smoke.trials) == [
+        "deeplabv3plus",
+        "googlenet",
+        "resnet50",
+        "unet3d",
+    ]
+
+
+@pytest.mark.parametrize(
+    "text, field, allowed",
+    [
+        (spec_with(top_extra="bogus = 1"), "bogus", "a known field"),
+        (BASE.replace('name = "t"', 'name = "Bad Name"'), "name", "lowercase"),
+        (spec_with(defaults_extra='precision = "fp8"'), "study[0].precision", "'fp32'"),
+        (spec_with(defaults_extra="steps = 0"), "study[0].steps", "integer >= 1"),
+        (spec_with(defaults_extra="warmup_steps = -1"), "study[0].warmup_steps", ">= 0"),
+        (spec_with(defaults_extra="repeats = 0"), "study[0].repeats", ">= 1"),
+        (spec_with(defaults_extra="classes = 1"), "study[0].classes", ">= 2"),
+        (spec_with(defaults_extra="seed = 1.5"), "study[0].seed", "integer"),
+        (spec_with(defaults_extra="timeout = -3"), "study[0].timeout", "seconds > 0"),
+        (spec_with(defaults_extra='memory_budget = "lots"'), "study[0].memory_budget", "16GiB"),
+        (spec_with(defaults_extra='data = "random"'), "study[0].data", "'synthetic'"),
+        (
+            spec_with(defaults_extra='data = {format = "coco", path = "x"}'),
+            "study[0].data.format",
+            "'imagenet'",
+        ),
+        (
+            spec_with(defaults_extra='data = {format = "voc", path = "x"}'),
+            "study[0].data.format",
+            "'imagenet' for googlenet",
+        ),
+        (
+            spec_with(defaults_extra='data = {format = "imagenet"}'),
+            "study[0].data.path",
+            "a string",
+        ),
+        (spec_with(defaults_extra="flops = 3"), "defaults.flops", "a known field"),
+        (BASE.replace('kind = "throughput"', 'kind = "fastest"'), "study[0].kind", "'sweep'"),
+        (
+            BASE.replace('workload = "googlenet"', 'workload = "vgg"'),
+            "study[0].workload",
+            "'resnet50'",
+        ),
+        (BASE.replace("resolution = 64", "resolution = 16"), "study[0].resolution", "at least 32"),
+        (BASE.replace("batch = 2", "batch = 0"), "study[0].batch", ">= 1"),
+        (BASE.replace("batch = 2", ""), "study[0].batch", "required in a throughput study"),
+        (BASE + "resolutions = [64]\n", "study[0].resolutions", "absent in a throughput"),
+        (
+            BASE + '[[study]]\nname = "a"\nkind = "throughput"\nworkload = "resnet50"\n'
+            "resolution = 64\nbatch = 1\n",
+            "study[1].name",
+            "not used by another",
+        ),
+        ('name = "t"\n', "study", "one or more [[study]]"),
+        (
+            'name = "t"\n[[study]]\nname = "s"\nkind = "sweep"\nworkload = "unet3d"\nbatch = 1\n'
+            "resolutions = [16, 20]\n",
+            "study[0].resolutions[1]",
+            "multiple of 8",
+        ),
+        (
+            'name = "t"\n[[study]]\nname = "s"\nkind = "sweep"\nworkload = "unet3d"\nbatch = 1\n'
+            "resolutions = []\n",
+            "study[0].resolutions",
+            "non-empty list",
+        ),
+        (
+            'name = "t"\n[[study]]\nname = "s"\nkind = "sweep"\nworkload = "unet3d"\nbatch = 1\n'
+            "resolutions = {start = 16, stop = 8, step = 8}\n",
+            "study[0].resolutions.stop",
+            ">= 16",
+        ),
+        (
+            'name = "t"\n[[study]]\nname = "s"\nkind = "max-resolution"\nworkload = "unet3d"\n'
+            "batch = 1\nstart = 16\nstop = 128\nstep = 12\n",
+            "study[0].step",
+            "multiple of 8",
+        ),
+        (
+            'name = "t"\n[[study]]\nname = "s"\nkind = "max-batch"\nworkload = "resnet50"\n'
+            "resolution = 224\nstart = 4\nstop = 4\nstep = 1\n",
+            "study[0].stop",
+            ">= 5",
+        ),
+    ],
+)
+def test_each_invalid_field_gets_one_clear_error(text, field, allowed):
+    with pytest.raises(SpecError) as raised:
+        parse_spec(text, "specs/t.toml")
+    error = raised.value
+    assert error.field == field
+    message = str(error)
+    assert message.startswith("specs/t.toml: field ")
+    assert f"'{field}'" in message and allowed in message
+
+
+def test_toml_syntax_error_names_file():
+    with pytest.raises(SuiteError, match="broken.toml: not valid TOML"):
+        parse_spec("name = ", "broken.toml")
+
+
+def test_unknown_spec_lists_choices():
+    with pytest.raises(SuiteError, match="choose one of: .*smoke"):
+        load_spec("no-such-spec")
+
+
+def test_hash_is_stable_and_changes_with_every_parameter():
+    first = parse_spec(BASE, "a.toml").trials[0]
+    again = parse_spec(BASE + "\n# a comment changes nothing\n", "b.toml").trials[0]
+    assert first.hash == again.hash == trial_hash(dict(reversed(list(first.params.items()))))
+    variants = [
+        BASE.replace("resolution = 64", "resolution = 96"),
+        BASE.replace("batch = 2", "batch = 3"),
+        BASE.replace("steps = 5", "steps = 6"),
+        spec_with(defaults_extra='precision = "fp16"'),
+        spec_with(defaults_extra="warmup_steps = 3"),
+        spec_with(defaults_extra="classes = 10"),
+        spec_with(defaults_extra="seed = 7"),
+        spec_with(defaults_extra='memory_budget = "1GiB"'),
+        spec_with(defaults_extra='data = {format = "imagenet", path = "/d/train"}'),
+        BASE.replace('workload = "googlenet"', 'workload = "resnet50"'),
+    ]
+    hashes = {parse_spec(v, "v.toml").trials[0].hash for v in variants}
+    assert first.hash not in hashes and len(hashes) == len(variants)
+
+
+def test_hash_ignores_what_is_not_a_workload_parameter():
+    base = parse_spec(BASE, "a.toml").trials[0].hash
+    for extra in ("timeout = 5", "repeats = 3"):
+        assert parse_spec(spec_with(defaults_extra=extra), "a.toml").trials[0].hash == base
+    renamed = BASE.replace('name = "a"', 'name = "other"').replace('name = "t"', 'name = "u"')
+    assert parse_spec(renamed, "a.toml").trials[0].hash == base
+    # a dataset's location differs between hosts; its name and format do not
+    here = spec_with(defaults_extra='data = {format = "imagenet", path = "/a/train"}')
+    there = spec_with(defaults_extra='data = {format = "imagenet", path = "/b/train"}')
+    assert parse_spec(here, "a").trials[0].hash == parse_spec(there, "b").trials[0].hash
+
+
+def test_overrides_change_the_hash_and_are_validated():
+    plain = parse_spec(BASE, "a.toml").trials[0]
+    for key, value in (("resolution", 96), ("batch", 4), ("steps", 9), ("precision", "bf16")):
+        trial = parse_spec(BASE, "a.toml", {key: value}).trials[0]
+        assert trial.params[key] == value and trial.hash != plain.hash
+    with pytest.raises(SpecError, match="command line: field '--batch' = 0"):
+        parse_spec(BASE, "a.toml", {"batch": 0})
+    with pytest.raises(SpecError, match="'--precision'"):
+        parse_spec(BASE, "a.toml", {"precision": "fp64"})
+    with pytest.raises(SpecError, match="'--resolution' = 12 .*at least 32"):
+        parse_spec(BASE, "a.toml", {"resolution": 12})
+
+
+def test_sweep_range_expands():
+    text = (
+        'name = "t"\n[[study]]\nname = "s"\nkind = "sweep"\nworkload = "unet3d"\n'
+        "batch = 1\nresolutions = {start = 16, stop = 48, step = 16}\n"
+    )
+    assert [t.params["resolution"] for t in parse_spec(text, "s").trials] == [16, 32, 48]

@@ -1,0 +1,167 @@
+"""Real trials in real processes: records, out-of-memory, crash, time-out, resume, real data."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from suite.data import write_tfrecords
+from suite.records import load_records, results_file
+from suite.runner import run_spec
+from suite.specs import parse_spec
+from suite.trial import run_trial
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[1]
+
+TINY = """
+name = "tiny"
+[defaults]
+steps = 3
+warmup_steps = 1
+timeout = 300
+{defaults}
+[[study]]
+name = "g"
+kind = "sweep"
+workload = "googlenet"
+batch = 1
+resolutions = {resolutions}
+"""
+
+
+def tiny_spec(resolutions="[32]", defaults=""):
+    return parse_spec(TINY.format(resolutions=resolutions, defaults=defaults), "tiny.toml")
+
+
+def test_smoke_sized_trial_end_to_end_makes_a_valid_record(tmp_path):
+    lines = []
+    summary = run_spec(tiny_spec(), tmp_path, host="h1", echo=lines.append)
+    (record,) = load_records(results_file(tmp_path, "h1"))
+    assert summary.outcomes == {"ok": 1}
+    assert record["outcome"] == "ok" and record["device"] == "CPU:0"
+    metrics = record["metrics"]
+    assert len(metrics["step_times_s"]) == 3 and len(metrics["warmup_times_s"]) == 1
+    rate = metrics["images_per_sec"]
+    assert rate["mean"] > 0 and rate["stderr"] >= 0 and rate["jitter"] >= 0
+    assert metrics["pixels_per_sec"]["mean"] == pytest.approx(rate["mean"] * 32 * 32)
+    assert metrics["peak_memory_bytes"] > 7_000_000 * 4  # at least the fp32 weights
+    assert (tmp_path / "hosts" / f"{record['host_ref']}.json").exists()
+    assert any("[trial 1/1] googlenet 32px" in line for line in lines)
+    # a second run finds it recorded and runs nothing
+    again = run_spec(tiny_spec(), tmp_path, host="h1", echo=lines.append)
+    assert again.skipped == 1 and not again.outcomes
+
+
+def test_peak_above_the_memory_budget_is_out_of_memory(tmp_path):
+    spec = tiny_spec(defaults='memory_budget = "8MiB"')
+    run_spec(spec, tmp_path, host="h1", echo=lambda _: None)
+    (record,) = load_records(results_file(tmp_path, "h1"))
+    assert record["outcome"] == "out_of_memory"
+    assert record["metrics"]["peak_memory_bytes"] > 8 * 2**20
+    assert "exceeds the memory budget" in record["error"]
+
+
+def _fault_env(tmp_path, code):
+    """A sitecustomize that runs `code` at interpreter start: a real fault in the trial process."""
+    (tmp_path / "fault").mkdir()
+    (tmp_path / "fault" / "sitecustomize.py").write_text(code)
+    return {"PYTHONPATH": str(tmp_path / "fault")}
+
+
+def test_a_crashing_trial_is_recorded_as_crashed(tmp_path):
+    env = _fault_env(tmp_path, "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n")
+    result = run_trial(tiny_spec().trials[0].params, 120, tmp_path / "t.log", env)
+    assert result.outcome == "crashed"
+    assert "killed by SIGSEGV" in result.error
+
+
+def test_a_hanging_trial_is_timed_out_and_killed(tmp_path):
+    env = _fault_env(tmp_path, "import time\ntime.sleep(3600)\n")
+    result = run_trial(tiny_spec().trials[0].params, 2, tmp_path / "t.log", env)
+    assert result.outcome == "timed_out"
+
+
+def test_a_failing_workload_is_crashed_and_the_run_goes_on(tmp_path):
+    bad = tmp_path / "missing"
+    spec = parse_spec(
+        TINY.format(
+            resolutions="[32, 64]", defaults=f'data = {{format = "imagenet", path = "{bad}"}}'
+        ),
+        "t.toml",
+    )
+    summary = run_spec(spec, tmp_path, host="h1", echo=lambda _: None)
+    assert summary.outcomes == {"crashed": 2}
+    records = load_records(results_file(tmp_path, "h1"))
+    assert all("no TFRecord files" in r["error"] for r in records)
+
+
+def test_real_tfrecords_classification_and_segmentation(tmp_path):
+    write_tfrecords(str(tmp_path / "train-0.tfrecord"), "imagenet", 4, size=40, classes=1001)
+    write_tfrecords(str(tmp_path / "voc-0.tfrecord"), "voc", 3, size=50, classes=21)
+    text = f"""
+name = "real"
+[defaults]
+steps = 2
+warmup_steps = 1
+[[study]]
+name = "g"
+kind = "throughput"
+workload = "googlenet"
+resolution = 32
+batch = 2
+data = {{format = "imagenet", path = "{tmp_path}/train-*.tfrecord"}}
+[[study]]
+name = "d"
+kind = "throughput"
+workload = "deeplabv3plus"
+resolution = 64
+batch = 1
+data = {{format = "voc", path = "{tmp_path}/voc-0.tfrecord"}}
+"""
+    summary = run_spec(parse_spec(text, "real.toml"), tmp_path / "r", "h1", echo=lambda _: None)
+    assert summary.outcomes == {"ok": 2}
+
+
+def test_resume_after_sigkill_loses_at_most_the_trial_in_flight(tmp_path):
+    spec_file = tmp_path / "three.toml"
+    spec_file.write_text(TINY.format(resolutions="[32, 64, 96]", defaults=""))
+    results = tmp_path / "results"
+    command = [
+        sys.executable,
+        "-m",
+        "invoke",
+        "run",
+        "--spec",
+        str(spec_file),
+        "--results",
+        str(results),
+        "--host",
+        "h1",
+    ]
+    process = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    path = results / "h1.jsonl"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and not (path.exists() and load_records(path)):
+        time.sleep(0.2)
+    os.killpg(process.pid, signal.SIGKILL)  # the runner and the trial in flight
+    process.wait()
+    first = load_records(path)
+    assert 1 <= len(first) < 3
+    completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert completed.returncode == 0, completed.stderr
+    assert f"{len(first)} already recorded" in completed.stdout
+    records = load_records(path)
+    assert len(records) == 3
+    assert len({r["spec_hash"] for r in records}) == 3
+    assert records[: len(first)] == first
