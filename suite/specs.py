@@ -271,6 +271,8 @@ def parse_spec(text: str, source: str, overrides: dict | None = None) -> Spec:
     check.text("description", description)
     defaults = document.get("defaults", {})
     check.known_keys("defaults", defaults, set(TRIAL_DEFAULTS))
+    for key, value in defaults.items():  # errors name the table the value is written in
+        check.trial_field(f"defaults.{key}", key, value)
     studies = document.get("study")
     if not isinstance(studies, list) or not studies:
         check.fail("study", studies, "one or more [[study]] tables")
