@@ -44,7 +44,10 @@ def _summary_line(result) -> str:
     rate = m["images_per_sec"]
     peak = m.get("peak_memory_bytes")
     peak_text = f", peak {peak / 2**20:.0f} MiB" if peak else ""
-    return f"ok: {rate['mean']:.2f} +/- {rate['stderr']:.2f} images/sec{peak_text}"
+    return (
+        f"ok: images/sec: {rate['mean']:.2f} +/- {rate['stderr']:.2f} "
+        f"(jitter = {rate['jitter']:.2f}){peak_text}"
+    )
 
 
 def run_spec(

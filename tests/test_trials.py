@@ -38,6 +38,7 @@ def tiny_spec(resolutions="[32]", defaults=""):
     return parse_spec(TINY.format(resolutions=resolutions, defaults=defaults), "tiny.toml")
 
 
+@pytest.mark.compat  # the trial process on the ppc64le stack's TensorFlow (2.14.1, Keras 2) too
 def test_smoke_sized_trial_end_to_end_makes_a_valid_record(tmp_path):
     lines = []
     summary = run_spec(tiny_spec(), tmp_path, host="h1", echo=lines.append)
