@@ -15,9 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from suite.errors import SuiteError
-from suite.workloads import WorkloadInfo
-
-FORMATS = {"imagenet": "class", "voc": "mask"}
+from suite.workloads import DATA_FORMATS, WorkloadInfo
 
 
 def synthetic_batch(info: WorkloadInfo, resolution: int, batch: int, classes: int, seed: int = 0):
@@ -49,10 +47,10 @@ def tfrecord_files(path: str) -> list[str]:
 
 def tfrecord_dataset(info: WorkloadInfo, fmt: str, path: str, resolution: int, batch: int):
     """An endless, batched, prefetched tf.data pipeline of (images, labels) at `resolution`."""
-    if info.spatial_dims != 2 or FORMATS.get(fmt) != info.labels:
+    if fmt not in info.data_formats():
         raise SuiteError(
             f"workload {info.name} cannot read {fmt!r} records; formats for it: "
-            f"{[f for f, kind in FORMATS.items() if kind == info.labels] or 'none'}"
+            f"{info.data_formats() or 'none'}"
         )
     size = (resolution, resolution)
 
@@ -91,8 +89,10 @@ def write_tfrecords(
 
     For tests and for trying the real-data path without a dataset; the layout is the public one.
     """
-    if fmt not in FORMATS:
-        raise SuiteError(f"unknown TFRecord format {fmt!r}; choose one of: {', '.join(FORMATS)}")
+    if fmt not in DATA_FORMATS:
+        raise SuiteError(
+            f"unknown TFRecord format {fmt!r}; choose one of: {', '.join(DATA_FORMATS)}"
+        )
     rng = np.random.default_rng(seed)
     with tf.io.TFRecordWriter(path) as writer:
         for _ in range(count):

@@ -21,12 +21,11 @@ from pathlib import Path
 
 from suite.errors import SpecError, SuiteError
 from suite.units import parse_bytes
-from suite.workloads import PRECISIONS, WORKLOADS
+from suite.workloads import DATA_FORMATS, PRECISIONS, WORKLOADS
 
 SPEC_DIR = Path(__file__).parent / "specs"
 STUDY_KINDS = ("throughput", "sweep", "max-resolution", "max-batch")
 RUNNABLE_KINDS = ("throughput", "sweep")
-DATA_FORMATS = ("imagenet", "voc")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 
 # Fields a study may set, or inherit from [defaults], with their defaults.
@@ -200,7 +199,7 @@ class _Checker:
         if not isinstance(value, dict):
             self.fail(name, value, "'synthetic' or a table {format = 'imagenet'|'voc', path = ...}")
         self.known_keys(name, value, {"format", "path"})
-        fmt = self.choice(f"{name}.format", value.get("format"), DATA_FORMATS)
+        fmt = self.choice(f"{name}.format", value.get("format"), tuple(DATA_FORMATS))
         path = self.text(f"{name}.path", value.get("path"))
         return {"kind": "tfrecord", "format": fmt, "path": path}
 
@@ -229,17 +228,10 @@ def _resolve_params(check: _Checker, where: str, settings: dict, workload: str) 
     if resolved["classes"] is None:
         resolved["classes"] = WORKLOADS[workload].default_classes
     data = resolved["data"]
-    if data["kind"] == "tfrecord":
-        info = WORKLOADS[workload]
-        kind = {"imagenet": "class", "voc": "mask"}[data["format"]]
-        if info.spatial_dims != 2 or kind != info.labels:
-            check.fail(
-                f"{where}.data.format",
-                data["format"],
-                f"no real-data format fits {workload}"
-                if info.spatial_dims != 2
-                else f"'{'imagenet' if info.labels == 'class' else 'voc'}' for {workload}",
-            )
+    fits = WORKLOADS[workload].data_formats()
+    if data["kind"] == "tfrecord" and data["format"] not in fits:
+        allowed = " or ".join(repr(f) for f in fits) or "no real-data format"
+        check.fail(f"{where}.data.format", data["format"], f"{allowed} for {workload}")
     return resolved
 
 

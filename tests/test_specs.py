@@ -90,6 +90,12 @@ def test_seed_parameters():
             "a string",
         ),
         (spec_with(defaults_extra="flops = 3"), "defaults.flops", "a known field"),
+        (
+            'name = "t"\n[[study]]\nname = "s"\nkind = "throughput"\nworkload = "unet3d"\n'
+            'batch = 1\nresolution = 16\ndata = {format = "voc", path = "x"}\n',
+            "study[0].data.format",
+            "no real-data format for unet3d",
+        ),
         (BASE.replace('kind = "throughput"', 'kind = "fastest"'), "study[0].kind", "'sweep'"),
         (
             BASE.replace('workload = "googlenet"', 'workload = "vgg"'),

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from suite.errors import SuiteError
 
 PRECISIONS = {"fp32": "float32", "fp16": "mixed_float16", "bf16": "mixed_bfloat16"}
+# Real-data TFRecord formats and the kind of labels each provides (see suite.data).
+DATA_FORMATS = {"imagenet": "class", "voc": "mask"}
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,12 @@ class WorkloadInfo:
         if resolution % self.resolution_multiple:
             return f"a multiple of {self.resolution_multiple} for {self.name}"
         return None
+
+    def data_formats(self) -> list[str]:
+        """The real-data formats this workload can train on (none for 3D volumes)."""
+        if self.spatial_dims != 2:
+            return []
+        return [fmt for fmt, labels in DATA_FORMATS.items() if labels == self.labels]
 
     def elements_per_sample(self, resolution: int) -> int:
         """Pixels (2D) or voxels (3D) per sample: the unit of pixels/sec and voxels/sec."""
