@@ -1,0 +1,24 @@
+"""Every private TensorFlow API `lms` relies on, in one place (tested on TF 2.14.1 and newest).
+
+- `Operation._update_input(index, tensor)`: reroute one input of an op already in a graph.
+- `Operation._add_control_input(op)`: add a control dependency to an existing op.
+- `ConcreteFunction.from_func_graph(graph, function_type, attrs)`: a new callable from an edited
+  FuncGraph, sharing the original's captured variables.
+"""
+
+from tensorflow.python.eager.polymorphic_function import concrete_function as _concrete
+
+
+def update_input(op, index: int, tensor) -> None:
+    op._update_input(index, tensor)
+
+
+def add_control_input(op, control_op) -> None:
+    op._add_control_input(control_op)
+
+
+def concrete_function_from_graph(original, graph):
+    """A ConcreteFunction over `graph` (edited in place) with `original`'s signature."""
+    return _concrete.ConcreteFunction.from_func_graph(
+        graph, original.function_type, original._attrs
+    )

@@ -1,0 +1,238 @@
+"""Analyse a traced training step: ops, tensor sizes, buffers, categorized topological levels.
+
+Works on the step's `FuncGraph` (forward, gradients and optimizer update in one flat graph). Level
+k holds every op whose data and control inputs all sit in lower levels (TFLMSv2's categorized
+topological sort). Sizes are static: dtype size x shape, an unknown leading dimension taken as the
+batch size. Ops that forward their input's buffer (Identity, Reshape, ...) make no new buffer: the
+simulator extends the input's lifetime instead.
+"""
+
+import logging
+import math
+from dataclasses import dataclass, field
+
+import tensorflow as tf
+
+log = logging.getLogger("lms")
+GiB, MiB = 2**30, 2**20
+
+# Outputs that share input 0's buffer (TensorFlow forwards it) instead of allocating.
+ALIAS_OPS = frozenset(
+    {
+        "Identity",
+        "IdentityN",
+        "Reshape",
+        "ExpandDims",
+        "Squeeze",
+        "StopGradient",
+        "Snapshot",
+        "EnsureShape",
+        "PreventGradient",
+        "Bitcast",
+        "CheckNumerics",
+    }
+)
+# Outputs that are not new device buffers of the step: variable reads alias the variable, inputs
+# and captures are held by the caller, constants are tiny and made once.
+NO_BUFFER_OPS = frozenset({"Const", "ReadVariableOp", "VarHandleOp", "Placeholder", "HostConst"})
+# Never swapped (DESIGN.md §2.2): besides the above, shape arithmetic and host-side values.
+NEVER_SWAP_OPS = NO_BUFFER_OPS | ALIAS_OPS | frozenset({"Shape", "ShapeN", "Size", "Rank"})
+NON_DATA_DTYPES = (tf.resource, tf.variant, tf.string)
+
+
+@dataclass
+class TensorInfo:
+    name: str
+    bytes: int
+    producer: int  # op index
+    consumers: list = field(default_factory=list)  # [(op index, input position)]
+    buffer: int = -1  # index of the tensor whose buffer this one lives in (itself if it allocates)
+    swappable: bool = False
+
+
+@dataclass
+class OpInfo:
+    name: str
+    type: str
+    inputs: list  # tensor indices
+    control_inputs: list  # op indices
+    outputs: list  # tensor indices
+    level: int = 0
+
+
+@dataclass
+class Analysis:
+    """The step graph as the planner and simulator see it."""
+
+    graph: object
+    ops: list
+    tensors: list
+    levels: list  # level -> [op index]
+    outputs: list  # tensor indices the step returns (live to the end)
+    resident_bytes: int  # variables (weights, optimizer slots) and the step's inputs
+    variable_bytes: int
+    trainable_bytes: int
+    input_bytes: int
+    largest_op: tuple  # (name, bytes of its inputs + outputs)
+    unknown_size_tensors: int
+    edges: int
+
+    @property
+    def op_index(self) -> dict:
+        return {op.name: index for index, op in enumerate(self.ops)}
+
+    def summary(self) -> dict:
+        return {
+            "vertices": len(self.ops),
+            "edges": self.edges,
+            "levels": len(self.levels),
+            "learning_parameter_bytes": self.trainable_bytes,
+            "variable_bytes": self.variable_bytes,
+            "input_bytes": self.input_bytes,
+            "largest_op": {"name": self.largest_op[0], "bytes": self.largest_op[1]},
+            "unknown_size_tensors": self.unknown_size_tensors,
+        }
+
+
+def tensor_bytes(tensor, batch_size: int | None) -> int | None:
+    """Static size of a tensor in bytes, or None when its shape is not known."""
+    if tensor.dtype in NON_DATA_DTYPES:
+        return 0
+    shape = tensor.shape
+    if shape.rank is None:
+        return None
+    dims = list(shape.as_list())
+    if dims and dims[0] is None and batch_size:
+        dims[0] = batch_size
+    if any(d is None for d in dims):
+        return None
+    return math.prod(dims) * tensor.dtype.size
+
+
+def _variable_bytes(variables) -> int:
+    return sum(v.shape.num_elements() * v.dtype.size for v in variables)
+
+
+def analyze(
+    graph,
+    batch_size: int | None = None,
+    variables=None,
+    trainable_variables=None,
+    host_device_marker: str | None = None,
+) -> Analysis:
+    """Analyse `graph` (a FuncGraph). `variables` default to the graph's captured variables.
+
+    `host_device_marker`: ops whose device string contains it (e.g. "CPU" when computing on a GPU)
+    are on the host: their tensors are never swapped.
+    """
+    tf_ops = graph.get_operations()
+    op_index = {op: i for i, op in enumerate(tf_ops)}
+    tensor_index, tensors, ops, edges, unknown = {}, [], [], 0, 0
+    ranks, devices = [], [op.device for op in tf_ops]
+    for i, op in enumerate(tf_ops):
+        outputs = []
+        for tensor in op.outputs:
+            size = tensor_bytes(tensor, batch_size)
+            if size is None:
+                unknown += 1
+                size = 0
+            tensor_index[tensor.ref()] = len(tensors)
+            outputs.append(len(tensors))
+            tensors.append(TensorInfo(tensor.name, size, i, buffer=len(tensors)))
+            ranks.append(tensor.shape.rank or 0)
+        ops.append(OpInfo(op.name, op.type, [], [op_index[c] for c in op.control_inputs], outputs))
+    for i, op in enumerate(tf_ops):
+        inputs = ops[i].inputs
+        for position, tensor in enumerate(op.inputs):
+            t = tensor_index[tensor.ref()]
+            inputs.append(t)
+            tensors[t].consumers.append((i, position))
+        edges += len(inputs) + len(ops[i].control_inputs)
+
+    _assign_levels(ops, tensors)
+    levels = [[] for _ in range(1 + max((op.level for op in ops), default=-1))]
+    for i, op in enumerate(ops):
+        levels[op.level].append(i)
+
+    for info, rank in zip(tensors, ranks, strict=True):
+        op = ops[info.producer]
+        if op.type in NO_BUFFER_OPS and op.type != "Placeholder":
+            info.bytes = 0
+        on_host = host_device_marker is not None and host_device_marker in devices[info.producer]
+        info.swappable = (
+            op.type not in NEVER_SWAP_OPS and info.bytes > 0 and not on_host and rank >= 2
+        )
+    _fix_alias_buffers(ops, tensors)
+
+    input_bytes = sum(
+        tensors[t].bytes
+        for i in range(len(ops))
+        if ops[i].type == "Placeholder"
+        for t in ops[i].outputs
+    )
+    if variables is None:
+        variables = list(getattr(graph, "variables", []))
+    if trainable_variables is None:
+        trainable_variables = list(getattr(graph, "trainable_variables", variables))
+    variable_bytes = _variable_bytes(variables)
+    largest = ("", 0)
+    for op in ops:
+        size = sum(tensors[t].bytes for t in op.inputs) + sum(tensors[t].bytes for t in op.outputs)
+        if size > largest[1]:
+            largest = (op.name, size)
+    outputs = [tensor_index[t.ref()] for t in graph.outputs if t.ref() in tensor_index]
+    analysis = Analysis(
+        graph,
+        ops,
+        tensors,
+        levels,
+        outputs,
+        variable_bytes + input_bytes,
+        variable_bytes,
+        _variable_bytes(trainable_variables),
+        input_bytes,
+        largest,
+        unknown,
+        edges,
+    )
+    log.info("The graph has %d vertices and %d edges", len(ops), edges)
+    log.info("The graph has %.2f MiB of learning parameters", analysis.trainable_bytes / MiB)
+    log.info("The largest operation is %s consuming %.3f GiB", largest[0], largest[1] / GiB)
+    log.info("The graph has %d levels", len(levels))
+    if unknown:
+        log.info("%d tensors have no static size and count as 0 bytes", unknown)
+    return analysis
+
+
+def _assign_levels(ops: list, tensors: list) -> None:
+    """Categorized topological sort (Kahn's algorithm, one level per wave)."""
+    pending = [0] * len(ops)
+    successors = [[] for _ in ops]
+    for i, op in enumerate(ops):
+        preds = {tensors[t].producer for t in op.inputs} | set(op.control_inputs)
+        pending[i] = len(preds)
+        for p in preds:
+            successors[p].append(i)
+    wave = [i for i, n in enumerate(pending) if n == 0]
+    level = 0
+    while wave:
+        following = []
+        for i in wave:
+            ops[i].level = level
+            for s in successors[i]:
+                pending[s] -= 1
+                if pending[s] == 0:
+                    following.append(s)
+        wave, level = following, level + 1
+
+
+def _fix_alias_buffers(ops: list, tensors: list) -> None:
+    """Point alias outputs at their root buffer, in level order (creation order need not be
+    topological, so a chain of aliases resolves only this way)."""
+    for index in sorted(range(len(ops)), key=lambda i: ops[i].level):
+        op = ops[index]
+        if op.type in ALIAS_OPS and op.inputs:
+            root = tensors[tensors[op.inputs[0]].buffer].buffer
+            for t in op.outputs:
+                tensors[t].buffer = root
+                tensors[t].bytes = 0  # the bytes belong to the root buffer

@@ -1,0 +1,240 @@
+"""`LMS`: enable Large Model Support in one line.
+
+    step = lms.LMS(device_memory="16GiB").wrap(train_step)   # a tf.function training step
+    model.fit(data, callbacks=[lms.LMS(device_memory="16GiB")])  # or as a Keras callback
+
+On the first call for a given input signature the step is traced, analysed, its parameters tuned
+against the memory budget, and its graph rewritten with swaps; later calls run the rewritten step.
+"""
+
+import logging
+import time
+
+import keras
+import tensorflow as tf
+
+from lms.analysis import analyze
+from lms.budget import budget_bytes, gpu_memory_bytes
+from lms.errors import ParameterError
+from lms.parameters import Parameters
+from lms.planner import log_plan
+from lms.rewriter import rewrite
+from lms.swap import DeviceCopy, HostStore
+from lms.tuner import tune
+
+log = logging.getLogger("lms")
+MECHANISMS = ("auto", "host-store", "device-copy")
+
+
+def _has_gpu() -> bool:
+    return bool(tf.config.list_physical_devices("GPU"))
+
+
+class LMSFunction:
+    """A training step with LMS: call it like the tf.function it wraps."""
+
+    def __init__(self, lms: "LMS", function):
+        if not hasattr(function, "get_concrete_function"):
+            function = tf.function(function)
+        self.lms, self.function = lms, function
+        self._prepared = {}
+
+    @staticmethod
+    def _key(args):
+        return tuple(
+            (tuple(a.shape.as_list()), a.dtype.name)
+            if hasattr(a, "shape") and hasattr(a, "dtype")
+            else repr(a)
+            for a in tf.nest.flatten(args)
+        )
+
+    def prepare(self, *args):
+        """Trace, analyse, tune and rewrite for these arguments (tensors or TensorSpecs)."""
+        key = self._key(args)
+        if key not in self._prepared:
+            self._prepared[key] = self.lms._prepare(self.function, args)
+        return self._prepared[key]
+
+    def __call__(self, *args):
+        callable_, _ = self.prepare(*args)
+        return callable_(*args)
+
+    @property
+    def report(self) -> dict | None:
+        """What the last preparation planned (see `LMS.report`)."""
+        return self.lms.report
+
+
+class LMS(keras.callbacks.Callback):
+    """Large Model Support for a TensorFlow 2 training step.
+
+    device_memory: bytes or "16GiB"; default: the GPU's memory (NVML). Required on the emulated
+        device (a CPU), where it is the budget the measured peak must stay under.
+    reserve: what the framework keeps for itself (bytes or "512MiB"); subtracted first.
+    safety_ratio: fraction of what is left that the plan may fill (the simulator ignores
+        allocator rounding and kernel workspaces).
+    swapout_threshold, swapin_ahead, swapin_groupby, sync_mode, serialization,
+        serialization_by_size: see `lms.Parameters`; -1 auto-tunes.
+    mechanism: "auto" (a GPU: device copies; no GPU: the emulated device's host store),
+        "host-store" or "device-copy".
+    batch_size: substitutes an unknown leading dimension when sizing tensors.
+    plot: path of a PNG of the simulated memory over the step, with and without LMS.
+    """
+
+    def __init__(
+        self,
+        device_memory=None,
+        *,
+        swapout_threshold=-1,
+        swapin_ahead=-1,
+        swapin_groupby=-1,
+        sync_mode=0,
+        serialization=(),
+        serialization_by_size=0.0,
+        reserve=None,
+        safety_ratio=0.9,
+        mechanism="auto",
+        batch_size=None,
+        plot=None,
+    ):
+        super().__init__()
+        self.parameters = Parameters(
+            swapout_threshold,
+            swapin_ahead,
+            swapin_groupby,
+            sync_mode,
+            tuple(serialization) if not isinstance(serialization, str) else (serialization,),
+            serialization_by_size,
+        )
+        if mechanism not in MECHANISMS:
+            raise ParameterError(f"mechanism must be one of {MECHANISMS}; received {mechanism!r}")
+        if device_memory is None:
+            device_memory = gpu_memory_bytes() if _has_gpu() else None
+            if device_memory is None:
+                raise ParameterError(
+                    "device_memory is required without a readable GPU (on the emulated device it "
+                    "is the memory budget), e.g. LMS(device_memory='2GiB')"
+                )
+        self.budget = budget_bytes(device_memory, reserve, safety_ratio)
+        self.mechanism_name = mechanism
+        self.batch_size, self.plot_path = batch_size, plot
+        self.store = None
+        self.report = None
+
+    def wrap(self, function) -> LMSFunction:
+        """The step `function` (a tf.function or a Python function of tensors) with LMS."""
+        return LMSFunction(self, function)
+
+    def _mechanism(self):
+        name = self.mechanism_name
+        if name == "auto":
+            name = "device-copy" if _has_gpu() else "host-store"
+        if name == "device-copy":
+            return DeviceCopy()
+        if self.store is None:
+            self.store = HostStore()
+        return self.store
+
+    def _prepare(self, function, args):
+        started = time.perf_counter()
+        concrete = function.get_concrete_function(*args)
+        traced = time.perf_counter()
+        analysis = analyze(
+            concrete.graph, self.batch_size, host_device_marker="CPU" if _has_gpu() else None
+        )
+        analysed = time.perf_counter()
+        tuned = tune(analysis, self.budget, self.parameters)
+        tuned_at = time.perf_counter()
+        if tuned.plan is None:
+            callable_ = concrete
+        else:
+            log_plan(analysis, tuned.plan)
+            callable_ = rewrite(concrete, analysis, tuned.plan, self._mechanism())
+        finished = time.perf_counter()
+        self.report = build_report(
+            analysis,
+            tuned,
+            self.budget,
+            {
+                "trace_s": traced - started,
+                "analysis_s": analysed - traced,
+                "tune_s": tuned_at - analysed,
+                "rewrite_s": finished - tuned_at,
+            },
+        )
+        if self.plot_path:
+            from lms.plot import plot_simulation
+
+            plot_simulation(tuned, self.budget, self.plot_path)
+        return callable_, tuned
+
+    def plan_only(self, function, *specs) -> dict:
+        """Trace, analyse and tune for `specs` without rewriting or running: the report."""
+        if not hasattr(function, "get_concrete_function"):
+            function = tf.function(function)
+        started = time.perf_counter()
+        concrete = function.get_concrete_function(*specs)
+        traced = time.perf_counter()
+        analysis = analyze(concrete.graph, self.batch_size)
+        analysed = time.perf_counter()
+        tuned = tune(analysis, self.budget, self.parameters)
+        self.report = build_report(
+            analysis,
+            tuned,
+            self.budget,
+            {
+                "trace_s": traced - started,
+                "analysis_s": analysed - traced,
+                "tune_s": time.perf_counter() - analysed,
+            },
+        )
+        if tuned.plan is not None:
+            log_plan(analysis, tuned.plan)
+        if self.plot_path:
+            from lms.plot import plot_simulation
+
+            plot_simulation(tuned, self.budget, self.plot_path)
+        return self.report
+
+    # As a Keras callback: model.fit(..., callbacks=[LMS(...)]) trains with the rewritten step.
+    def on_train_begin(self, logs=None):
+        model = self.model
+        step = self.wrap(tf.function(model.train_step))
+
+        def train_function(iterator):
+            """One step per call (steps_per_execution is not combined with LMS)."""
+            if isinstance(iterator, tf.data.Iterator | tf.distribute.DistributedIterator):
+                optional = iterator.get_next_as_optional()
+                if not optional.has_value():
+                    raise StopIteration
+                data = optional.get_value()
+            else:
+                data = next(iter(iterator))
+            return step(data)
+
+        self._original_train_function = model.train_function
+        model.train_function = train_function
+
+    def on_train_end(self, logs=None):
+        self.model.train_function = self._original_train_function
+
+
+def build_report(analysis, tuned, budget, timings) -> dict:
+    plan = tuned.plan
+    return {
+        "budget_bytes": budget,
+        "lms_needed": plan is not None,
+        "parameters": tuned.parameters.as_dict(),
+        "peak_bytes_without_lms": tuned.baseline.peak_bytes,
+        "peak_op_without_lms": tuned.baseline.peak_op,
+        "peak_bytes_with_lms": tuned.simulation.peak_bytes,
+        "peak_op_with_lms": tuned.simulation.peak_op,
+        "host_peak_bytes": int(tuned.simulation.host.max()) if tuned.simulation.steps else 0,
+        "swapped_tensors": plan.swap_count if plan else 0,
+        "swap_ins": plan.swap_in_count if plan else 0,
+        "swapped_bytes": plan.swapped_bytes(analysis) if plan else 0,
+        "swapped_in_bytes": plan.swapped_in_bytes(analysis) if plan else 0,
+        "simulations": tuned.simulations,
+        "analysis": analysis.summary(),
+        "timings_s": timings,
+    }

@@ -1,0 +1,13 @@
+"""Errors a user of `lms` can meet and act on."""
+
+
+class LMSError(Exception):
+    """Base class of the library's expected errors."""
+
+
+class ParameterError(LMSError, ValueError):
+    """An LMS parameter has a value outside what it allows; the message says what is allowed."""
+
+
+class NothingFitsError(LMSError):
+    """No parameter set brings the simulated peak under the memory budget."""

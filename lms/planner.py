@@ -1,0 +1,141 @@
+"""Plan swaps from an analysis and a parameter set (DESIGN.md §2.2).
+
+A tensor is swapped out when a consumer sits more than `swapout_threshold` levels after its
+producer. Its far consumers are grouped (`swapin_groupby`); each group reads one swap-in. The
+swap-in's trigger is found by walking back from the group's first consumer along its
+latest-level inputs, `swapin_ahead` steps: those are the ops that really run just before the
+consumer late in the backward pass (any other input fires too early and moves no peak).
+"""
+
+import logging
+from dataclasses import dataclass, field
+
+from lms.analysis import Analysis, GiB
+from lms.parameters import Parameters
+
+log = logging.getLogger("lms")
+
+
+@dataclass
+class SwapIn:
+    consumers: list  # [(op index, input position)] reading the swapped-in copy
+    trigger: int  # op index after which the copy comes back
+
+
+@dataclass
+class Swap:
+    tensor: int  # tensor index
+    swap_ins: list = field(default_factory=list)
+    near_consumers: list = field(default_factory=list)  # op indices still reading the original
+
+
+@dataclass
+class Plan:
+    parameters: Parameters
+    swaps: list
+    serialized_levels: frozenset
+
+    @property
+    def swap_count(self) -> int:
+        return len(self.swaps)
+
+    @property
+    def swap_in_count(self) -> int:
+        return sum(len(s.swap_ins) for s in self.swaps)
+
+    def swapped_bytes(self, analysis: Analysis) -> int:
+        return sum(analysis.tensors[s.tensor].bytes for s in self.swaps)
+
+    def swapped_in_bytes(self, analysis: Analysis) -> int:
+        return sum(analysis.tensors[s.tensor].bytes * len(s.swap_ins) for s in self.swaps)
+
+
+def _latest_input_op(analysis: Analysis, op: int, exclude_tensor: int) -> int | None:
+    """The producer of `op`'s latest-level input (control inputs too), ignoring one tensor."""
+    node = analysis.ops[op]
+    candidates = [analysis.tensors[t].producer for t in node.inputs if t != exclude_tensor]
+    candidates += node.control_inputs
+    if not candidates:
+        return None
+    return max(candidates, key=lambda i: analysis.ops[i].level)
+
+
+def find_trigger(analysis: Analysis, consumer: int, tensor: int, ahead: int) -> int | None:
+    """Walk back `ahead` steps from `consumer`; never to or before the tensor's producer."""
+    producer_level = analysis.ops[analysis.tensors[tensor].producer].level
+    node, trigger = consumer, None
+    for _ in range(ahead):
+        previous = _latest_input_op(analysis, node, tensor)
+        if previous is None or analysis.ops[previous].level <= producer_level:
+            break
+        trigger = node = previous
+    return trigger
+
+
+def serialized_levels(analysis: Analysis, parameters: Parameters) -> frozenset:
+    levels = set()
+    count = len(analysis.levels)
+    for start, stop in parameters.serialization:
+        levels.update(range(start, min(count, stop if stop is not None else count)))
+    if parameters.serialization_by_size:
+        limit = parameters.serialization_by_size * GiB
+        for level, ops in enumerate(analysis.levels):
+            size = sum(analysis.tensors[t].bytes for i in ops for t in analysis.ops[i].outputs)
+            if size > limit and len(ops) > 1:
+                levels.add(level)
+    return frozenset(levels)
+
+
+def plan(analysis: Analysis, parameters: Parameters) -> Plan:
+    """The swaps `parameters` (fully resolved: no -1 left) give on `analysis`."""
+    if parameters.needs_tuning:
+        raise ValueError("plan() needs resolved parameters; tune them first")
+    threshold, groupby = parameters.swapout_threshold, parameters.swapin_groupby
+    ahead = 1 if parameters.sync_mode & 2 else parameters.swapin_ahead
+    swaps = []
+    for t, info in enumerate(analysis.tensors):
+        if not info.swappable or not info.consumers:
+            continue
+        level = analysis.ops[info.producer].level
+        far = sorted(
+            (c for c in info.consumers if analysis.ops[c[0]].level - level > threshold),
+            key=lambda c: analysis.ops[c[0]].level,
+        )
+        if not far:
+            continue
+        swap = Swap(t, near_consumers=sorted({c for c, _ in info.consumers} - {c for c, _ in far}))
+        group, group_level = [], None
+        for consumer in far:
+            consumer_level = analysis.ops[consumer[0]].level
+            if group and consumer_level - group_level > groupby:
+                _close_group(analysis, swap, group, t, ahead)
+                group = []
+            if not group:
+                group_level = consumer_level
+            group.append(consumer)
+        _close_group(analysis, swap, group, t, ahead)
+        if swap.swap_ins:
+            swaps.append(swap)
+    return Plan(parameters, swaps, serialized_levels(analysis, parameters))
+
+
+def _close_group(analysis, swap, group, tensor, ahead):
+    trigger = find_trigger(analysis, group[0][0], tensor, ahead)
+    if trigger is None:  # nothing runs between producer and consumer: swapping gains nothing
+        swap.near_consumers = sorted(set(swap.near_consumers) | {c for c, _ in group})
+        return
+    swap.swap_ins.append(SwapIn(list(group), trigger))
+
+
+def log_plan(analysis: Analysis, result: Plan) -> None:
+    out_bytes = result.swapped_bytes(analysis)
+    in_bytes = result.swapped_in_bytes(analysis)
+    log.info(
+        "Added %d operations to the model (%d swap-out operations (%.2f GiB) and %d swap-in "
+        "operations (%.2f GiB))",
+        result.swap_count + result.swap_in_count,
+        result.swap_count,
+        out_bytes / GiB,
+        result.swap_in_count,
+        in_bytes / GiB,
+    )

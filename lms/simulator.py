@@ -1,0 +1,121 @@
+"""Simulate device and host memory over one step, with or without a swap plan (DESIGN.md §2.3).
+
+Execution is modelled level by level (a serialized level runs its ops one per step). A buffer is
+allocated when its producer runs and freed after its last reader (aliases included); the step's
+outputs live to the end; variables and inputs are resident throughout. With a plan, a swapped
+tensor's device buffer lives until its swap-out and its near readers; each swap-in allocates a
+copy after its trigger, freed after the group's last reader; the host holds the tensor from the
+swap-out to its last swap-in. Like TFLMSv2's simulator this ignores allocator rounding, kernel
+temporaries and workspaces; `benchmarks/lms_simulator_error.py` measures what that costs.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from lms.analysis import Analysis
+from lms.planner import Plan
+
+
+@dataclass
+class Simulation:
+    peak_bytes: int
+    peak_step: int
+    peak_op: str  # the largest op running at the peak
+    device: np.ndarray  # bytes per step
+    host: np.ndarray  # bytes per step
+    resident_bytes: int
+
+    @property
+    def steps(self) -> int:
+        return len(self.device)
+
+    def summary(self) -> dict:
+        return {
+            "peak_bytes": int(self.peak_bytes),
+            "peak_op": self.peak_op,
+            "host_peak_bytes": int(self.host.max()) if len(self.host) else 0,
+            "steps": self.steps,
+        }
+
+
+def schedule(analysis: Analysis, serialized: frozenset = frozenset()) -> tuple[np.ndarray, int]:
+    """Step index of every op, and the number of steps."""
+    step_of = np.zeros(len(analysis.ops), dtype=np.int64)
+    step = 0
+    for level, ops in enumerate(analysis.levels):
+        if level in serialized:
+            for op in ops:
+                step_of[op] = step
+                step += 1
+        else:
+            step_of[ops] = step
+            step += 1
+    return step_of, step
+
+
+def simulate(analysis: Analysis, plan: Plan | None = None) -> Simulation:
+    step_of, steps = schedule(analysis, plan.serialized_levels if plan else frozenset())
+    end = steps  # exclusive end for "lives to the end of the step"
+    device = np.zeros(steps + 1, dtype=np.int64)
+    host = np.zeros(steps + 1, dtype=np.int64)
+    rerouted = {}  # tensor index -> set of (op, position) no longer reading the original
+    swap_out_step = {}
+    if plan:
+        for swap in plan.swaps:
+            rerouted[swap.tensor] = {c for s in swap.swap_ins for c in s.consumers}
+
+    # last reader of every buffer, over all the tensors that live in it
+    start = {}
+    last = {}
+    for t, info in enumerate(analysis.tensors):
+        root = info.buffer
+        if t == root:
+            start[root] = step_of[info.producer]
+            last.setdefault(root, step_of[info.producer])
+        skip = rerouted.get(t, ())
+        for consumer in info.consumers:
+            if consumer not in skip:
+                last[root] = max(last.get(root, 0), step_of[consumer[0]])
+    for t in analysis.outputs:
+        last[analysis.tensors[t].buffer] = end - 1
+    if plan:
+        for swap in plan.swaps:
+            info = analysis.tensors[swap.tensor]
+            out_step = min(step_of[info.producer] + 1, end - 1)
+            swap_out_step[swap.tensor] = out_step
+            last[info.buffer] = max(last[info.buffer], out_step)
+
+    for root, first in start.items():
+        size = analysis.tensors[root].bytes
+        if size and analysis.ops[analysis.tensors[root].producer].type != "Placeholder":
+            device[first] += size
+            device[last[root] + 1] -= size
+    if plan:
+        for swap in plan.swaps:
+            size = analysis.tensors[swap.tensor].bytes
+            host_end = swap_out_step[swap.tensor]
+            for swap_in in swap.swap_ins:
+                begin = max(step_of[swap_in.trigger] + 1, swap_out_step[swap.tensor] + 1)
+                finish = max(step_of[c] for c, _ in swap_in.consumers)
+                begin = min(begin, finish)
+                device[begin] += size
+                device[finish + 1] -= size
+                host_end = max(host_end, begin)
+            host[swap_out_step[swap.tensor]] += size
+            host[host_end + 1] -= size
+
+    device = np.cumsum(device)[:steps] + analysis.resident_bytes
+    host = np.cumsum(host)[:steps]
+    peak_step = int(np.argmax(device)) if steps else 0
+    peak_op = ""
+    if steps:
+        running = [i for i in range(len(analysis.ops)) if step_of[i] == peak_step]
+        if running:
+            biggest = max(
+                running,
+                key=lambda i: sum(analysis.tensors[t].bytes for t in analysis.ops[i].outputs),
+            )
+            peak_op = analysis.ops[biggest].name
+    peak = int(device[peak_step]) if steps else analysis.resident_bytes
+    return Simulation(peak, peak_step, peak_op, device, host, analysis.resident_bytes)

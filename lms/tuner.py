@@ -1,0 +1,108 @@
+"""Auto-tune LMS parameters with binary searches over simulations (DESIGN.md §2.4).
+
+TFLMSv2's order: the largest `swapout_threshold` that fits (fewest swaps), raising `sync_mode`
+when none does; then the largest `swapin_ahead` that still fits (earliest swap-ins, most overlap);
+then the largest `swapin_groupby` (fewest swap-ins). Parameters the user fixed are kept.
+"""
+
+import logging
+from dataclasses import dataclass
+
+from lms.analysis import Analysis, GiB
+from lms.errors import NothingFitsError
+from lms.parameters import AUTO, Parameters
+from lms.planner import Plan, plan
+from lms.simulator import Simulation, simulate
+
+log = logging.getLogger("lms")
+
+
+@dataclass
+class Tuned:
+    parameters: Parameters
+    plan: Plan | None  # None: LMS is not needed
+    simulation: Simulation  # with the plan (or without LMS when not needed)
+    baseline: Simulation  # without LMS
+    simulations: int  # how many the search ran
+
+
+def _largest_fitting(low: int, high: int, fits) -> int | None:
+    """Largest value in [low, high] with fits(value), assuming fits is monotone decreasing."""
+    if high < low or not fits(low):
+        return None
+    while low < high:
+        middle = (low + high + 1) // 2
+        if fits(middle):
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def tune(analysis: Analysis, budget_bytes: int, parameters: Parameters) -> Tuned:
+    baseline = simulate(analysis)
+    count = 1
+    if baseline.peak_bytes <= budget_bytes:
+        log.info(
+            "LMS is not necessary: the simulated peak %.3f GiB fits the budget %.3f GiB",
+            baseline.peak_bytes / GiB,
+            budget_bytes / GiB,
+        )
+        return Tuned(parameters, None, baseline, baseline, count)
+    max_distance = max(1, len(analysis.levels) - 1)
+    cache = {}
+
+    def peak(candidate: Parameters) -> int:
+        nonlocal count
+        if candidate not in cache:
+            count += 1
+            cache[candidate] = simulate(analysis, plan(analysis, candidate)).peak_bytes
+        return cache[candidate]
+
+    def fill(p: Parameters, **values) -> Parameters:
+        return p.resolved(**{k: v for k, v in values.items() if getattr(p, k) == AUTO})
+
+    chosen = None
+    for sync_mode in range(parameters.sync_mode, 4):
+        trial = parameters.resolved(sync_mode=sync_mode)
+        start = fill(trial, swapin_ahead=1, swapin_groupby=0)
+
+        def fits_threshold(value, start=start):
+            return peak(fill(start, swapout_threshold=value)) <= budget_bytes
+
+        if parameters.swapout_threshold == AUTO:
+            threshold = _largest_fitting(1, max_distance, fits_threshold)
+        else:
+            fixed = parameters.swapout_threshold
+            threshold = fixed if fits_threshold(fixed) else None
+        if threshold is not None:
+            chosen = fill(start, swapout_threshold=threshold)
+            log.info("Found swapout_threshold=%d (sync_mode=%d)", threshold, sync_mode)
+            break
+        log.info("No swapout_threshold fits with sync_mode=%d", sync_mode)
+    if chosen is None:
+        best = min(cache.values(), default=baseline.peak_bytes)
+        raise NothingFitsError(
+            f"no LMS parameters fit the budget of {budget_bytes / GiB:.3f} GiB: the best simulated "
+            f"peak is {best / GiB:.3f} GiB (without LMS {baseline.peak_bytes / GiB:.3f} GiB); the "
+            f"largest operation, {analysis.largest_op[0]}, needs {analysis.largest_op[1] / GiB:.3f}"
+            f" GiB and resident variables and inputs {analysis.resident_bytes / GiB:.3f} GiB"
+        )
+    if parameters.swapin_ahead == AUTO and not chosen.sync_mode & 2:
+        ahead = _largest_fitting(
+            1,
+            max(1, chosen.swapout_threshold),
+            lambda v: peak(chosen.resolved(swapin_ahead=v)) <= budget_bytes,
+        )
+        chosen = chosen.resolved(swapin_ahead=ahead or 1)
+        log.info("Found swapin_ahead=%d", chosen.swapin_ahead)
+    if parameters.swapin_groupby == AUTO:
+        groupby = _largest_fitting(
+            0,
+            max(0, chosen.swapout_threshold),
+            lambda v: peak(chosen.resolved(swapin_groupby=v)) <= budget_bytes,
+        )
+        chosen = chosen.resolved(swapin_groupby=groupby or 0)
+        log.info("Found swapin_groupby=%d", chosen.swapin_groupby)
+    final_plan = plan(analysis, chosen)
+    return Tuned(chosen, final_plan, simulate(analysis, final_plan), baseline, count)
