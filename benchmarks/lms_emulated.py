@@ -1,0 +1,144 @@
+"""Benchmark LMS on the emulated device: simulator error, measured peak drop, throughput cost.
+
+For each case (the suite's workloads at smoke sizes, and keras.applications models the suite does
+not use), a fresh process measures the allocator peak of the plain step, then plans LMS for a
+budget of `--fraction` of the simulated peak without LMS (or 1.1 x the lowest peak swapping can
+reach, if higher), and measures the rewritten step. Prints
+the simulated vs measured peaks (error in %), the measured drop, and images/sec with / without.
+
+    python benchmarks/lms_emulated.py [--fraction 0.6] [--steps 5] [--case NAME ...]
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+CASES = {
+    "googlenet": ("suite", "googlenet", 224, 4),
+    "deeplabv3plus": ("suite", "deeplabv3plus", 128, 2),
+    "resnet50": ("suite", "resnet50", 224, 4),
+    "unet3d": ("suite", "unet3d", 32, 1),
+    "mobilenetv2": ("applications", "MobileNetV2", 160, 4),
+    "densenet121": ("applications", "DenseNet121", 128, 2),
+    "vgg16": ("applications", "VGG16", 128, 2),
+}
+
+
+def _build(kind, name, resolution, batch):
+    import keras
+
+    from suite import data, training
+    from suite.workloads import WORKLOADS, build_workload
+
+    if kind == "suite":
+        model, loss_fn = build_workload(name, resolution, batch)
+        info = WORKLOADS[name]
+        images, labels = data.synthetic_batch(info, resolution, batch, info.default_classes)
+    else:
+        import tensorflow as tf
+
+        inputs = keras.Input((resolution, resolution, 3), batch_size=batch)
+        model = getattr(keras.applications, name)(weights=None, input_tensor=inputs, classes=10)
+        images = tf.random.uniform((batch, resolution, resolution, 3))
+        labels = tf.random.uniform((batch,), maxval=10, dtype=tf.int32)
+
+        def loss_fn(y, p):
+            return tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(y, p))
+
+    step = training.make_train_step(model, loss_fn, training.make_optimizer(), "fp32")
+    return step, images, labels
+
+
+def _measure(function, images, labels, steps):
+    import tensorflow as tf
+
+    float(function(images, labels))  # first call: tracing and one-time allocations
+    tf.config.experimental.reset_memory_stats("CPU:0")
+    start = time.perf_counter()
+    for _ in range(steps):
+        float(function(images, labels))
+    seconds = time.perf_counter() - start
+    return tf.config.experimental.get_memory_info("CPU:0")["peak"], seconds / steps
+
+
+def child(case: str, fraction: float, steps: int) -> dict:
+    import keras
+
+    import lms
+
+    kind, name, resolution, batch = CASES[case]
+    keras.utils.set_random_seed(0)
+    step, images, labels = _build(kind, name, resolution, batch)
+    measured_plain, seconds_plain = _measure(step, images, labels, steps)
+    analysis = lms.analyze(step.get_concrete_function(images, labels).graph)
+    simulated_plain = lms.simulate(analysis).peak_bytes
+    # the budget: `fraction` of the plain peak, but no lower than what swapping everything
+    # swappable can reach (+10 %), so every case gets a plan to measure
+    floor = lms.simulate(analysis, lms.plan(analysis, lms.Parameters(1, 1, 0))).peak_bytes
+    budget = int(max(simulated_plain * fraction, floor * 1.1))
+    planner = lms.LMS(device_memory=budget, safety_ratio=1.0)
+    wrapped = planner.wrap(step)
+    measured_lms, seconds_lms = _measure(wrapped, images, labels, steps)
+    report = planner.report
+    return {
+        "case": case, "resolution": resolution, "batch": batch, "budget": budget,
+        "simulated_plain": simulated_plain, "measured_plain": measured_plain,
+        "simulated_lms": report["peak_bytes_with_lms"], "measured_lms": measured_lms,
+        "swapped_bytes": report["swapped_bytes"], "parameters": report["parameters"],
+        "images_per_sec_plain": batch / seconds_plain, "images_per_sec_lms": batch / seconds_lms,
+        "vertices": report["analysis"]["vertices"],
+    }  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--case", action="append", choices=sorted(CASES))
+    parser.add_argument("--fraction", type=float, default=0.6)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child, args.fraction, args.steps)))
+        return
+    from tabulate import tabulate
+
+    from suite.trial import TRIAL_ENVIRONMENT
+
+    env = {**os.environ, **TRIAL_ENVIRONMENT, "PYTHONPATH": str(ROOT)}
+    rows, errors = [], []
+    for case in args.case or list(CASES):
+        completed = subprocess.run([sys.executable, __file__, "--child", case, "--fraction",
+                                    str(args.fraction), "--steps", str(args.steps)],
+                                   capture_output=True, text=True, env=env)  # fmt: skip
+        if completed.returncode != 0:
+            print(f"{case}: failed\n{completed.stderr[-2000:]}", flush=True)
+            continue
+        r = json.loads(completed.stdout.strip().splitlines()[-1])
+        mib = 2**20
+        error_plain = (r["simulated_plain"] - r["measured_plain"]) / r["measured_plain"] * 100
+        error_lms = (r["simulated_lms"] - r["measured_lms"]) / r["measured_lms"] * 100
+        errors += [abs(error_plain), abs(error_lms)]
+        rows.append([case, f"{r['resolution']}px b{r['batch']}", r["vertices"],
+                     f"{r['simulated_plain'] / mib:.0f}", f"{r['measured_plain'] / mib:.0f}",
+                     f"{error_plain:+.1f}", f"{r['budget'] / mib:.0f}",
+                     f"{r['simulated_lms'] / mib:.0f}", f"{r['measured_lms'] / mib:.0f}",
+                     f"{error_lms:+.1f}", f"{r['measured_lms'] / r['measured_plain']:.2f}",
+                     f"{r['images_per_sec_lms'] / r['images_per_sec_plain']:.2f}"])  # fmt: skip
+        print(f"{case}: done", flush=True)
+    headers = ["case", "size", "ops", "sim MiB", "meas MiB", "err %", "budget MiB",
+               "sim LMS MiB", "meas LMS MiB", "err LMS %", "peak LMS/plain", "speed LMS/plain"]  # fmt: skip
+    print(tabulate(rows, headers, tablefmt="github"))
+    if errors:
+        print(f"simulator error: median {sorted(errors)[len(errors) // 2]:.1f} %, "
+              f"max {max(errors):.1f} % over {len(errors)} peaks")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
