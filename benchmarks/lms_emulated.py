@@ -88,13 +88,20 @@ def child(case: str, fraction: float, steps: int) -> dict:
     measured_lms, seconds_lms = _measure(wrapped, images, labels, steps)
     report = planner.report
     return {
-        "case": case, "resolution": resolution, "batch": batch, "budget": budget,
-        "simulated_plain": simulated_plain, "measured_plain": measured_plain,
-        "simulated_lms": report["peak_bytes_with_lms"], "measured_lms": measured_lms,
-        "swapped_bytes": report["swapped_bytes"], "parameters": report["parameters"],
-        "images_per_sec_plain": batch / seconds_plain, "images_per_sec_lms": batch / seconds_lms,
+        "case": case,
+        "resolution": resolution,
+        "batch": batch,
+        "budget": budget,
+        "simulated_plain": simulated_plain,
+        "measured_plain": measured_plain,
+        "simulated_lms": report["peak_bytes_with_lms"],
+        "measured_lms": measured_lms,
+        "swapped_bytes": report["swapped_bytes"],
+        "parameters": report["parameters"],
+        "images_per_sec_plain": batch / seconds_plain,
+        "images_per_sec_lms": batch / seconds_lms,
         "vertices": report["analysis"]["vertices"],
-    }  # fmt: skip
+    }
 
 
 def main() -> None:
@@ -114,9 +121,21 @@ def main() -> None:
     env = {**os.environ, **TRIAL_ENVIRONMENT, "PYTHONPATH": str(ROOT)}
     rows, errors = [], []
     for case in args.case or list(CASES):
-        completed = subprocess.run([sys.executable, __file__, "--child", case, "--fraction",
-                                    str(args.fraction), "--steps", str(args.steps)],
-                                   capture_output=True, text=True, env=env)  # fmt: skip
+        completed = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--child",
+                case,
+                "--fraction",
+                str(args.fraction),
+                "--steps",
+                str(args.steps),
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
         if completed.returncode != 0:
             print(f"{case}: failed\n{completed.stderr[-2000:]}", flush=True)
             continue
@@ -125,19 +144,43 @@ def main() -> None:
         error_plain = (r["simulated_plain"] - r["measured_plain"]) / r["measured_plain"] * 100
         error_lms = (r["simulated_lms"] - r["measured_lms"]) / r["measured_lms"] * 100
         errors += [abs(error_plain), abs(error_lms)]
-        rows.append([case, f"{r['resolution']}px b{r['batch']}", r["vertices"],
-                     f"{r['simulated_plain'] / mib:.0f}", f"{r['measured_plain'] / mib:.0f}",
-                     f"{error_plain:+.1f}", f"{r['budget'] / mib:.0f}",
-                     f"{r['simulated_lms'] / mib:.0f}", f"{r['measured_lms'] / mib:.0f}",
-                     f"{error_lms:+.1f}", f"{r['measured_lms'] / r['measured_plain']:.2f}",
-                     f"{r['images_per_sec_lms'] / r['images_per_sec_plain']:.2f}"])  # fmt: skip
+        rows.append(
+            [
+                case,
+                f"{r['resolution']}px b{r['batch']}",
+                r["vertices"],
+                f"{r['simulated_plain'] / mib:.0f}",
+                f"{r['measured_plain'] / mib:.0f}",
+                f"{error_plain:+.1f}",
+                f"{r['budget'] / mib:.0f}",
+                f"{r['simulated_lms'] / mib:.0f}",
+                f"{r['measured_lms'] / mib:.0f}",
+                f"{error_lms:+.1f}",
+                f"{r['measured_lms'] / r['measured_plain']:.2f}",
+                f"{r['images_per_sec_lms'] / r['images_per_sec_plain']:.2f}",
+            ]
+        )
         print(f"{case}: done", flush=True)
-    headers = ["case", "size", "ops", "sim MiB", "meas MiB", "err %", "budget MiB",
-               "sim LMS MiB", "meas LMS MiB", "err LMS %", "peak LMS/plain", "speed LMS/plain"]  # fmt: skip
+    headers = [
+        "case",
+        "size",
+        "ops",
+        "sim MiB",
+        "meas MiB",
+        "err %",
+        "budget MiB",
+        "sim LMS MiB",
+        "meas LMS MiB",
+        "err LMS %",
+        "peak LMS/plain",
+        "speed LMS/plain",
+    ]
     print(tabulate(rows, headers, tablefmt="github"))
     if errors:
-        print(f"simulator error: median {sorted(errors)[len(errors) // 2]:.1f} %, "
-              f"max {max(errors):.1f} % over {len(errors)} peaks")  # fmt: skip
+        print(
+            f"simulator error: median {sorted(errors)[len(errors) // 2]:.1f} %, "
+            f"max {max(errors):.1f} % over {len(errors)} peaks"
+        )
 
 
 if __name__ == "__main__":

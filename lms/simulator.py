@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lms.analysis import Analysis
+from lms.planner import Plan
 
 # Op types whose kernels hold a temporary about as large as their largest input or output.
 WORKSPACE_OPS = frozenset(
@@ -32,7 +33,6 @@ WORKSPACE_OPS = frozenset(
         "_FusedConv2D",
     }
 )
-from lms.planner import Plan
 
 
 @dataclass

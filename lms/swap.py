@@ -14,6 +14,24 @@ import threading
 import numpy as np
 import tensorflow as tf
 
+ALIGNMENT = 64  # TensorFlow's buffers are 64-byte aligned (EIGEN_MAX_ALIGN_BYTES)
+
+
+def aligned_copy(array: np.ndarray) -> np.ndarray:
+    """A copy of `array` in 64-byte aligned memory.
+
+    TensorFlow wraps arrays returned by a numpy_function without copying them; kernels then take
+    their aligned (vectorised) or unaligned code paths by the address, and the two round
+    differently. numpy's own allocations are only 16-byte aligned, so without this the rewritten
+    step's numbers would vary from run to run in the last bits (and batch norm's backward pass
+    amplifies that).
+    """
+    raw = np.empty(array.nbytes + ALIGNMENT, dtype=np.uint8)
+    offset = -raw.ctypes.data % ALIGNMENT
+    copy = raw[offset : offset + array.nbytes].view(array.dtype).reshape(array.shape)
+    np.copyto(copy, array)
+    return copy
+
 
 class SwapMechanism:
     """Make the ops of one swap inside the graph being edited."""
@@ -71,7 +89,7 @@ class HostStore(SwapMechanism):
         handle = next(self._handles)
         with self._lock:
             # a copy: the array may alias TensorFlow's buffer, which must be freed
-            self._arrays[handle] = np.array(array, copy=True)
+            self._arrays[handle] = aligned_copy(array)
             self._readers[handle] = int(readers)
         return np.int64(handle)
 
@@ -82,7 +100,10 @@ class HostStore(SwapMechanism):
             self._readers[handle] -= 1
             if self._readers[handle] == 0:
                 del self._arrays[handle], self._readers[handle]
-        return array
+                return array
+        # TensorFlow wraps the returned array without copying, and a consumer may then write
+        # into it in place (buffer forwarding): every reader but the last gets its own copy
+        return aligned_copy(array)
 
     def swap_out(self, tensor, readers: int):
         return tf.numpy_function(
@@ -93,5 +114,6 @@ class HostStore(SwapMechanism):
         result = tf.numpy_function(
             self._get, [stored], like.dtype, stateful=True, name="lms_swapin"
         )
-        result.set_shape(like.shape)
-        return result
+        # An EnsureShape gives Grappler the static shape a py_func cannot declare: without it the
+        # arithmetic optimizer rewrites the far consumers wrongly (gradients off by up to 20 %).
+        return tf.ensure_shape(result, like.shape, name="lms_swapin_shape")
