@@ -130,6 +130,38 @@ def models(c, resolution=None, batch=1, precision="fp32", workload=None):
     )
 
 
+@task(
+    help={
+        "spec": "spec name or path; default: smoke",
+        "workload": "only this workload's trials",
+        "resolution": "override the resolution (as in `inv run`)",
+        "batch": "override the batch size",
+        "precision": "override the precision",
+        "device_memory": "memory to plan for, e.g. 16GiB; default: the spec's lms.device_memory "
+        "or memory_budget, else the GPU's memory",
+        "output": "directory for the memory plots",
+    }
+)
+@_user_errors
+def plan(c, spec=None, workload=None, resolution=None, batch=None, precision=None,
+         device_memory=None, output=None):  # fmt: skip
+    """Print LMS's plan (JSON) for a spec's trials and plot their memory, without running."""
+    import logging
+
+    from suite.planning import plan_spec
+
+    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+    logging.getLogger("lms").setLevel(logging.INFO)  # TFLMSv2's messages, on stderr
+    from suite.specs import load_spec
+
+    overrides = {"resolution": resolution, "batch": batch, "precision": precision}
+    overrides = {k: int(v) if k != "precision" and v is not None else v
+                 for k, v in overrides.items()}  # fmt: skip
+    loaded = load_spec(spec or c.suite.spec, overrides)
+    reports = plan_spec(loaded, Path(output or c.suite.reports), workload, device_memory)
+    print(json.dumps(reports, indent=1))
+
+
 @task
 @_user_errors
 def hostinfo(c):
@@ -174,7 +206,7 @@ def test(c, compat=True, lint=True, k=None):
             c.run(f"{venv}/bin/python -m pytest -ra -m compat{selector}", echo=True)
 
 
-namespace = Collection(run, report, models, hostinfo, specs, test)
+namespace = Collection(run, report, models, plan, hostinfo, specs, test)
 namespace.configure(
     {"suite": {"spec": "smoke", "results": "results", "reports": "reports/generated"}}
 )

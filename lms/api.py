@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from lms.analysis import analyze
 from lms.budget import budget_bytes, gpu_memory_bytes
-from lms.errors import ParameterError
+from lms.errors import NothingFitsError, ParameterError
 from lms.parameters import Parameters
 from lms.planner import log_plan
 from lms.rewriter import rewrite
@@ -169,7 +169,8 @@ class LMS(keras.callbacks.Callback):
         return callable_, tuned
 
     def plan_only(self, function, *specs) -> dict:
-        """Trace, analyse and tune for `specs` without rewriting or running: the report."""
+        """Trace, analyse and tune for `specs` without rewriting or running: the report. When
+        nothing fits, the report has `fits: false` and the parameters that came closest."""
         if not hasattr(function, "get_concrete_function"):
             function = tf.function(function)
         started = time.perf_counter()
@@ -177,7 +178,14 @@ class LMS(keras.callbacks.Callback):
         traced = time.perf_counter()
         analysis = analyze(concrete.graph, self.batch_size)
         analysed = time.perf_counter()
-        tuned = tune(analysis, self.budget, self.parameters)
+        try:
+            tuned = tune(analysis, self.budget, self.parameters)
+            fits = True
+        except NothingFitsError as error:
+            if error.closest is None:
+                raise
+            log.info("%s", error)
+            tuned, fits = error.closest, False
         self.report = build_report(
             analysis,
             tuned,
@@ -188,6 +196,7 @@ class LMS(keras.callbacks.Callback):
                 "tune_s": time.perf_counter() - analysed,
             },
         )
+        self.report["fits"] = fits
         if tuned.plan is not None:
             log_plan(analysis, tuned.plan)
         if self.plot_path:
@@ -223,6 +232,7 @@ def build_report(analysis, tuned, budget, timings) -> dict:
     plan = tuned.plan
     return {
         "budget_bytes": budget,
+        "fits": True,
         "lms_needed": plan is not None,
         "parameters": tuned.parameters.as_dict(),
         "peak_bytes_without_lms": tuned.baseline.peak_bytes,

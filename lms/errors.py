@@ -10,4 +10,9 @@ class ParameterError(LMSError, ValueError):
 
 
 class NothingFitsError(LMSError):
-    """No parameter set brings the simulated peak under the memory budget."""
+    """No parameter set brings the simulated peak under the memory budget.
+
+    `closest` (an lms.Tuned, or None) holds the parameter set whose simulated peak came lowest.
+    """
+
+    closest = None

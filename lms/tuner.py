@@ -82,12 +82,17 @@ def tune(analysis: Analysis, budget_bytes: int, parameters: Parameters) -> Tuned
         log.info("No swapout_threshold fits with sync_mode=%d", sync_mode)
     if chosen is None:
         best = min(cache.values(), default=baseline.peak_bytes)
-        raise NothingFitsError(
+        lowest = min(cache, key=cache.get) if cache else None
+        error = NothingFitsError(
             f"no LMS parameters fit the budget of {budget_bytes / GiB:.3f} GiB: the best simulated "
             f"peak is {best / GiB:.3f} GiB (without LMS {baseline.peak_bytes / GiB:.3f} GiB); the "
             f"largest operation, {analysis.largest_op[0]}, needs {analysis.largest_op[1] / GiB:.3f}"
             f" GiB and resident variables and inputs {analysis.resident_bytes / GiB:.3f} GiB"
         )
+        if lowest is not None:  # what came closest, for reports that show the shortfall
+            closest = plan(analysis, lowest)
+            error.closest = Tuned(lowest, closest, simulate(analysis, closest), baseline, count)
+        raise error
     if parameters.swapin_ahead == AUTO and not chosen.sync_mode & 2:
         ahead = _largest_fitting(
             1,

@@ -32,6 +32,20 @@ def synthetic_batch(info: WorkloadInfo, resolution: int, batch: int, classes: in
     return images, labels
 
 
+def batch_specs(info: WorkloadInfo, resolution: int, batch: int, classes: int):
+    """TensorSpecs of (images, labels) as synthetic_batch and the TFRecord pipelines make them:
+    for tracing a step without data (planning at full size)."""
+    spatial = (resolution,) * info.spatial_dims
+    images = tf.TensorSpec((batch, *spatial, info.channels), tf.float32)
+    if info.labels == "class":
+        labels = tf.TensorSpec((batch,), tf.int32)
+    elif info.labels == "mask":
+        labels = tf.TensorSpec((batch, *spatial), tf.int32)
+    else:
+        labels = tf.TensorSpec((batch, *spatial, classes), tf.float32)
+    return images, labels
+
+
 def tfrecord_files(path: str) -> list[str]:
     """The TFRecord files a data path names: a file, a glob, or a directory of *.tfrecord*."""
     if os.path.isdir(path):

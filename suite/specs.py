@@ -39,6 +39,17 @@ TRIAL_DEFAULTS = {
     "timeout": 3600,  # seconds per trial process
     "memory_budget": None,  # emulated device: peak above this is out-of-memory
     "seed": 0,
+    "lms": False,  # false, true (auto-tuned), or a table of LMS parameters
+}
+# What an `lms` table may hold: lms.LMS's parameters (-1 auto-tunes) and the memory it plans for.
+LMS_FIELDS = {
+    "swapout_threshold": -1,
+    "swapin_ahead": -1,
+    "swapin_groupby": -1,
+    "sync_mode": 0,
+    "serialization": [],
+    "serialization_by_size": 0.0,
+    "device_memory": None,  # default: the trial's memory_budget, or the GPU's memory
 }
 STUDY_FIELDS = {
     "throughput": {"resolution", "batch"},
@@ -191,7 +202,34 @@ class _Checker:
                 self.fail(name, value, str(error))
         if key == "data":
             return self.data(name, value)
+        if key == "lms":
+            return self.lms(name, value)
         raise AssertionError(key)
+
+    def lms(self, name, value):
+        """None when off; else every LMS parameter, checked by lms itself."""
+        if value is False:
+            return None
+        if value is True:
+            value = {}
+        if not isinstance(value, dict):
+            self.fail(name, value, "false, true, or a table of LMS parameters")
+        self.known_keys(name, value, set(LMS_FIELDS))
+        resolved = {**LMS_FIELDS, **value}
+        if resolved["device_memory"] is not None:
+            try:
+                resolved["device_memory"] = parse_bytes(resolved["device_memory"])
+            except ValueError as error:
+                self.fail(f"{name}.device_memory", value["device_memory"], str(error))
+        from lms.errors import ParameterError
+        from lms.parameters import Parameters
+
+        try:
+            Parameters(**{k: resolved[k] for k in LMS_FIELDS if k != "device_memory"})
+        except (ParameterError, TypeError) as error:
+            field_name = next((k for k in LMS_FIELDS if k in str(error)), "")
+            self.fail(f"{name}.{field_name}" if field_name else name, value, str(error))
+        return resolved
 
     def data(self, name, value):
         if value == "synthetic":
@@ -247,6 +285,8 @@ def _trial_params(workload, resolution, batch, resolved) -> dict:
         "data": resolved["data"],
         "memory_budget_bytes": resolved["memory_budget"],
         "seed": resolved["seed"],
+        # only with LMS on, so that trials without it keep their hashes
+        **({"lms": resolved["lms"]} if resolved["lms"] else {}),
     }
 
 

@@ -28,7 +28,8 @@ def run(params: dict) -> dict:
     import keras
     import tensorflow as tf
 
-    from suite import data, stats, training
+    import lms
+    from suite import data, lms_wiring, stats, training
     from suite.workloads import build_workload, get_workload
 
     info = get_workload(params["workload"])
@@ -41,6 +42,7 @@ def run(params: dict) -> dict:
     model, loss_fn = build_workload(
         info.name, resolution, batch, params["precision"], params["classes"]
     )
+    planner = lms_wiring.make_planner(params)
     train_step = training.make_train_step(
         model, loss_fn, training.make_optimizer(), params["precision"]
     )
@@ -58,6 +60,8 @@ def run(params: dict) -> dict:
                 data.tfrecord_dataset(info, source["format"], source["path"], resolution, batch)
             )
             next_batch = iterator.__next__
+    if planner is not None:  # traced, planned and rewritten on the first (warm-up) call
+        train_step = planner.wrap(train_step)
     build_seconds = time.perf_counter() - started
     _log(f"built {info.name} in {build_seconds:.1f}s on {device}")
 
@@ -71,6 +75,13 @@ def run(params: dict) -> dict:
         result = training.measure(
             train_step, next_batch, params["warmup_steps"], params["steps"], device, budget, on_step
         )
+    except lms.NothingFitsError as error:  # LMS cannot make it fit: it would not train
+        return {
+            "outcome": "out_of_memory",
+            "device": device,
+            "error": f"LMS: {error}",
+            "metrics": {"peak_memory_bytes": None, "memory_budget_bytes": budget},
+        }
     except tf.errors.ResourceExhaustedError as error:
         return {
             "outcome": "out_of_memory",
@@ -79,6 +90,8 @@ def run(params: dict) -> dict:
             "metrics": {"peak_memory_bytes": None, "memory_budget_bytes": budget},
         }
     memory = {"peak_memory_bytes": result.peak_bytes, "memory_budget_bytes": budget}
+    if planner is not None:
+        memory["lms"] = planner.report  # the plan beside the measured peak
     if result.over_budget:
         return {
             "outcome": "out_of_memory",

@@ -1,0 +1,70 @@
+"""`inv plan`: what LMS would do for a spec's trials, without running a step.
+
+Builds the model at the trial's full size (only its weights are allocated), traces the training
+step from TensorSpecs, and asks lms for the analysis, the tuned parameters and the simulated peaks.
+"""
+
+from pathlib import Path
+
+from suite.errors import SuiteError
+from suite.lms_wiring import lms_options
+from suite.specs import Spec
+from suite.units import parse_bytes
+
+
+def plan_trial(params: dict, device_memory=None, plot: Path | None = None) -> dict:
+    import lms
+    from suite import data, training
+    from suite.workloads import build_workload, get_workload
+
+    info = get_workload(params["workload"])
+    options = lms_options(params) or {"batch_size": params["batch"]}
+    if device_memory is not None:
+        options["device_memory"] = device_memory
+    elif not options.get("device_memory") and params.get("memory_budget_bytes"):
+        options["device_memory"] = params["memory_budget_bytes"]
+    try:
+        planner = lms.LMS(plot=str(plot) if plot else None, **options)
+    except lms.ParameterError as error:
+        raise SuiteError(f"{error} (give --device-memory, e.g. --device-memory 16GiB)") from None
+    model, loss_fn = build_workload(info.name, params["resolution"], params["batch"],
+                                    params["precision"], params["classes"])  # fmt: skip
+    step = training.make_train_step(model, loss_fn, training.make_optimizer(), params["precision"])
+    specs = data.batch_specs(info, params["resolution"], params["batch"], params["classes"])
+    try:
+        report = planner.plan_only(step, *specs)
+    except lms.NothingFitsError as error:
+        raise SuiteError(f"{info.name} {params['resolution']}px batch {params['batch']}: "
+                         f"{error}") from None  # fmt: skip
+    return {
+        "workload": info.name,
+        "resolution": params["resolution"],
+        "batch": params["batch"],
+        "precision": params["precision"],
+        "plot": str(plot) if plot else None,
+        **report,
+    }
+
+
+def plan_spec(
+    spec: Spec, output_dir: Path, workload: str | None = None, device_memory: str | None = None
+) -> list[dict]:
+    """Plans of the trials of `spec` (of one workload if given); plots go to `output_dir`."""
+    trials = [t for t in spec.trials if workload in (None, t.params["workload"])]
+    if not trials:
+        choices = sorted({t.params["workload"] for t in spec.trials})
+        raise SuiteError(f"spec {spec.name} has no trial of workload {workload!r}; it has: "
+                         f"{', '.join(choices)}")  # fmt: skip
+    memory = None
+    if device_memory is not None:
+        try:
+            memory = parse_bytes(device_memory)
+        except ValueError as error:
+            raise SuiteError(f"--device-memory {device_memory!r}: {error}") from None
+    output_dir.mkdir(parents=True, exist_ok=True)
+    reports = []
+    for trial in trials:
+        p = trial.params
+        plot = output_dir / f"plan-{p['workload']}-{p['resolution']}px-b{p['batch']}.png"
+        reports.append({"spec_hash": trial.hash, **plan_trial(p, memory, plot)})
+    return reports
