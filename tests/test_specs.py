@@ -96,6 +96,27 @@ def test_seed_parameters():
             "study[0].data.format",
             "no real-data format for unet3d",
         ),
+        (spec_with(defaults_extra='lms = "yes"'), "defaults.lms", "false, true, or a table"),
+        (
+            spec_with(defaults_extra="lms = {threshold = 1}"),
+            "defaults.lms.threshold",
+            "a known field",
+        ),
+        (
+            spec_with(defaults_extra="lms = {sync_mode = 7}"),
+            "defaults.lms.sync_mode",
+            "sync_mode must be 0, 1, 2 or 3",
+        ),
+        (
+            spec_with(defaults_extra="lms = {swapout_threshold = 0}"),
+            "defaults.lms.swapout_threshold",
+            ">= 1 or -1 (auto-tune)",
+        ),
+        (
+            spec_with(defaults_extra='lms = {device_memory = "big"}'),
+            "defaults.lms.device_memory",
+            "16GiB",
+        ),
         (BASE.replace('kind = "throughput"', 'kind = "fastest"'), "study[0].kind", "'sweep'"),
         (
             BASE.replace('workload = "googlenet"', 'workload = "vgg"'),
@@ -184,6 +205,17 @@ def test_hash_is_stable_and_changes_with_every_parameter():
     ]
     hashes = {parse_spec(v, "v.toml").trials[0].hash for v in variants}
     assert first.hash not in hashes and len(hashes) == len(variants)
+
+
+def test_lms_on_changes_the_hash_and_off_keeps_it():
+    plain = parse_spec(BASE, "a.toml").trials[0]
+    off = parse_spec(spec_with(defaults_extra="lms = false"), "a.toml").trials[0]
+    on = parse_spec(spec_with(defaults_extra="lms = true"), "a.toml").trials[0]
+    tuned = parse_spec(spec_with(defaults_extra="lms = {swapout_threshold = 3}"), "a").trials[0]
+    assert off.hash == plain.hash and "lms" not in off.params
+    assert len({plain.hash, on.hash, tuned.hash}) == 3
+    assert on.params["lms"]["swapout_threshold"] == -1
+    assert tuned.params["lms"]["swapout_threshold"] == 3
 
 
 def test_hash_ignores_what_is_not_a_workload_parameter():

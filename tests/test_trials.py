@@ -166,3 +166,28 @@ def test_resume_after_sigkill_loses_at_most_the_trial_in_flight(tmp_path):
     assert len(records) == 3
     assert len({r["spec_hash"] for r in records}) == 3
     assert records[: len(first)] == first
+
+
+def test_lms_trains_within_a_budget_the_plain_step_exceeds(tmp_path):
+    """The emulated device for real: same budget, LMS off is out of memory, LMS on trains."""
+    spec = parse_spec(TINY.format(resolutions="[224]", defaults=""), "t.toml")
+    params = {**spec.trials[0].params, "batch": 8, "steps": 2}
+    plain = run_trial(params, 600, tmp_path / "plain.log")
+    assert plain.outcome == "ok", plain.error
+    budget = int(plain.metrics["peak_memory_bytes"] * 0.75)
+    with_budget = {**params, "memory_budget_bytes": budget}
+    off = run_trial(with_budget, 600, tmp_path / "off.log")
+    on_params = (
+        parse_spec(
+            TINY.format(resolutions="[224]", defaults=f"lms = true\nmemory_budget = {budget}"), "t"
+        )
+        .trials[0]
+        .params
+    )
+    on = run_trial({**on_params, "batch": 8, "steps": 2}, 600, tmp_path / "on.log")
+    assert off.outcome == "out_of_memory"
+    assert on.outcome == "ok", on.error
+    plan = on.metrics["lms"]
+    assert plan["swapped_bytes"] > 0 and plan["peak_bytes_with_lms"] <= budget
+    assert plan["parameters"]["swapout_threshold"] >= 1  # auto-tuned
+    assert on.metrics["peak_memory_bytes"] <= budget < plain.metrics["peak_memory_bytes"]
