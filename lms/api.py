@@ -17,10 +17,11 @@ from lms.analysis import analyze
 from lms.budget import budget_bytes, gpu_memory_bytes
 from lms.errors import NothingFitsError, ParameterError
 from lms.parameters import Parameters
-from lms.planner import log_plan
+from lms.planner import log_plan, plan
 from lms.rewriter import rewrite
+from lms.simulator import simulate
 from lms.swap import DeviceCopy, HostStore
-from lms.tuner import tune
+from lms.tuner import Tuned, tune
 
 log = logging.getLogger("lms")
 MECHANISMS = ("auto", "host-store", "device-copy")
@@ -144,7 +145,7 @@ class LMS(keras.callbacks.Callback):
             concrete.graph, self.batch_size, host_device_marker="CPU" if _has_gpu() else None
         )
         analysed = time.perf_counter()
-        tuned = tune(analysis, self.budget, self.parameters)
+        tuned = self._tune_or_apply(analysis)
         tuned_at = time.perf_counter()
         if tuned.plan is None:
             callable_ = concrete
@@ -169,6 +170,23 @@ class LMS(keras.callbacks.Callback):
             plot_simulation(tuned, self.budget, self.plot_path)
         return callable_, tuned
 
+    def _tune_or_apply(self, analysis):
+        """Auto-tune when any parameter is -1; parameters all given are applied as they are
+        (TFLMSv2's behaviour), with a warning when their simulated peak misses the budget."""
+        if self.parameters.needs_tuning:
+            return tune(analysis, self.budget, self.parameters)
+        baseline = simulate(analysis)
+        given = plan(analysis, self.parameters)
+        simulation = simulate(analysis, given)
+        if simulation.peak_bytes > self.budget:
+            log.warning(
+                "The given LMS parameters give a simulated peak of %.3f GiB, above the budget "
+                "of %.3f GiB",
+                simulation.peak_bytes / 2**30,
+                self.budget / 2**30,
+            )
+        return Tuned(self.parameters, given, simulation, baseline, 2)
+
     def plan_only(self, function, *specs) -> dict:
         """Trace, analyse and tune for `specs` without rewriting or running: the report. When
         nothing fits, the report has `fits: false` and the parameters that came closest."""
@@ -180,7 +198,7 @@ class LMS(keras.callbacks.Callback):
         analysis = analyze(concrete.graph, self.batch_size)
         analysed = time.perf_counter()
         try:
-            tuned = tune(analysis, self.budget, self.parameters)
+            tuned = self._tune_or_apply(analysis)
             fits = True
         except NothingFitsError as error:
             if error.closest is None:

@@ -3,6 +3,10 @@ measured peak on the emulated device. Marked compat: also run on TensorFlow 2.14
 
 import json
 import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -14,7 +18,7 @@ from suite import data, training
 from suite.workloads import WORKLOADS, build_workload
 
 pytestmark = pytest.mark.compat
-MiB = 2**20
+HERE = Path(__file__).resolve().parent
 
 
 def small_cnn(resolution=96, batch=4, layers=5, precision="fp32"):
@@ -178,7 +182,7 @@ def test_swap_ops_sit_where_the_plan_put_them():
     rewritten, analysis, plan, concrete = force_plan(aggressive(), case)
     ops = {op.name: op for op in concrete.graph.get_operations()}
     swap_outs = [op for op in ops.values() if "lms_swapout" in op.name]
-    swap_ins = [op for op in ops.values() if "lms_swapin" in op.name]
+    swap_ins = [op for op in ops.values() if op.type == "PyFunc" and "lms_swapin" in op.name]
     assert len(swap_outs) == plan.swap_count and len(swap_ins) == plan.swap_in_count
     for swap in plan.swaps:
         tensor = analysis.tensors[swap.tensor]
@@ -186,6 +190,8 @@ def test_swap_ops_sit_where_the_plan_put_them():
             trigger = analysis.ops[swap_in.trigger].name
             for consumer, position in swap_in.consumers:
                 reader = ops[analysis.ops[consumer].name].inputs[position].op
+                if reader.type == "EnsureShape":  # the swap-in's static shape, for Grappler
+                    reader = reader.inputs[0].op
                 assert "lms_swapin" in reader.name, (tensor.name, reader.name)
                 assert trigger in [c.name for c in reader.control_inputs]
                 # the swap-in reads the handle its tensor's swap-out produced
@@ -260,30 +266,25 @@ def test_a_budget_nothing_can_meet_is_a_clear_error():
         lms.LMS(device_memory="4MiB").wrap(case.step)(case.images, case.labels)
 
 
-def _measured_peak(function, case, steps=2):
-    float(function(case.images, case.labels))
-    tf.config.experimental.reset_memory_stats("CPU:0")
-    for _ in range(steps):
-        float(function(case.images, case.labels))
-    return tf.config.experimental.get_memory_info("CPU:0")["peak"]
-
-
-def test_auto_tuned_plan_fits_the_budget_simulated_and_measured(tmp_path, caplog):
-    case = Case(*small_cnn(resolution=160, batch=8, layers=6))
-    plain = _measured_peak(case.step, case)
-    device_memory = int(plain * 0.8)
-    planner = lms.LMS(device_memory=device_memory, plot=tmp_path / "memory.png")
-    wrapped = planner.wrap(case.step)
-    with caplog.at_level(logging.INFO, logger="lms"):
-        measured = _measured_peak(wrapped, case)
-    report = planner.report
+def test_auto_tuned_plan_fits_the_budget_simulated_and_measured(tmp_path):
+    """In a fresh process (tests/_lms_measure.py), so that the allocator's peak is this step's."""
+    env = {**os.environ, "TF_CPU_ALLOCATOR_USE_BFC": "true"}
+    completed = subprocess.run(
+        [sys.executable, str(HERE / "_lms_measure.py"), str(tmp_path / "memory.png")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    result = json.loads(completed.stdout.strip().splitlines()[-1])
+    report, device_memory = result["report"], result["device_memory"]
     assert report["lms_needed"] and report["swapped_bytes"] > 0
-    assert report["peak_bytes_with_lms"] <= planner.budget < device_memory
-    assert measured <= device_memory < plain
-    assert "Found swapout_threshold=" in caplog.text and "Added " in caplog.text
-    assert json.dumps(report)  # plain data
+    assert report["peak_bytes_with_lms"] <= result["budget"] < device_memory
+    assert result["measured"] <= device_memory < result["plain"]
+    assert "Found swapout_threshold=" in completed.stderr and "Added " in completed.stderr
     assert (tmp_path / "memory.png").read_bytes().startswith(b"\x89PNG")
-    assert_same_training(case, wrapped)
+    np.testing.assert_allclose(result["losses_lms"], result["losses_plain"], rtol=1e-4)
 
 
 def test_keras_fit_with_the_lms_callback_matches_plain_fit():

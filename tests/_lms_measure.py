@@ -1,0 +1,52 @@
+"""Run by test_lms in a fresh process: the allocator's peak must not include what other tests
+left behind. Prints one JSON object: measured peaks without and with auto-tuned LMS."""
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import tensorflow as tf  # noqa: E402
+from test_lms import Case, small_cnn  # noqa: E402
+
+import lms  # noqa: E402
+
+
+def measured_peak(function, case, steps=2):
+    float(function(case.images, case.labels))
+    tf.config.experimental.reset_memory_stats("CPU:0")
+    for _ in range(steps):
+        float(function(case.images, case.labels))
+    return tf.config.experimental.get_memory_info("CPU:0")["peak"]
+
+
+def main(plot_path: str) -> None:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    case = Case(*small_cnn(resolution=160, batch=8, layers=6))
+    plain = measured_peak(case.step, case)
+    device_memory = int(plain * 0.9)
+    planner = lms.LMS(device_memory=device_memory, plot=plot_path)
+    wrapped = planner.wrap(case.step)
+    measured = measured_peak(wrapped, case)
+    losses_plain, _ = case.run(case.step)
+    losses_lms, _ = case.run(wrapped)
+    print(
+        json.dumps(
+            {
+                "plain": plain,
+                "device_memory": device_memory,
+                "budget": planner.budget,
+                "measured": measured,
+                "report": planner.report,
+                "losses_plain": losses_plain,
+                "losses_lms": losses_lms,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
