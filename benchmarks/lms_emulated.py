@@ -156,6 +156,19 @@ def main() -> None:
         error_plain = (r["simulated_plain"] - r["measured_plain"]) / r["measured_plain"] * 100
         error_lms = (r["simulated_lms"] - r["measured_lms"]) / r["measured_lms"] * 100
         errors += [abs(error_plain), abs(error_lms)]
+        error_all = (r["simulated_all"] - r["measured_all"]) / r["measured_all"] * 100
+        errors.append(abs(error_all))
+        drops.append(
+            [
+                case,
+                f"{r['measured_plain'] / mib:.0f}",
+                f"{r['simulated_all'] / mib:.0f}",
+                f"{r['measured_all'] / mib:.0f}",
+                f"{error_all:+.1f}",
+                f"{r['measured_all'] / r['measured_plain']:.2f}",
+                f"{r['images_per_sec_all'] / r['images_per_sec_plain']:.2f}",
+            ]
+        )
         rows.append(
             [
                 case,
