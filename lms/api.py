@@ -137,7 +137,9 @@ class LMS(keras.callbacks.Callback):
             self.store = HostStore()
         return self.store
 
-    def _prepare(self, function, args):
+    def _analyse_and_tune(self, function, args, keep_closest: bool):
+        """Trace for `args`, analyse, tune; with `keep_closest`, a budget nothing meets gives
+        the closest plan instead of NothingFitsError."""
         started = time.perf_counter()
         concrete = function.get_concrete_function(*args)
         traced = time.perf_counter()
@@ -145,29 +147,38 @@ class LMS(keras.callbacks.Callback):
             concrete.graph, self.batch_size, host_device_marker="CPU" if _has_gpu() else None
         )
         analysed = time.perf_counter()
-        tuned = self._tune_or_apply(analysis)
-        tuned_at = time.perf_counter()
-        if tuned.plan is None:
-            callable_ = concrete
-        else:
+        try:
+            tuned = self._tune_or_apply(analysis)
+        except NothingFitsError as error:
+            if not keep_closest or error.closest is None:
+                raise
+            log.info("%s", error)
+            tuned = error.closest
+        timings = {
+            "trace_s": traced - started,
+            "analysis_s": analysed - traced,
+            "tune_s": time.perf_counter() - analysed,
+        }
+        if tuned.plan is not None:
             log_plan(analysis, tuned.plan)
-            callable_ = rewrite(concrete, analysis, tuned.plan, self._mechanism())
-        finished = time.perf_counter()
-        self.report = build_report(
-            analysis,
-            tuned,
-            self.budget,
-            {
-                "trace_s": traced - started,
-                "analysis_s": analysed - traced,
-                "tune_s": tuned_at - analysed,
-                "rewrite_s": finished - tuned_at,
-            },
-        )
+        return concrete, analysis, tuned, timings
+
+    def _record(self, analysis, tuned, timings) -> dict:
+        self.report = build_report(analysis, tuned, self.budget, timings)
         if self.plot_path:
             from lms.plot import plot_simulation
 
             plot_simulation(tuned, self.budget, self.plot_path)
+        return self.report
+
+    def _prepare(self, function, args):
+        concrete, analysis, tuned, timings = self._analyse_and_tune(function, args, False)
+        started = time.perf_counter()
+        callable_ = concrete
+        if tuned.plan is not None:
+            callable_ = rewrite(concrete, analysis, tuned.plan, self._mechanism())
+        timings["rewrite_s"] = time.perf_counter() - started
+        self._record(analysis, tuned, timings)
         return callable_, tuned
 
     def _tune_or_apply(self, analysis):
@@ -192,37 +203,8 @@ class LMS(keras.callbacks.Callback):
         nothing fits, the report has `fits: false` and the parameters that came closest."""
         if not hasattr(function, "get_concrete_function"):
             function = tf.function(function)
-        started = time.perf_counter()
-        concrete = function.get_concrete_function(*specs)
-        traced = time.perf_counter()
-        analysis = analyze(concrete.graph, self.batch_size)
-        analysed = time.perf_counter()
-        try:
-            tuned = self._tune_or_apply(analysis)
-            fits = True
-        except NothingFitsError as error:
-            if error.closest is None:
-                raise
-            log.info("%s", error)
-            tuned, fits = error.closest, False
-        self.report = build_report(
-            analysis,
-            tuned,
-            self.budget,
-            {
-                "trace_s": traced - started,
-                "analysis_s": analysed - traced,
-                "tune_s": time.perf_counter() - analysed,
-            },
-        )
-        self.report["fits"] = fits
-        if tuned.plan is not None:
-            log_plan(analysis, tuned.plan)
-        if self.plot_path:
-            from lms.plot import plot_simulation
-
-            plot_simulation(tuned, self.budget, self.plot_path)
-        return self.report
+        _, analysis, tuned, timings = self._analyse_and_tune(function, specs, True)
+        return self._record(analysis, tuned, timings)
 
     # As a Keras callback: model.fit(..., callbacks=[LMS(...)]) trains with the rewritten step.
     def on_train_begin(self, logs=None):
@@ -251,7 +233,7 @@ def build_report(analysis, tuned, budget, timings) -> dict:
     plan = tuned.plan
     return {
         "budget_bytes": budget,
-        "fits": True,
+        "fits": tuned.simulation.peak_bytes <= budget,
         "lms_needed": plan is not None,
         "parameters": tuned.parameters.as_dict(),
         "peak_bytes_without_lms": tuned.baseline.peak_bytes,
