@@ -77,10 +77,6 @@ class Analysis:
     unknown_size_tensors: int
     edges: int
 
-    @property
-    def op_index(self) -> dict:
-        return {op.name: index for index, op in enumerate(self.ops)}
-
     def summary(self) -> dict:
         return {
             "vertices": len(self.ops),

@@ -58,7 +58,12 @@ class LMSFunction:
 
     def __call__(self, *args):
         callable_, _ = self.prepare(*args)
-        return callable_(*args)
+        try:
+            return callable_(*args)
+        except Exception:
+            if self.lms.store is not None:  # a failed step leaves swapped tensors behind
+                self.lms.store.clear()
+            raise
 
     @property
     def report(self) -> dict | None:

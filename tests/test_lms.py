@@ -119,7 +119,10 @@ def force_plan(planner, case):
     plan = lms.plan(analysis, planner.parameters)
     from lms.rewriter import rewrite
 
-    return rewrite(concrete, analysis, plan, lms.HostStore()), analysis, plan, concrete
+    store = lms.HostStore()
+    rewritten = rewrite(concrete, analysis, plan, store)
+    rewritten.lms_store = store
+    return rewritten, analysis, plan, concrete
 
 
 @pytest.mark.parametrize(
@@ -184,6 +187,9 @@ def test_rewritten_step_computes_the_same_gradients_with_batch_norm(make, exact_
 def test_swap_ops_sit_where_the_plan_put_them():
     case = Case(*small_cnn())
     rewritten, analysis, plan, concrete = force_plan(aggressive(), case)
+    store = rewritten.lms_store
+    float(rewritten(case.images, case.labels))
+    assert store.held_bytes == 0  # every swapped tensor freed after its last swap-in
     ops = {op.name: op for op in concrete.graph.get_operations()}
     swap_outs = [op for op in ops.values() if "lms_swapout" in op.name]
     swap_ins = [op for op in ops.values() if op.type == "PyFunc" and "lms_swapin" in op.name]
