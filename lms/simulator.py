@@ -139,14 +139,12 @@ def simulate(analysis: Analysis, plan: Plan | None = None) -> Simulation:
     host = np.cumsum(host)[:steps]
     peak_step = int(np.argmax(device)) if steps else 0
     peak_op = ""
-    if steps:
-        running = [i for i in range(len(analysis.ops)) if step_of[i] == peak_step]
-        if running:
-            biggest = max(
-                running,
-                key=lambda i: sum(analysis.tensors[t].bytes for t in analysis.ops[i].outputs),
-            )
-            peak_op = analysis.ops[biggest].name
+    running = np.flatnonzero(step_of == peak_step) if steps else []
+    if len(running):
+        biggest = max(
+            running, key=lambda i: sum(analysis.tensors[t].bytes for t in analysis.ops[i].outputs)
+        )
+        peak_op = analysis.ops[biggest].name
     peak = int(device[peak_step]) if steps else analysis.resident_bytes
     return Simulation(peak, peak_step, peak_op, device, host, analysis.resident_bytes)
 
