@@ -2,6 +2,7 @@
 
 - `Operation._update_input(index, tensor)`: reroute one input of an op already in a graph.
 - `Operation._add_control_input(op)`: add a control dependency to an existing op.
+- `Operation._set_device(device)`: place an op already in a graph.
 - `ConcreteFunction.from_func_graph(graph, function_type, attrs)`: a new callable from an edited
   FuncGraph, sharing the original's captured variables.
 """
@@ -15,6 +16,10 @@ def update_input(op, index: int, tensor) -> None:
 
 def add_control_input(op, control_op) -> None:
     op._add_control_input(control_op)
+
+
+def set_device(op, device: str) -> None:
+    op._set_device(device)
 
 
 def concrete_function_from_graph(original, graph):

@@ -3,9 +3,13 @@
 - `DeviceCopy` (GPU): the swap-out is a copy placed on the host device, the swap-in a copy back to
   the compute device. Only a GPU can exercise this path: on a CPU both copies are the same memory.
 - `HostStore` (the emulated device, DESIGN.md §2): the swap-out hands the tensor to a Python-side
-  store outside TensorFlow's allocator (through `tf.numpy_function`) and returns an int64 handle;
-  the swap-in brings the array back. The allocator's measured peak really drops, so CPU tests and
-  CI check LMS for real.
+  store outside TensorFlow's allocator (a `tf.numpy_function`) and returns an int64 handle; the
+  swap-in brings the array back. The allocator's measured peak really drops, so CPU tests and CI
+  check LMS for real.
+
+A mechanism describes its ops as NodeDefs rather than creating them: the rewriter imports all swaps
+of a plan in one `import_graph_def`, which is several times faster than creating thousands of ops
+one by one through TensorFlow's Python op constructors (benchmarks/lms_speed.py).
 """
 
 import itertools
@@ -13,6 +17,7 @@ import threading
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.core.framework import attr_value_pb2, node_def_pb2
 
 ALIGNMENT = 64  # TensorFlow's buffers are 64-byte aligned (EIGEN_MAX_ALIGN_BYTES)
 
@@ -33,17 +38,38 @@ def aligned_copy(array: np.ndarray) -> np.ndarray:
     return copy
 
 
+def node(name: str, op: str, inputs, device: str = "", **attrs) -> node_def_pb2.NodeDef:
+    """A NodeDef; attrs are AttrValue protos."""
+    node_def = node_def_pb2.NodeDef(name=name, op=op, device=device or "")
+    node_def.input.extend(inputs)
+    for key, value in attrs.items():
+        node_def.attr[key].CopyFrom(value)
+    return node_def
+
+
+def type_attr(dtype) -> attr_value_pb2.AttrValue:
+    return attr_value_pb2.AttrValue(type=tf.as_dtype(dtype).as_datatype_enum)
+
+
+def type_list_attr(dtypes) -> attr_value_pb2.AttrValue:
+    enums = [tf.as_dtype(d).as_datatype_enum for d in dtypes]
+    return attr_value_pb2.AttrValue(list=attr_value_pb2.AttrValue.ListValue(type=enums))
+
+
 class SwapMechanism:
-    """Make the ops of one swap inside the graph being edited."""
+    """The NodeDefs of one swap. `source` names the swapped tensor ("op:0"), `tensor` is it."""
 
     name = "abstract"
 
-    def swap_out(self, tensor, readers: int):
-        """Return what the swap-ins read (a host tensor or a handle)."""
+    def swap_out_nodes(self, prefix: str, source: str, tensor, readers: int) -> list:
+        """Nodes whose last one's output 0 is what the swap-ins read (a host copy or a handle)."""
         raise NotImplementedError
 
-    def swap_in(self, stored, like):
-        """Return a device tensor equal to `like`, made from `stored`."""
+    def swap_in_nodes(self, prefix: str, stored: str, tensor) -> list:
+        """Nodes whose last one's output 0 equals `tensor` again, on its device.
+
+        The first node is the one the trigger's control dependency holds back.
+        """
         raise NotImplementedError
 
 
@@ -55,13 +81,27 @@ class DeviceCopy(SwapMechanism):
     def __init__(self, host_device: str = "/device:CPU:0"):
         self.host_device = host_device
 
-    def swap_out(self, tensor, readers: int):
-        with tf.device(self.host_device):
-            return tf.identity(tensor, name="lms_swapout")
+    def swap_out_nodes(self, prefix, source, tensor, readers):
+        return [
+            node(
+                f"{prefix}lms_swapout",
+                "Identity",
+                [source],
+                self.host_device,
+                T=type_attr(tensor.dtype),
+            )
+        ]
 
-    def swap_in(self, stored, like):
-        with tf.device(like.device or None):
-            return tf.identity(stored, name="lms_swapin")
+    def swap_in_nodes(self, prefix, stored, tensor):
+        return [
+            node(
+                f"{prefix}lms_swapin",
+                "Identity",
+                [stored],
+                tensor.device,
+                T=type_attr(tensor.dtype),
+            )
+        ]
 
 
 class HostStore(SwapMechanism):
@@ -73,6 +113,7 @@ class HostStore(SwapMechanism):
         self._arrays, self._readers = {}, {}
         self._lock = threading.Lock()
         self._handles = itertools.count()
+        self._tokens = None
 
     @property
     def held_bytes(self) -> int:
@@ -105,15 +146,64 @@ class HostStore(SwapMechanism):
         # into it in place (buffer forwarding): every reader but the last gets its own copy
         return aligned_copy(array)
 
-    def swap_out(self, tensor, readers: int):
-        return tf.numpy_function(
-            lambda a: self._put(a, readers), [tensor], tf.int64, stateful=True, name="lms_swapout"
-        )
+    def _py_func_tokens(self) -> tuple[bytes, bytes]:
+        """Register `_put` and `_get` with TensorFlow's py_func registry, once per store.
 
-    def swap_in(self, stored, like):
-        result = tf.numpy_function(
-            self._get, [stored], like.dtype, stateful=True, name="lms_swapin"
+        Made through the public `tf.numpy_function` in a graph of the store's own, which holds the
+        registered functions alive (the registry keeps weak references) as long as the store.
+        """
+        if self._tokens is None:
+            self._graph = tf.Graph()
+            with self._graph.as_default():
+                value = tf.compat.v1.placeholder(tf.float32)
+                readers = tf.compat.v1.placeholder(tf.int64)
+                put = tf.numpy_function(self._put, [value, readers], tf.int64, stateful=True)
+                get = tf.numpy_function(self._get, [put], tf.float32, stateful=True)
+            self._tokens = (put.op.get_attr("token"), get.op.get_attr("token"))
+        return self._tokens
+
+    def swap_out_nodes(self, prefix, source, tensor, readers):
+        put, _ = self._py_func_tokens()
+        count = node(
+            f"{prefix}lms_readers",
+            "Const",
+            [],
+            tensor.device,
+            dtype=type_attr(tf.int64),
+            value=attr_value_pb2.AttrValue(tensor=tf.make_tensor_proto(readers, tf.int64)),
+        )
+        return [
+            count,
+            node(
+                f"{prefix}lms_swapout",
+                "PyFunc",
+                [source, count.name],
+                tensor.device,
+                token=attr_value_pb2.AttrValue(s=put),
+                Tin=type_list_attr([tensor.dtype, tf.int64]),
+                Tout=type_list_attr([tf.int64]),
+            ),
+        ]
+
+    def swap_in_nodes(self, prefix, stored, tensor):
+        _, get = self._py_func_tokens()
+        swap_in = node(
+            f"{prefix}lms_swapin",
+            "PyFunc",
+            [stored],
+            tensor.device,
+            token=attr_value_pb2.AttrValue(s=get),
+            Tin=type_list_attr([tf.int64]),
+            Tout=type_list_attr([tensor.dtype]),
         )
         # An EnsureShape gives Grappler the static shape a py_func cannot declare: without it the
         # arithmetic optimizer rewrites the far consumers wrongly (gradients off by up to 20 %).
-        return tf.ensure_shape(result, like.shape, name="lms_swapin_shape")
+        shape = node(
+            f"{prefix}lms_swapin_shape",
+            "EnsureShape",
+            [swap_in.name],
+            tensor.device,
+            T=type_attr(tensor.dtype),
+            shape=attr_value_pb2.AttrValue(shape=tensor.shape.as_proto()),
+        )
+        return [swap_in, shape]
