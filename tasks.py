@@ -49,7 +49,7 @@ def run(
     precision=None,
     force=False,
 ):
-    """Run a spec's trials on this host, each in its own process; skips recorded trials."""
+    """Run a spec on this host: trials, sweeps and limit searches; skips what is recorded."""
     from suite.runner import run_spec
     from suite.specs import load_spec
 
@@ -59,7 +59,47 @@ def run(
     }
     loaded = load_spec(spec or c.suite.spec, overrides)
     summary = run_spec(loaded, Path(results or c.suite.results), host, force)
+    _print_summary(summary)
+
+
+def _print_summary(summary) -> None:
     print(f"records: {summary.results} ({summary.outcomes or 'nothing new'})")
+    for search in summary.searches:
+        print(
+            f"limit {search['spec']['study']} LMS {search['mode']}: {search['searched']} "
+            f"{search['largest_ok']} trains, {search['smallest_failed'] or 'none'} does not "
+            f"({len(search['trials'])} trials)"
+        )
+
+
+@task(
+    help={
+        "spec": "spec name or path to a .toml file",
+        "study": "a max-resolution or max-batch study of the spec; default: all of them",
+        "results": "results directory",
+        "host": "host name the records are filed under; default: this machine's hostname",
+        "force": "search again (and re-run the trials) even where records exist",
+    }
+)
+@_user_errors
+def search(c, spec, study=None, results=None, host=None, force=False):
+    """Find the largest resolution or batch that trains, LMS off and on (limit searches)."""
+    from suite.runner import run_spec
+    from suite.specs import load_spec
+
+    loaded = load_spec(spec)
+    names = tuple(s.study for s in loaded.searches)
+    if study is not None:
+        names = (study,)
+    if not names:
+        raise SuiteError(f"spec {loaded.name} ({loaded.source}) has no limit search study")
+    if study is not None and study not in {s.study for s in loaded.searches}:
+        raise SuiteError(
+            f"{loaded.source}: study {study!r} is not a max-resolution or max-batch study; "
+            f"those are: {', '.join(s.study for s in loaded.searches) or 'none'}"
+        )
+    summary = run_spec(loaded, Path(results or c.suite.results), host, force, studies=names)
+    _print_summary(summary)
 
 
 @task(
@@ -173,13 +213,14 @@ def hostinfo(c):
 
 @task
 def specs(c):
-    """List the suite's specs, their trials and declared searches."""
+    """List the suite's specs: trials, switch sweeps and limit searches."""
     from suite.specs import available_specs, load_spec
 
     for name in available_specs():
         spec = load_spec(name)
         print(
-            f"{name}: {len(spec.trials)} trials, {len(spec.searches)} searches — "
+            f"{name}: {len(spec.trials)} trials, {len(spec.switch_sweeps)} switch sweeps, "
+            f"{len(spec.searches)} searches — "
             f"{spec.description.splitlines()[0]}"
         )
 
@@ -206,7 +247,7 @@ def test(c, compat=True, lint=True, k=None):
             c.run(f"{venv}/bin/python -m pytest -ra -m compat{selector}", echo=True)
 
 
-namespace = Collection(run, report, models, plan, hostinfo, specs, test)
+namespace = Collection(run, search, report, models, plan, hostinfo, specs, test)
 namespace.configure(
     {"suite": {"spec": "smoke", "results": "results", "reports": "reports/generated"}}
 )

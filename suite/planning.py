@@ -50,9 +50,9 @@ def plan_spec(
     spec: Spec, output_dir: Path, workload: str | None = None, device_memory: str | None = None
 ) -> list[dict]:
     """Plans of the trials of `spec` (of one workload if given); plots go to `output_dir`."""
-    trials = [t for t in spec.trials if workload in (None, t.params["workload"])]
+    trials = [t for t in spec.plannable_trials() if workload in (None, t.params["workload"])]
     if not trials:
-        choices = sorted({t.params["workload"] for t in spec.trials})
+        choices = sorted({t.params["workload"] for t in spec.plannable_trials()})
         raise SuiteError(f"spec {spec.name} has no trial of workload {workload!r}; it has: "
                          f"{', '.join(choices)}")  # fmt: skip
     memory = None

@@ -1,4 +1,9 @@
-"""Run a spec's trials on this host, natively: resume, progress, one record per trial."""
+"""Run a spec on this host, natively: its trials, switch sweeps and limit searches.
+
+Every trial is looked up in the host's records first (by spec hash and repeat) and only run when
+missing, so an interrupted run resumes where it stopped and trials shared between studies run
+once. Progress lines say trial k of n and an ETA.
+"""
 
 import socket
 from dataclasses import dataclass, field
@@ -13,7 +18,7 @@ from suite.records import (
     store_host,
     utc_now,
 )
-from suite.specs import Spec
+from suite.specs import Spec, Trial
 from suite.trial import run_trial
 
 
@@ -26,21 +31,22 @@ class RunSummary:
     results: Path
     planned: int
     skipped: int
-    outcomes: dict = field(default_factory=dict)
+    outcomes: dict = field(default_factory=dict)  # of the trials run now
+    searches: list = field(default_factory=list)
 
 
-def _eta(seconds: float | None) -> str:
+def format_eta(seconds: float | None) -> str:
     if seconds is None:
         return "ETA unknown"
     minutes, secs = divmod(int(seconds), 60)
     return f"ETA {minutes}m{secs:02d}s"
 
 
-def _summary_line(result) -> str:
-    if result.outcome != "ok":
-        first = (result.error or "").splitlines()[0] if result.error else ""
-        return f"{result.outcome}: {first}"
-    m = result.metrics
+def summary_line(record: dict) -> str:
+    if record["outcome"] != "ok":
+        error = record.get("error") or ""
+        return f"{record['outcome']}: {error.splitlines()[0] if error else ''}"
+    m = record["metrics"]
     rate = m["images_per_sec"]
     peak = m.get("peak_memory_bytes")
     peak_text = f", peak {peak / 2**20:.0f} MiB" if peak else ""
@@ -50,6 +56,96 @@ def _summary_line(result) -> str:
     )
 
 
+class TrialExecutor:
+    """Runs trials on this host and appends their records; reuses what is already recorded."""
+
+    def __init__(
+        self,
+        results_dir: Path,
+        host: str | None = None,
+        force: bool = False,
+        echo=print,
+        extra_env: dict | None = None,
+    ):
+        self.results_dir = Path(results_dir)
+        self.host = host or default_host_name()
+        self.path = results_file(self.results_dir, self.host)
+        self.echo, self.extra_env, self.force = echo, extra_env, force
+        self.recorded = {}
+        if not force:
+            self.recorded = {(r["spec_hash"], r["repeat"]): r for r in load_records(self.path)}
+        self._host_ref = None
+        self.elapsed = []  # wall seconds of the trials run (not reused), for ETAs
+        self.outcomes = {}  # outcome -> count, of the trials run
+
+    def done(self, trial: Trial, repeat: int = 0) -> dict | None:
+        return self.recorded.get((trial.hash, repeat))
+
+    @property
+    def host_ref(self) -> str:
+        if self._host_ref is None:
+            self._host_ref = store_host(self.results_dir, capture_host_description())
+        return self._host_ref
+
+    def mean_trial_s(self) -> float | None:
+        return sum(self.elapsed) / len(self.elapsed) if self.elapsed else None
+
+    def run(self, trial: Trial, repeat: int = 0, spec: Spec | None = None, extra=None) -> dict:
+        """The record of `trial`: the recorded one, or a new one from running it now."""
+        record = self.done(trial, repeat)
+        if record is not None:
+            return record
+        started = utc_now()
+        log_path = self.results_dir / "logs" / self.host / f"{trial.hash}-{repeat}.log"
+        result = run_trial(trial.params, trial.timeout_s, log_path, self.extra_env)
+        self.elapsed.append(result.wall_s)
+        self.outcomes[result.outcome] = self.outcomes.get(result.outcome, 0) + 1
+        record = {
+            "schema": SCHEMA_VERSION,
+            "spec": {
+                "name": trial.spec,
+                "study": trial.study,
+                "source": spec.source if spec else None,
+                **(extra or {}),
+            },
+            "spec_hash": trial.hash,
+            "params": trial.params,
+            "repeat": repeat,
+            "host": self.host,
+            "host_ref": self.host_ref,
+            "outcome": result.outcome,
+            "metrics": result.metrics,
+            "error": result.error,
+            "device": result.device,
+            "started_at": started,
+            "finished_at": utc_now(),
+            "wall_s": round(result.wall_s, 3),
+            "log": str(log_path),
+        }
+        append_record(self.path, record)
+        self.recorded[(trial.hash, repeat)] = record
+        self.echo(f"    {summary_line(record)} ({result.wall_s:.0f}s)")
+        return record
+
+
+def run_trials(spec: Spec, executor: TrialExecutor, summary: RunSummary) -> None:
+    planned = [(trial, repeat) for trial in spec.trials for repeat in range(trial.repeats)]
+    todo = [(t, r) for t, r in planned if executor.done(t, r) is None]
+    summary.planned, summary.skipped = len(planned), len(planned) - len(todo)
+    executor.echo(
+        f"spec {spec.name}: {len(planned)} trials; {summary.skipped} already recorded in "
+        f"{executor.path}; {len(todo)} to run"
+    )
+    for index, (trial, repeat) in enumerate(todo, start=1):
+        mean = executor.mean_trial_s()
+        remaining = mean * (len(todo) - index + 1) if mean else None
+        executor.echo(
+            f"[trial {index}/{len(todo)}] {trial.describe()} repeat {repeat + 1}/"
+            f"{trial.repeats} [{trial.hash}] {format_eta(remaining)}"
+        )
+        executor.run(trial, repeat, spec)
+
+
 def run_spec(
     spec: Spec,
     results_dir: Path,
@@ -57,57 +153,46 @@ def run_spec(
     force: bool = False,
     echo=print,
     extra_env: dict | None = None,
+    studies: tuple | None = None,
 ) -> RunSummary:
-    """Run every runnable trial of `spec` not yet recorded for `host` (all of them if `force`)."""
-    host = host or default_host_name()
-    path = results_file(results_dir, host)
-    done = set() if force else {(r["spec_hash"], r["repeat"]) for r in load_records(path)}
-    planned = [(trial, repeat) for trial in spec.trials for repeat in range(trial.repeats)]
-    todo = [(t, r) for t, r in planned if (t.hash, r) not in done]
-    summary = RunSummary(path, len(planned), len(planned) - len(todo))
-    echo(
-        f"spec {spec.name}: {len(planned)} trials; {summary.skipped} already recorded in "
-        f"{path}; {len(todo)} to run"
-    )
+    """Run `spec` (only `studies` if given): trials, then switch sweeps, then limit searches."""
+    from suite.limits import run_search
+    from suite.sweeps import run_switch_sweep
+
+    executor = TrialExecutor(results_dir, host, force, echo, extra_env)
+    if studies is not None:
+        spec = select_studies(spec, studies)
+    summary = RunSummary(executor.path, 0, 0, executor.outcomes)
+    if spec.trials:
+        run_trials(spec, executor, summary)
+    for sweep in spec.switch_sweeps:
+        run_switch_sweep(sweep, spec, executor, summary)
     for search in spec.searches:
-        echo(f"  study {search.study} is a {search.kind} search: declared, not run by `inv run`")
-    if not todo:
-        return summary
-    host_ref = store_host(results_dir, capture_host_description())
-    elapsed = []
-    for index, (trial, repeat) in enumerate(todo, start=1):
-        remaining = sum(elapsed) / len(elapsed) * (len(todo) - index + 1) if elapsed else None
-        echo(
-            f"[trial {index}/{len(todo)}] {trial.describe()} repeat {repeat + 1}/"
-            f"{trial.repeats} [{trial.hash}] {_eta(remaining)}"
-        )
-        started = utc_now()
-        log_path = Path(results_dir) / "logs" / host / f"{trial.hash}-{repeat}.log"
-        result = run_trial(trial.params, trial.timeout_s, log_path, extra_env)
-        elapsed.append(result.wall_s)
-        append_record(
-            path,
-            {
-                "schema": SCHEMA_VERSION,
-                "spec": {"name": spec.name, "study": trial.study, "source": spec.source},
-                "spec_hash": trial.hash,
-                "params": trial.params,
-                "repeat": repeat,
-                "host": host,
-                "host_ref": host_ref,
-                "outcome": result.outcome,
-                "metrics": result.metrics,
-                "error": result.error,
-                "device": result.device,
-                "started_at": started,
-                "finished_at": utc_now(),
-                "wall_s": round(result.wall_s, 3),
-                "log": str(log_path),
-            },
-        )
-        summary.outcomes[result.outcome] = summary.outcomes.get(result.outcome, 0) + 1
-        echo(f"    {_summary_line(result)} ({result.wall_s:.0f}s)")
+        for mode in search.modes:
+            summary.searches.append(run_search(search, mode, spec, executor))
     return summary
 
 
-__all__ = ["run_spec", "default_host_name", "RunSummary"]
+def select_studies(spec: Spec, studies: tuple) -> Spec:
+    """`spec` with only the named studies; an unknown name is an error listing the known ones."""
+    from suite.errors import SuiteError
+
+    known = [t.study for t in spec.trials] + [s.study for s in spec.switch_sweeps]
+    known += [s.study for s in spec.searches]
+    for name in studies:
+        if name not in known:
+            raise SuiteError(
+                f"spec {spec.name} ({spec.source}) has no study {name!r}; its studies: "
+                f"{', '.join(dict.fromkeys(known))}"
+            )
+    return Spec(
+        spec.name,
+        spec.description,
+        spec.source,
+        [t for t in spec.trials if t.study in studies],
+        [s for s in spec.searches if s.study in studies],
+        [s for s in spec.switch_sweeps if s.study in studies],
+    )
+
+
+__all__ = ["run_spec", "default_host_name", "RunSummary", "TrialExecutor"]

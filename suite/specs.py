@@ -3,10 +3,12 @@
 A spec holds `name`, `description`, optional `[defaults]` and one or more `[[study]]` tables.
 A study is one of:
 - `throughput`: one workload at one resolution and batch;
-- `sweep`: one workload, one batch, a list (or start/stop/step range) of resolutions;
+- `sweep`: one workload, one batch, a list (or start/stop/step range) of resolutions; with
+  `lms_mode = "switch"` LMS is off while the model fits and on from the first resolution where it
+  does not (seed 000), with `"both"` every resolution runs with LMS off and on;
 - `max-resolution` / `max-batch`: a limit search (batch or resolution fixed, the other searched
-  from `start` up to `stop` in multiples of `step`). Declared and validated here; `inv run` lists
-  them but does not run them.
+  from `start` up to `stop` in multiples of `step`), by default once with LMS off and once on
+  (`lms_mode = "both" | "off" | "on"`); `suite.limits` runs them.
 Every trial's resolved parameters are hashed canonically (`trial_hash`): the same hash on two hosts
 means the same workload, which is what reports compare.
 """
@@ -51,11 +53,18 @@ LMS_FIELDS = {
     "serialization_by_size": 0.0,
     "device_memory": None,  # default: the trial's memory_budget, or the GPU's memory
 }
-STUDY_FIELDS = {
+STUDY_FIELDS = {  # required
     "throughput": {"resolution", "batch"},
     "sweep": {"batch", "resolutions"},
     "max-resolution": {"batch", "start", "stop", "step"},
     "max-batch": {"resolution", "start", "stop", "step"},
+}
+# study kind -> (allowed lms_mode values, default). "fixed": the `lms` field as written.
+LMS_MODES = {
+    "throughput": (("fixed",), "fixed"),
+    "sweep": (("fixed", "switch", "both"), "fixed"),
+    "max-resolution": (("both", "off", "on"), "both"),
+    "max-batch": (("both", "off", "on"), "both"),
 }
 OVERRIDABLE = ("resolution", "batch", "steps", "precision")
 
@@ -82,17 +91,70 @@ class Trial:
         )
 
 
+def _with_lms(params: dict, mode: str, lms_settings: dict) -> dict:
+    """`params` (LMS off) as they are for `mode`: "off", or "on" with `lms_settings`."""
+    return {**params, "lms": lms_settings} if mode == "on" else dict(params)
+
+
 @dataclass(frozen=True)
 class Search:
-    """A declared limit search (run by a later version of `inv search`)."""
+    """A limit search: the largest `searched` value in start..stop (by step) that trains."""
 
     spec: str
     study: str
     kind: str
-    params: dict  # resolved like a trial's, without the searched dimension
+    params: dict  # resolved like a trial's (LMS off), the searched dimension None
     start: int
     stop: int
     step: int
+    modes: tuple = ("off", "on")
+    lms: dict = field(default_factory=dict)  # the LMS settings of mode "on"
+    timeout_s: float = 3600.0
+
+    @property
+    def searched(self) -> str:
+        return "resolution" if self.kind == "max-resolution" else "batch"
+
+    @property
+    def candidates(self) -> list[int]:
+        return list(range(self.start, self.stop + 1, self.step))
+
+    def trial(self, value: int, mode: str) -> Trial:
+        params = _with_lms({**self.params, self.searched: value}, mode, self.lms)
+        return Trial(self.spec, self.study, params, 1, self.timeout_s)
+
+    @property
+    def limit_key(self) -> str:
+        """The same for the LMS-off and LMS-on searches of one study: what reports pair."""
+        return trial_hash(
+            {"kind": self.kind, "params": self.params, "range": [self.start, self.stop, self.step]}
+        )
+
+    def hash(self, mode: str) -> str:
+        lms = self.lms if mode == "on" else None
+        return trial_hash({"limit": self.limit_key, "mode": mode, "lms": lms})
+
+    def describe(self, mode: str) -> str:
+        p = self.params
+        fixed = f"batch {p['batch']}" if self.searched == "resolution" else f"{p['resolution']}px"
+        return f"{self.kind} {p['workload']} {fixed} {p['precision']}, LMS {mode}"
+
+
+@dataclass(frozen=True)
+class SwitchSweep:
+    """A sweep that runs LMS off while the model fits and on from the first size it does not."""
+
+    spec: str
+    study: str
+    params: dict  # resolved, LMS off, resolution None
+    resolutions: tuple
+    lms: dict
+    repeats: int
+    timeout_s: float
+
+    def trial(self, resolution: int, mode: str) -> Trial:
+        params = _with_lms({**self.params, "resolution": resolution}, mode, self.lms)
+        return Trial(self.spec, self.study, params, self.repeats, self.timeout_s)
 
 
 @dataclass
@@ -102,6 +164,12 @@ class Spec:
     source: str
     trials: list[Trial] = field(default_factory=list)
     searches: list[Search] = field(default_factory=list)
+    switch_sweeps: list[SwitchSweep] = field(default_factory=list)
+
+    def plannable_trials(self) -> list[Trial]:
+        """Every trial known before running: static ones, and switch sweeps' LMS-on trials."""
+        swept = [s.trial(r, "on") for s in self.switch_sweeps for r in s.resolutions]
+        return self.trials + swept
 
 
 def trial_hash(params: dict) -> str:
@@ -316,7 +384,7 @@ def parse_spec(text: str, source: str, overrides: dict | None = None) -> Spec:
         check.known_keys(
             where,
             study,
-            {"name", "kind", "workload"}
+            {"name", "kind", "workload", "lms_mode"}
             | set(TRIAL_DEFAULTS)
             | set().union(*STUDY_FIELDS.values()),
         )
@@ -336,17 +404,25 @@ def parse_spec(text: str, source: str, overrides: dict | None = None) -> Spec:
         for key in STUDY_FIELDS[kind]:
             if key not in study:
                 check.fail(f"{where}.{key}", None, f"required in a {kind} study")
+        modes, default_mode = LMS_MODES[kind]
+        lms_mode = check.choice(f"{where}.lms_mode", study.get("lms_mode", default_mode), modes)
         settings = {**defaults, **{k: v for k, v in study.items() if k in TRIAL_DEFAULTS}}
         for key in ("steps", "precision"):
             if key in overrides:
                 settings[key] = overrides[key]
         resolved = _resolve_params(check, where, settings, workload)
-        _add_study(spec, check, where, study, study_name, kind, workload, resolved, overrides)
+        _add_study(
+            spec, check, where, study, study_name, kind, workload, resolved, overrides, lms_mode
+        )
     return spec
 
 
-def _add_study(spec, check, where, study, study_name, kind, workload, resolved, overrides):
+def _add_study(
+    spec, check, where, study, study_name, kind, workload, resolved, overrides, lms_mode
+):
     batch = study.get("batch")
+    # what "LMS on" means where a mode turns it on: the study's `lms` table, else auto-tuned
+    lms_on = resolved["lms"] or dict(LMS_FIELDS)
     if batch is not None:
         batch = overrides.get("batch", check.integer(f"{where}.batch", batch, 1))
     if kind in RUNNABLE_KINDS:
@@ -359,25 +435,59 @@ def _add_study(spec, check, where, study, study_name, kind, workload, resolved, 
         if "resolution" in overrides:
             resolutions = [overrides["resolution"]]
             _Checker("command line").resolution("--resolution", resolutions[0], workload)
+        repeats, timeout = resolved["repeats"], resolved["timeout"]
+        if lms_mode == "switch":
+            params = _trial_params(workload, None, batch, {**resolved, "lms": None})
+            spec.switch_sweeps.append(
+                SwitchSweep(
+                    spec.name,
+                    study_name,
+                    params,
+                    tuple(sorted(resolutions)),
+                    lms_on,
+                    repeats,
+                    timeout,
+                )  # fmt: skip
+            )
+            return
         for resolution in resolutions:
             params = _trial_params(workload, resolution, batch, resolved)
-            spec.trials.append(
-                Trial(spec.name, study_name, params, resolved["repeats"], resolved["timeout"])
-            )
+            if lms_mode == "both":
+                params = _trial_params(workload, resolution, batch, {**resolved, "lms": None})
+                for mode in ("off", "on"):
+                    trial_params = _with_lms(params, mode, lms_on)
+                    spec.trials.append(Trial(spec.name, study_name, trial_params, repeats, timeout))
+            else:
+                spec.trials.append(Trial(spec.name, study_name, params, repeats, timeout))
         return
     start = check.integer(f"{where}.start", study["start"], 1)
     stop = check.integer(f"{where}.stop", study["stop"], start + 1)
     step = check.integer(f"{where}.step", study["step"], 1)
+    off = {**resolved, "lms": None}
     if kind == "max-resolution":
         multiple = WORKLOADS[workload].resolution_multiple
         if step % multiple:
             check.fail(f"{where}.step", step, f"a multiple of {multiple} for {workload}")
         check.resolution(f"{where}.start", start, workload)
-        params = _trial_params(workload, None, batch, resolved)
+        params = _trial_params(workload, None, batch, off)
     else:
         resolution = check.resolution(f"{where}.resolution", study["resolution"], workload)
-        params = _trial_params(workload, overrides.get("resolution", resolution), None, resolved)
-    spec.searches.append(Search(spec.name, study_name, kind, params, start, stop, step))
+        params = _trial_params(workload, overrides.get("resolution", resolution), None, off)
+    modes = ("off", "on") if lms_mode == "both" else (lms_mode,)
+    spec.searches.append(
+        Search(
+            spec.name,
+            study_name,
+            kind,
+            params,
+            start,
+            stop,
+            step,
+            modes,
+            lms_on,
+            resolved["timeout"],
+        )  # fmt: skip
+    )
 
 
 def _checked_overrides(overrides: dict) -> dict:

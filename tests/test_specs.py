@@ -33,7 +33,7 @@ def test_shipped_specs_load():
         "unet3d-sweep",
     } <= set(names)
     for name in names:
-        assert load_spec(name).trials
+        assert load_spec(name).plannable_trials()
 
 
 def test_seed_parameters():

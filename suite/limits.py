@@ -1,0 +1,203 @@
+"""Limit searches: the largest resolution (batch fixed) or batch (resolution fixed) that trains,
+with LMS off or on, found with few real trials.
+
+1. Bracket with the simulator (`suite.predict`, a child process): where should the boundary be?
+2. Confirm and refine with real, isolated trials (`suite.bracket`): the prediction and its
+   neighbour, then gallop and bisect if the prediction was off. A trial that is not `ok` (out of
+   memory, crash, time-out) marks "does not train here"; it is recorded like any trial.
+3. Append one search record: the largest value that trained, the smallest that did not, every trial
+   behind them (by spec hash), and the prediction.
+
+Resume: a recorded search is not redone; an interrupted one redoes only what is not recorded (its
+finished trials and its prediction are reused from the host's records).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from suite.bracket import bracket_search
+from suite.errors import RecordError
+from suite.records import SCHEMA_VERSION, append_record, check_host_name, load_records, utc_now
+from suite.runner import TrialExecutor, format_eta
+from suite.specs import Search, Spec
+from suite.trial import TRIAL_ENVIRONMENT
+
+SEARCH_REQUIRED = {
+    "schema": int,
+    "search_hash": str,
+    "limit_key": str,
+    "kind": str,
+    "mode": str,
+    "params": dict,
+    "host": str,
+    "trials": list,
+}
+
+
+def searches_file(results_dir: Path, host: str) -> Path:
+    return Path(results_dir) / "searches" / f"{check_host_name(host)}.jsonl"
+
+
+def predictions_file(results_dir: Path, host: str) -> Path:
+    return Path(results_dir) / "predictions" / f"{check_host_name(host)}.jsonl"
+
+
+def validate_search_record(record: dict, where: str) -> dict:
+    if not isinstance(record, dict) or record.get("schema") != SCHEMA_VERSION:
+        raise RecordError(f"{where}: not a schema-{SCHEMA_VERSION} search record")
+    for name, kind in SEARCH_REQUIRED.items():
+        if not isinstance(record.get(name), kind):
+            raise RecordError(f"{where}: search record lacks field {name!r} ({kind.__name__})")
+    return record
+
+
+def _validate_prediction(record: dict, where: str) -> dict:
+    if not isinstance(record, dict) or not isinstance(record.get("search_hash"), str):
+        raise RecordError(f"{where}: not a prediction record")
+    return record
+
+
+def load_search_records(results_dir: Path) -> list[dict]:
+    records = []
+    for path in sorted((Path(results_dir) / "searches").glob("*.jsonl")):
+        records.extend(load_records(path, validate_search_record))
+    return records
+
+
+def predict_boundary(search: Search, mode: str, executor: TrialExecutor) -> dict:
+    """The simulator's boundary for this search (cached in the host's prediction records)."""
+    search_hash = search.hash(mode)
+    path = predictions_file(executor.results_dir, executor.host)
+    if not executor.force:
+        for record in load_records(path, _validate_prediction):
+            if record["search_hash"] == search_hash:
+                return record
+    candidates = [search.trial(value, mode).params for value in search.candidates]
+    log_path = executor.results_dir / "logs" / executor.host / f"predict-{search_hash}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    repo_root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, **TRIAL_ENVIRONMENT, **(executor.extra_env or {})}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (repo_root, env.get("PYTHONPATH")) if p)
+    with tempfile.TemporaryDirectory(prefix="suite-predict-") as tmp:
+        request, answer = Path(tmp) / "request.json", Path(tmp) / "answer.json"
+        request.write_text(json.dumps({"candidates": candidates, "mode": mode}))
+        with open(log_path, "w") as log:
+            try:
+                completed = subprocess.run(
+                    [sys.executable, "-m", "suite.predict", str(request), str(answer)],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    timeout=search.timeout_s,
+                )
+                failed = completed.returncode != 0 or not answer.exists()
+            except subprocess.TimeoutExpired:
+                failed = True
+        if failed:
+            tail = log_path.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
+            # not cached: a failed prediction is retried by a resumed search
+            return {"search_hash": search_hash, "largest_fit": None, "error": tail[0][:300]}
+        answer_data = json.loads(answer.read_text())
+    record = {"search_hash": search_hash, "recorded_at": utc_now(), **answer_data}
+    append_record(path, record, _validate_prediction)
+    return record
+
+
+def run_search(search: Search, mode: str, spec: Spec, executor: TrialExecutor) -> dict:
+    """Run (or resume, or reuse) the `mode` search of `search`; return its search record."""
+    echo = executor.echo
+    search_hash = search.hash(mode)
+    path = searches_file(executor.results_dir, executor.host)
+    if not executor.force:
+        for record in load_records(path, validate_search_record):
+            if record["search_hash"] == search_hash:
+                echo(f"search {search.study} ({search.describe(mode)}): recorded [{search_hash}]")
+                return record
+    values = search.candidates
+    started = utc_now()
+    echo(
+        f"search {search.study} ({search.describe(mode)}) [{search_hash}]: {search.searched} "
+        f"{values[0]}..{values[-1]} step {search.step} ({len(values)} candidates)"
+    )
+    prediction = predict_boundary(search, mode, executor)
+    predicted = prediction.get("largest_fit")
+    if predicted is None:
+        echo(f"    no prediction ({prediction.get('error')}): searching from {values[0]}")
+    else:
+        shown = values[predicted] if predicted >= 0 else f"nothing (below {values[0]})"
+        echo(
+            f"    simulator: largest that fits {shown} "
+            f"({len(prediction.get('probes', {}))} sizes traced, {prediction.get('seconds')} s)"
+        )
+    trials, records = [], {}
+
+    def probe(index: int) -> bool:
+        trial = search.trial(values[index], mode)
+        reused = executor.done(trial) is not None
+        record = executor.run(trial, 0, spec, {"search": search_hash})
+        records[index] = record
+        metrics = record.get("metrics") or {}
+        trials.append(
+            {
+                "value": values[index],
+                "spec_hash": trial.hash,
+                "outcome": record["outcome"],
+                "reused": reused,
+                "peak_memory_bytes": metrics.get("peak_memory_bytes"),
+                "images_per_sec": (metrics.get("images_per_sec") or {}).get("mean"),
+            }
+        )
+        return record["outcome"] == "ok"
+
+    def on_probe(bracket, index):
+        low = values[bracket.passed] if bracket.passed >= 0 else "-"
+        high = values[bracket.failed] if bracket.failed < len(values) else "-"
+        mean = executor.mean_trial_s()
+        eta = format_eta(mean * bracket.remaining_probes() if mean else None)
+        echo(
+            f"[search {search.study} LMS {mode} trial {len(bracket.probes) + 1}] "
+            f"{search.searched} {values[index]}: bracket trains<={low} fails>={high} {eta}"
+        )
+
+    bracket = bracket_search(len(values), probe, predicted, on_probe)
+    largest = values[bracket.passed] if bracket.passed >= 0 else None
+    smallest = values[bracket.failed] if bracket.failed < len(values) else None
+    record = {
+        "schema": SCHEMA_VERSION,
+        "kind": search.kind,
+        "search_hash": search_hash,
+        "limit_key": search.limit_key,
+        "mode": mode,
+        "spec": {"name": spec.name, "study": search.study, "source": spec.source},
+        "params": search.params,
+        "lms": search.lms if mode == "on" else None,
+        "searched": search.searched,
+        "range": [search.start, search.stop, search.step],
+        "largest_ok": largest,
+        "smallest_failed": smallest,
+        "failed_outcome": records[bracket.failed]["outcome"] if smallest is not None else None,
+        "stop_reached": bracket.passed == len(values) - 1,
+        "trials": trials,
+        "trials_run": sum(1 for t in trials if not t["reused"]),
+        "prediction": {
+            "largest_fit": values[predicted] if predicted is not None and predicted >= 0 else None,
+            "nothing_fits": predicted == -1,
+            "seconds": prediction.get("seconds"),
+            "error": prediction.get("error"),
+        },
+        "host": executor.host,
+        "host_ref": executor.host_ref,
+        "started_at": started,
+        "finished_at": utc_now(),
+    }
+    append_record(path, record, validate_search_record)
+    beyond = f"fails at {smallest} ({record['failed_outcome']})" if smallest else "stop reached"
+    echo(
+        f"    {search.searched} limit, LMS {mode}: trains at {largest}, {beyond}; "
+        f"{len(trials)} trials ({record['trials_run']} run now)"
+    )
+    return record
