@@ -2,7 +2,8 @@
 
 Groups records by workload and spec hash: only records with the same hash describe the same
 workload. Per group and host: throughput (mean over repeats), pixels/voxels per second, peak
-memory, outcomes. Plus the host descriptions, the parameters behind each hash, and a bar chart.
+memory, outcomes. Plus the limits found by searches (`suite.report_limits`), sweep plots
+(`suite.report_sweeps`), the host descriptions, the parameters behind each hash, and a bar chart.
 """
 
 import statistics
@@ -13,7 +14,10 @@ from pathlib import Path
 import jinja2
 from tabulate import tabulate
 
+from suite.limits import load_search_records
 from suite.records import load_all_records, load_host, utc_now
+from suite.report_limits import limits_table
+from suite.report_sweeps import plot_sweeps
 from suite.units import format_bytes
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "reports" / "templates"
@@ -180,7 +184,9 @@ def render_report(results_dir: Path, output_dir: Path, title: str = "LMS benchma
     """Write `report.md` (and its plot) for all records under `results_dir`; return its path."""
     results_dir, output_dir = Path(results_dir), Path(output_dir)
     records = load_all_records(results_dir)
-    groups = _group(records)
+    searches = load_search_records(results_dir)
+    # a search's trials are summarised in the limits table, not one section each
+    groups = _group([r for r in records if "search" not in r["spec"]])
     sections = []
     for workload, by_hash in sorted(groups.items()):
         for spec_hash, by_host in sorted(by_hash.items()):
@@ -219,6 +225,8 @@ def render_report(results_dir: Path, output_dir: Path, title: str = "LMS benchma
         sections=sections,
         plot=plot_name if has_plot else None,
         hosts_table=_hosts_table(records, results_dir) if records else None,
+        limits_table=limits_table(searches),
+        sweeps=plot_sweeps(records, output_dir),
     )
     output_dir.mkdir(parents=True, exist_ok=True)
     path = output_dir / "report.md"

@@ -249,3 +249,66 @@ def test_sweep_range_expands():
         "batch = 1\nresolutions = {start = 16, stop = 48, step = 16}\n"
     )
     assert [t.params["resolution"] for t in parse_spec(text, "s").trials] == [16, 32, 48]
+
+
+SEARCH = """
+name = "s"
+[defaults]
+memory_budget = "200MiB"
+[[study]]
+name = "m"
+kind = "max-resolution"
+workload = "googlenet"
+batch = 2
+start = 64
+stop = 256
+step = 32
+{extra}
+"""
+
+
+def test_a_search_runs_lms_off_and_on_with_shared_limit_key():
+    (search,) = parse_spec(SEARCH.format(extra=""), "s.toml").searches
+    assert search.modes == ("off", "on") and search.candidates == [64, 96, 128, 160, 192, 224, 256]
+    off, on = search.trial(128, "off"), search.trial(128, "on")
+    assert "lms" not in off.params and on.params["lms"]["swapout_threshold"] == -1
+    assert off.params["resolution"] == 128 and off.params["memory_budget_bytes"] == 200 * 2**20
+    assert search.hash("off") != search.hash("on")
+    (only_on,) = parse_spec(SEARCH.format(extra='lms_mode = "on"'), "s.toml").searches
+    assert only_on.modes == ("on",) and only_on.limit_key == search.limit_key
+
+
+def test_lms_mode_is_validated_per_study_kind():
+    with pytest.raises(SpecError) as error:
+        parse_spec(SEARCH.format(extra='lms_mode = "switch"'), "s.toml")
+    message = str(error.value)
+    assert "s.toml" in message and "study[0].lms_mode" in message and "'both'" in message
+    with pytest.raises(SpecError, match="study\\[0\\].lms_mode"):
+        parse_spec(spec_with('lms_mode = "both"'), "t.toml")
+
+
+SWEEP = """
+name = "w"
+[[study]]
+name = "sw"
+kind = "sweep"
+workload = "googlenet"
+batch = 1
+resolutions = [128, 64, 96]
+lms_mode = "{mode}"
+"""
+
+
+def test_switch_and_both_sweeps():
+    switch = parse_spec(SWEEP.format(mode="switch"), "w.toml")
+    (sweep,) = switch.switch_sweeps
+    assert not switch.trials and sweep.resolutions == (64, 96, 128)
+    assert "lms" in sweep.trial(96, "on").params and "lms" not in sweep.trial(96, "off").params
+    assert len(switch.plannable_trials()) == 3
+    both = parse_spec(SWEEP.format(mode="both"), "w.toml")
+    assert len(both.trials) == 6
+    assert sum("lms" in t.params for t in both.trials) == 3
+    # an LMS-off trial of a sweep is the same trial (hash) as in a plain sweep
+    fixed = parse_spec(SWEEP.format(mode="fixed"), "w.toml")
+    assert {t.hash for t in fixed.trials} <= {t.hash for t in both.trials}
+    assert sweep.trial(64, "off").hash in {t.hash for t in fixed.trials}

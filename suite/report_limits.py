@@ -1,0 +1,105 @@
+"""The report's limits table: per workload, host and search, the largest size that trained with
+LMS off and with LMS on, and the factor LMS gained (in pixels or voxels for resolution, in samples
+for batch)."""
+
+from collections import defaultdict
+
+from tabulate import tabulate
+
+from suite.units import format_bytes
+from suite.workloads import WORKLOADS
+
+
+def _limit_text(record: dict | None) -> str:
+    if record is None:
+        return "not searched"
+    largest = record["largest_ok"]
+    if largest is None:
+        return f"none (< {record['range'][0]})"
+    return f"≥ {largest} (stop)" if record["stop_reached"] else str(largest)
+
+
+def _rate_at_limit(record: dict | None) -> float | None:
+    """images/sec of the trial at the largest size that trained."""
+    if record is None or record["largest_ok"] is None:
+        return None
+    for trial in record["trials"]:
+        if trial["value"] == record["largest_ok"] and trial["outcome"] == "ok":
+            return trial["images_per_sec"]
+    return None
+
+
+def _factor(off: dict | None, on: dict | None) -> str:
+    if not off or not on or on["largest_ok"] is None:
+        return "-"
+    if off["largest_ok"] is None:
+        return "only with LMS"
+    ratio = on["largest_ok"] / off["largest_ok"]
+    if on["searched"] == "resolution":
+        dims = WORKLOADS[on["params"]["workload"]].spatial_dims
+        unit = "voxels" if dims == 3 else "pixels"
+        text = f"{ratio**dims:.2f}× {unit}"
+    else:
+        text = f"{ratio:.2f}× batch"
+    return text + (" (at least)" if on["stop_reached"] else "")
+
+
+def _data_rate(record: dict | None) -> str:
+    rate = _rate_at_limit(record)
+    if rate is None:
+        return "-"
+    params, value = record["params"], record["largest_ok"]
+    info = WORKLOADS[params["workload"]]
+    resolution = value if record["searched"] == "resolution" else params["resolution"]
+    elements = rate * info.elements_per_sample(resolution) / 1e6
+    unit = "Mvox/s" if info.spatial_dims == 3 else "Mpx/s"
+    return f"{rate:.3g} img/s, {elements:.3g} {unit}"
+
+
+def limits_table(search_records: list[dict]) -> str | None:
+    """One row per (search, host); the LMS-off and LMS-on searches side by side."""
+    pairs = defaultdict(dict)
+    for record in search_records:  # newest record of each mode wins
+        pairs[(record["limit_key"], record["host"])][record["mode"]] = record
+    if not pairs:
+        return None
+    rows = []
+    for (_, host), modes in sorted(pairs.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        any_record = modes.get("off") or modes.get("on")
+        p = any_record["params"]
+        fixed = (
+            f"batch {p['batch']}"
+            if any_record["searched"] == "resolution"
+            else (f"{p['resolution']}px")
+        )
+        off, on = modes.get("off"), modes.get("on")
+        trials = "/".join(str(len(m["trials"])) if m else "-" for m in (off, on))
+        rows.append(
+            [
+                p["workload"],
+                f"max {any_record['searched']} ({fixed}, {p['precision']})",
+                host,
+                format_bytes(p.get("memory_budget_bytes"))
+                if p.get("memory_budget_bytes")
+                else "device",
+                _limit_text(off),
+                _limit_text(on),
+                _factor(off, on),
+                _data_rate(off),
+                _data_rate(on),
+                trials,
+            ]
+        )
+    headers = [
+        "workload",
+        "search",
+        "host",
+        "memory",
+        "LMS off",
+        "LMS on",
+        "LMS gain",
+        "rate at limit, off",
+        "rate at limit, on",
+        "trials off/on",
+    ]
+    return tabulate(rows, headers, tablefmt="github", disable_numparse=True)
