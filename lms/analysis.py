@@ -228,7 +228,9 @@ def _fix_alias_buffers(ops: list, tensors: list) -> None:
     for index in sorted(range(len(ops)), key=lambda i: ops[i].level):
         op = ops[index]
         if op.type in ALIAS_OPS and op.inputs:
-            root = tensors[tensors[op.inputs[0]].buffer].buffer
-            for t in op.outputs:
-                tensors[t].buffer = root
+            # IdentityN: output k is input k; the others have one data input (the first)
+            per_output = len(op.outputs) == len(op.inputs)
+            for k, t in enumerate(op.outputs):
+                source = op.inputs[k] if per_output else op.inputs[0]
+                tensors[t].buffer = tensors[tensors[source].buffer].buffer
                 tensors[t].bytes = 0  # the bytes belong to the root buffer

@@ -78,8 +78,9 @@ class LMS(keras.callbacks.Callback):
         device (a CPU), where it is the budget the measured peak must stay under.
     reserve: what the framework keeps for itself (bytes or "512MiB"); subtracted first.
     safety_ratio: fraction of what is left that the plan may fill. 0.8 because the simulator
-        underestimates measured peaks with swaps by up to 15 % (benchmarks/lms_emulated.py: the
-        runtime runs swap-outs later and swap-ins earlier than the level schedule assumes).
+        underestimates some measured peaks with swaps by up to ~15 %, and the measured peak of
+        the same plan varies by ~10 % from run to run with the executor's op order
+        (benchmarks/lms_emulated.py).
     swapout_threshold, swapin_ahead, swapin_groupby, sync_mode, serialization,
         serialization_by_size: see `lms.Parameters`; -1 auto-tunes.
     mechanism: "auto" (a GPU: device copies; no GPU: the emulated device's host store),

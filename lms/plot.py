@@ -21,7 +21,7 @@ def plot_simulation(tuned, budget_bytes: int, path) -> str:
             linestyle="--",
         )
     axis.axhline(budget_bytes / GiB, color="black", linestyle=":", label="budget")
-    axis.set_xlabel("step of the simulated schedule (topological level)")
+    axis.set_xlabel("op of the simulated schedule (execution order)")
     axis.set_ylabel("GiB")
     axis.set_title("Simulated memory over one training step")
     axis.legend(loc="upper left")

@@ -1,14 +1,18 @@
 """Simulate device and host memory over one step, with or without a swap plan (DESIGN.md §2.3).
 
-Execution is modelled level by level (a serialized level runs its ops one per step). A buffer is
-allocated when its producer runs and freed after its last reader (aliases included); the step's
+Execution is modelled one op at a time in topological-level order, with the next op's outputs
+allocated while the current op runs (two ops in flight; not within serialized levels). Identity
+and IdentityN do not gate their readers (Grappler removes them). A buffer is allocated when its
+producer runs and freed after its last reader (aliases included); the step's
 outputs live to the end; variables and inputs are resident throughout. With a plan, a swapped
 tensor's device buffer lives until its swap-out and its near readers; each swap-in allocates a
 copy after its trigger, freed after the group's last reader; the host holds the tensor from the
 swap-out to its last swap-in. Unlike TFLMSv2's simulator it counts kernel temporaries: a
 convolution's kernels (oneDNN on CPUs, cuDNN workspaces on GPUs) hold a buffer about as large as
 the op's largest tensor while they run; the largest such temporary of a step is added to it. It
-still ignores allocator rounding; `benchmarks/lms_simulator_error.py` measures the error left.
+still ignores allocator rounding and element-wise kernels writing into their input's buffer
+(modelling that made the error larger, not smaller); `benchmarks/lms_emulated.py` measures the
+error left.
 """
 
 from dataclasses import dataclass
@@ -57,23 +61,47 @@ class Simulation:
         }
 
 
-def schedule(analysis: Analysis, serialized: frozenset = frozenset()) -> tuple[np.ndarray, int]:
-    """Step index of every op, and the number of steps."""
-    step_of = np.zeros(len(analysis.ops), dtype=np.int64)
-    step = 0
-    for level, ops in enumerate(analysis.levels):
-        if level in serialized:
-            for op in ops:
-                step_of[op] = step
-                step += 1
-        else:
-            step_of[ops] = step
-            step += 1
-    return step_of, step
+# Ops that only rename their inputs (output k is input k): Grappler's dependency optimizer removes
+# them, so they gate nothing at run time. Keras 3's optimizer passes every gradient through one
+# IdentityN; taken as a barrier it would keep all gradients alive until the first update.
+TRANSPARENT_OPS = frozenset({"Identity", "IdentityN"})
+
+
+def execution_levels(analysis: Analysis) -> np.ndarray:
+    """Each op's level when transparent ops do not gate their readers (longest path)."""
+    level_of = np.zeros(len(analysis.ops), dtype=np.int64)
+    ready = np.zeros(len(analysis.tensors), dtype=np.int64)  # level after which a tensor exists
+    for wave in analysis.levels:  # analysis levels are a topological order
+        for i in wave:
+            op = analysis.ops[i]
+            level = 0
+            for t in op.inputs:
+                level = max(level, ready[t] + 1)
+            for c in op.control_inputs:
+                level = max(level, level_of[c] + 1)
+            level_of[i] = level
+            if op.type in TRANSPARENT_OPS and len(op.inputs) == len(op.outputs):
+                for source, t in zip(op.inputs, op.outputs, strict=True):
+                    ready[t] = ready[source]
+            else:
+                ready[op.outputs] = level
+    return level_of
+
+
+def schedule(analysis: Analysis) -> tuple[np.ndarray, int]:
+    """Step index of every op, and the number of steps: one op per step, in execution-level order
+    (ties by creation order). GPUs run kernels one stream at a time, and the CPU executor's
+    inter-op threads are few; concurrency is added back as the overlap term of `simulate`."""
+    levels = execution_levels(analysis)
+    order = np.lexsort((np.arange(len(levels)), levels))
+    step_of = np.empty(len(levels), dtype=np.int64)
+    step_of[order] = np.arange(len(levels))
+    analysis.__dict__["_schedule"] = (step_of, len(levels))
+    return step_of, len(levels)
 
 
 def simulate(analysis: Analysis, plan: Plan | None = None) -> Simulation:
-    step_of, steps = schedule(analysis, plan.serialized_levels if plan else frozenset())
+    step_of, steps = schedule(analysis)
     end = steps  # exclusive end for "lives to the end of the step"
     device = np.zeros(steps + 1, dtype=np.int64)
     host = np.zeros(steps + 1, dtype=np.int64)
@@ -132,9 +160,12 @@ def simulate(analysis: Analysis, plan: Plan | None = None) -> Simulation:
         if op.type in WORKSPACE_OPS:
             size = max(_buffer_bytes(analysis, t) for t in op.inputs + op.outputs)
             transient[step_of[index]] = max(transient[step_of[index]], size)
-    # The executor does not wait for a level to finish: the next level's outputs are allocated
-    # while this level's last readers still hold their inputs.
+    # Another thread runs the next op meanwhile: its outputs are allocated while this op's inputs
+    # are still held. Not within serialized levels, whose ops are chained by control dependencies.
     overlap = np.append(allocated[1:steps], 0) if steps else allocated[:0]
+    if plan and plan.serialized_levels and steps:
+        chained = [i for lv in plan.serialized_levels for i in analysis.levels[lv]]
+        overlap[step_of[chained]] = 0
     device = np.cumsum(device)[:steps] + overlap + transient[:steps] + analysis.resident_bytes
     host = np.cumsum(host)[:steps]
     peak_step = int(np.argmax(device)) if steps else 0
