@@ -52,7 +52,9 @@ LMS_FIELDS = {
     "serialization": [],
     "serialization_by_size": 0.0,
     "device_memory": None,  # default: the trial's memory_budget, or the GPU's memory
+    "safety_ratio": 0.8,  # of the memory the plan may fill (lms.LMS's default)
 }
+PLAN_ONLY_FIELDS = ("device_memory", "safety_ratio")  # LMS settings that are not lms.Parameters
 STUDY_FIELDS = {  # required
     "throughput": {"resolution", "batch"},
     "sweep": {"batch", "resolutions"},
@@ -289,11 +291,14 @@ class _Checker:
                 resolved["device_memory"] = parse_bytes(resolved["device_memory"])
             except ValueError as error:
                 self.fail(f"{name}.device_memory", value["device_memory"], str(error))
+        ratio = resolved["safety_ratio"]
+        if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0 < ratio <= 1:
+            self.fail(f"{name}.safety_ratio", ratio, "a number in (0, 1]")
         from lms.errors import ParameterError
         from lms.parameters import Parameters
 
         try:
-            Parameters(**{k: resolved[k] for k in LMS_FIELDS if k != "device_memory"})
+            Parameters(**{k: resolved[k] for k in LMS_FIELDS if k not in PLAN_ONLY_FIELDS})
         except (ParameterError, TypeError) as error:
             field_name = next((k for k in LMS_FIELDS if k in str(error)), "")
             self.fail(f"{name}.{field_name}" if field_name else name, value, str(error))

@@ -117,6 +117,11 @@ def test_seed_parameters():
             "defaults.lms.device_memory",
             "16GiB",
         ),
+        (
+            spec_with(defaults_extra="lms = {safety_ratio = 1.5}"),
+            "defaults.lms.safety_ratio",
+            "(0, 1]",
+        ),
         (BASE.replace('kind = "throughput"', 'kind = "fastest"'), "study[0].kind", "'sweep'"),
         (
             BASE.replace('workload = "googlenet"', 'workload = "vgg"'),

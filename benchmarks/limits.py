@@ -1,0 +1,134 @@
+"""Benchmark: limit searches on the emulated device — trials per search, and how far LMS pushes.
+
+For each smoke workload, a max-resolution search (batch fixed) and for GoogLeNet also a max-batch
+search, each with LMS off and LMS on under the same memory budget, run as real trials (the suite's
+own `run_spec`, results kept in --results so a rerun resumes). Prints per search: the limits,
+the gain in pixels (voxels for 3D) or samples, the real trials each search needed against the
+trials that stepping +1 candidate at a time from the start would need (the seeds' method), the
+data rate at each limit, and what stopped LMS from going further.
+
+    python benchmarks/limits.py [--results /tmp/lms-limits] [--workload NAME ...]
+        [--safety-ratio 0.8]
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+# workload -> (budget, [(kind, fixed, start, stop, step)]): budgets a few times the resident
+# weights and optimizer state, so that activations decide; ranges wide enough for LMS.
+CASES = {
+    "googlenet": (
+        "300MiB",
+        [("max-resolution", 2, 64, 1536, 32), ("max-batch", 224, 1, 64, 1)],
+    ),
+    "resnet50": ("400MiB", [("max-resolution", 1, 64, 1536, 32)]),
+    "deeplabv3plus": ("640MiB", [("max-resolution", 1, 64, 1024, 32)]),
+    "unet3d": ("400MiB", [("max-resolution", 1, 16, 128, 8)]),
+}
+
+
+def spec_text(workload: str, budget: str, searches: list, safety_ratio: float) -> str:
+    lines = [
+        f'name = "limits-{workload}"',
+        "[defaults]",
+        "steps = 1",
+        "warmup_steps = 1",
+        f'memory_budget = "{budget}"',
+        "timeout = 1800",
+        f"lms = {{ safety_ratio = {safety_ratio} }}",
+    ]
+    for kind, fixed, start, stop, step in searches:
+        fixed_field = "batch" if kind == "max-resolution" else "resolution"
+        lines += [
+            "[[study]]",
+            f'name = "{kind}"',
+            f'kind = "{kind}"',
+            f'workload = "{workload}"',
+            f"{fixed_field} = {fixed}",
+            f"start = {start}",
+            f"stop = {stop}",
+            f"step = {step}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def stepping_trials(record: dict) -> int:
+    """Trials the seeds' +step stepping needs: every candidate up to the first failure."""
+    start, stop, step = record["range"]
+    last = record["smallest_failed"] or stop
+    return (last - start) // step + 1
+
+
+def limited_by(record: dict, results: Path) -> str:
+    from suite.records import load_records, results_file
+
+    if record["smallest_failed"] is None:
+        return "stop of the range"
+    failed = next(t for t in record["trials"] if t["value"] == record["smallest_failed"])
+    for trial in load_records(results_file(results, record["host"])):
+        if trial["spec_hash"] == failed["spec_hash"]:
+            error = (trial["error"] or trial["outcome"]).splitlines()[0]
+            if "largest operation" in error:
+                return "largest op: " + error.split("the largest operation, ")[1][:90]
+            return error[:100]
+    return failed["outcome"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--results", default="/tmp/lms-limits")
+    parser.add_argument("--workload", action="append", choices=sorted(CASES))
+    parser.add_argument("--safety-ratio", type=float, default=0.8)
+    args = parser.parse_args()
+    from tabulate import tabulate
+
+    from suite.report_limits import _data_rate, _factor
+    from suite.runner import run_spec
+    from suite.specs import parse_spec
+
+    results = Path(args.results)
+    rows, counts = [], []
+    for workload in args.workload or list(CASES):
+        budget, searches = CASES[workload]
+        text = spec_text(workload, budget, searches, args.safety_ratio)
+        spec = parse_spec(text, f"benchmarks/limits.py:{workload}")
+        summary = run_spec(spec, results, host="limits", echo=print)
+        by_study = {}
+        for record in summary.searches:
+            by_study.setdefault(record["spec"]["study"], {})[record["mode"]] = record
+        for study, modes in by_study.items():
+            off, on = modes["off"], modes["on"]
+            for record in (off, on):
+                counts.append((len(record["trials"]), stepping_trials(record)))
+            rows.append(
+                [
+                    workload,
+                    f"{study} ({budget})",
+                    off["largest_ok"],
+                    on["largest_ok"],
+                    _factor(off, on),
+                    f"{len(off['trials'])}/{len(on['trials'])}",
+                    f"{stepping_trials(off)}/{stepping_trials(on)}",
+                    _data_rate(off),
+                    _data_rate(on),
+                    limited_by(on, results),
+                ]
+            )
+    headers = ["workload", "search", "LMS off", "LMS on", "gain", "trials off/on",
+               "stepping would need", "rate at limit off", "rate at limit on",
+               "LMS on stopped by"]  # fmt: skip
+    print(tabulate(rows, headers, tablefmt="github", disable_numparse=True))
+    if counts:
+        used = sorted(c[0] for c in counts)
+        print(
+            f"real trials per search: median {used[len(used) // 2]}, max {used[-1]} (goal <= 5); "
+            f"stepping would need {sum(c[1] for c in counts)} in all vs {sum(used)}"
+        )
+
+
+if __name__ == "__main__":
+    main()
