@@ -35,6 +35,8 @@ def _user_errors(function):
         "steps": "override every trial's timed steps (changes the spec hash)",
         "precision": "override every trial's precision: fp32, fp16 or bf16 (changes the hash)",
         "force": "re-run trials that are already recorded",
+        "hosts": "run in containers on these Docker hosts at once (names from invoke.yaml "
+        "suite.hosts, or ssh://user@host); default: natively on this machine",
     }
 )
 @_user_errors
@@ -48,18 +50,68 @@ def run(
     steps=None,
     precision=None,
     force=False,
+    hosts=None,
 ):
-    """Run a spec on this host: trials, sweeps and limit searches; skips what is recorded."""
+    """Run a spec on this host (or on Docker hosts): trials, sweeps and limit searches."""
     from suite.runner import run_spec
-    from suite.specs import load_spec
+    from suite.specs import find_spec, load_spec
 
     overrides = {"resolution": resolution, "batch": batch, "steps": steps, "precision": precision}
     overrides = {
         k: int(v) if k != "precision" and v is not None else v for k, v in overrides.items()
     }
-    loaded = load_spec(spec or c.suite.spec, overrides)
+    loaded = load_spec(spec or c.suite.spec, overrides)  # validated here, before any host
+    if hosts:
+        _run_on_hosts(c, find_spec(spec or c.suite.spec), hosts, overrides, force, results)
+        return
     summary = run_spec(loaded, Path(results or c.suite.results), host, force)
     _print_summary(summary)
+
+
+def _run_on_hosts(c, spec_path, hosts, overrides, force, results):
+    from suite.hostrun import DockerHost, run_on_hosts
+
+    configured = c.suite.get("hosts") or {}
+    chosen = []
+    for name in [h.strip() for h in hosts.split(",") if h.strip()]:
+        if name not in configured and not name.startswith("ssh://"):
+            known = ", ".join(configured) or "none"
+            raise SuiteError(
+                f"host {name!r} is not in invoke.yaml suite.hosts (known: {known}) "
+                "and is not an ssh:// URL"
+            )
+        chosen.append(DockerHost.from_config(name, configured.get(name), c.suite.image))
+    args = [f"--{k}={v}" for k, v in overrides.items() if v is not None]
+    args += ["--force"] if force else []
+    outcomes = run_on_hosts(chosen, spec_path, args, Path(results or c.suite.results))
+    for o in outcomes:
+        state = "ok" if o.ok else f"FAILED: {o.reason}"
+        print(f"host {o.host}: {state} ({o.records} new records, {o.seconds:.0f}s)")
+    if not all(o.ok for o in outcomes):
+        raise Exit(f"error: {sum(not o.ok for o in outcomes)} of {len(outcomes)} hosts failed",
+                   code=1)  # fmt: skip
+
+
+@task(
+    help={
+        "arch": "x86_64, ppc64le or both (default)",
+        "base": "'local' (debootstrap + docker import here, cached) or a base image name",
+        "extras": "TensorFlow from PyPI: cpu (default), gpu, or none (ppc64le always none)",
+    }
+)
+@_user_errors
+def build(c, arch="both", base="local", extras="cpu"):
+    """Build the suite image(s) from images/Dockerfile with the docker SDK (streamed log)."""
+    import docker
+
+    from suite.imagebuild import build_image
+
+    arches = ["x86_64", "ppc64le"] if arch == "both" else [arch]
+    client = docker.from_env(timeout=600)
+    for name in arches:
+        facts = build_image(client, name, base, "none" if name == "ppc64le" else extras)
+        print(f"image {facts['tag']} {facts['id']} {facts['size_bytes'] / 2**30:.2f} GiB "
+              f"in {facts['seconds']:.0f}s")  # fmt: skip
 
 
 def _print_summary(summary) -> None:
@@ -247,7 +299,7 @@ def test(c, compat=True, lint=True, k=None):
             c.run(f"{venv}/bin/python -m pytest -ra -m compat{selector}", echo=True)
 
 
-namespace = Collection(run, search, report, models, plan, hostinfo, specs, test)
+namespace = Collection(build, run, search, report, models, plan, hostinfo, specs, test)
 namespace.configure(
     {"suite": {"spec": "smoke", "results": "results", "reports": "reports/generated"}}
 )

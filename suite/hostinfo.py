@@ -20,6 +20,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # Identifies the container image a run used; set by the container runner, None natively.
 IMAGE_DIGEST_VARIABLE = "SUITE_IMAGE_DIGEST"
+BUILD_INFO = "BUILD_INFO.json"  # the suite's commit, in an image (no .git there)
 
 
 def _cpuinfo() -> list[dict]:
@@ -137,7 +138,8 @@ def measure_host_device_bandwidth(size_bytes: int = 256 * 2**20) -> dict | None:
     }
 
 
-def _suite_version() -> dict:
+def suite_version() -> dict:
+    """Version, commit and whether modified: from git, else from the image's BUILD_INFO.json."""
     try:
         version = metadata.version("lms-bench")
     except metadata.PackageNotFoundError:
@@ -161,7 +163,10 @@ def _suite_version() -> dict:
         )
         dirty = bool(status.stdout.strip())
     except (OSError, subprocess.SubprocessError):
-        pass
+        info = REPO_ROOT / BUILD_INFO
+        if info.exists():  # inside an image: written by `inv build`
+            recorded = json.loads(info.read_text())
+            commit, dirty = recorded.get("commit"), recorded.get("dirty")
     return {"version": version, "commit": commit, "dirty": dirty}
 
 
@@ -197,7 +202,7 @@ def describe_host() -> dict:
         "python_version": platform.python_version(),
         "in_container": Path("/.dockerenv").exists(),
         "image_digest": os.environ.get(IMAGE_DIGEST_VARIABLE),
-        "suite": _suite_version(),
+        "suite": suite_version(),
     }
 
 

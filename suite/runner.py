@@ -5,11 +5,12 @@ missing, so an interrupted run resumes where it stopped and trials shared betwee
 once. Progress lines say trial k of n and an ETA.
 """
 
+import os
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from suite.hostinfo import capture_host_description
+from suite.hostinfo import IMAGE_DIGEST_VARIABLE, capture_host_description
 from suite.records import (
     SCHEMA_VERSION,
     append_record,
@@ -121,6 +122,8 @@ class TrialExecutor:
             "finished_at": utc_now(),
             "wall_s": round(result.wall_s, 3),
             "log": str(log_path),
+            # the image this trial ran in (inv run --hosts), null when run natively
+            "image": os.environ.get(IMAGE_DIGEST_VARIABLE),
         }
         append_record(self.path, record)
         self.recorded[(trial.hash, repeat)] = record

@@ -1,0 +1,153 @@
+"""`inv build`: the suite image for x86_64 and ppc64le from images/Dockerfile, with the docker SDK.
+
+The build context is made here: the Dockerfile, the suite's sources (src/), requirements files
+generated from pyproject.toml's pins (build/), and this machine's CA bundle (build/), which only
+the Dockerfile's first stage reads. Labels carry the versions; the image ID (the digest of its
+configuration, the same on every host that has the image) is what records carry.
+"""
+
+import json
+import shutil
+import tempfile
+import time
+import tomllib
+from pathlib import Path
+
+from suite.baseimage import ARCHES, make_base_image
+from suite.errors import SuiteError
+from suite.hostinfo import BUILD_INFO, suite_version
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCKERFILE = ROOT / "images" / "Dockerfile"
+SOURCES = ("lms", "suite", "tasks.py", "invoke.yaml", "pyproject.toml", "README.md")
+LABEL = "org.lms-suite"
+# ppc64le: PyPI has no ppc64le wheels for these (or for their compiled dependencies); Debian has.
+FROM_DEBIAN_ON_PPC64LE = {
+    "matplotlib": "python3-matplotlib",
+    "psutil": "python3-psutil",
+    "jinja2": "python3-jinja2",
+    "paramiko": "python3-paramiko",
+}
+CA_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
+
+
+def image_tag(arch: str, extras: str) -> str:
+    return f"lms-suite:{arch}-{extras}"
+
+
+def _pins() -> tuple[list[str], dict]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return project["dependencies"], project["optional-dependencies"]
+
+
+def _name(requirement: str) -> str:
+    return requirement.split("==")[0].split("[")[0].strip().lower()
+
+
+def _version(requirements: list[str], name: str) -> str | None:
+    for requirement in requirements:
+        if _name(requirement) == name and "==" in requirement:
+            return requirement.split("==")[1]
+    return None
+
+
+def suite_commit() -> str:
+    info = suite_version()
+    return (info["commit"] or "unknown") + ("-modified" if info["dirty"] else "")
+
+
+def ca_bundle() -> Path:
+    import os
+
+    for candidate in (os.environ.get("SSL_CERT_FILE"), os.environ.get("PIP_CERT"), *CA_BUNDLES):
+        if candidate and Path(candidate).is_file():
+            return Path(candidate)
+    raise SuiteError("no CA bundle found (set SSL_CERT_FILE): the build's pip needs one")
+
+
+def prepare_context(directory: Path, arch: str) -> dict:
+    """Write the build context into `directory`; return the build arguments it implies."""
+    shutil.copy(DOCKERFILE, directory / "Dockerfile")
+    build = directory / "build"
+    build.mkdir()
+    shutil.copy(ca_bundle(), build / "ca-bundle.crt")
+    base, extras = _pins()
+    debian = []
+    if arch == "ppc64le":
+        debian = [
+            FROM_DEBIAN_ON_PPC64LE[_name(r)] for r in base if _name(r) in FROM_DEBIAN_ON_PPC64LE
+        ]
+        base = [r for r in base if _name(r) not in FROM_DEBIAN_ON_PPC64LE]
+    (build / "requirements-base.txt").write_text("\n".join(base) + "\n")
+    for extra in ("cpu", "gpu"):
+        (build / f"requirements-{extra}.txt").write_text("\n".join(extras[extra]) + "\n")
+    src = directory / "src"
+    src.mkdir()
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for name in SOURCES:
+        path = ROOT / name
+        if path.is_dir():
+            shutil.copytree(path, src / name, ignore=ignore)
+        else:
+            shutil.copy(path, src / name)
+    info = suite_version()
+    (src / BUILD_INFO).write_text(json.dumps({"commit": info["commit"], "dirty": info["dirty"]}))
+    return {"DEBIAN_PACKAGES": " ".join(debian)}
+
+
+def labels(arch: str, extras: str, base_image: str) -> dict:
+    base, optional = _pins()
+    tensorflow = None if extras == "none" else _version(optional[extras], "tensorflow-cpu")
+    tensorflow = tensorflow or (None if extras == "none" else _version(optional[extras],
+                                                                        "tensorflow"))  # fmt: skip
+    return {
+        f"{LABEL}.arch": arch,
+        f"{LABEL}.base": base_image,
+        f"{LABEL}.extras": extras,
+        f"{LABEL}.tensorflow": tensorflow or "none (needs the Open-CE channel on ppc64le)",
+        f"{LABEL}.keras": (_version(optional.get(extras, []), "keras") or "none"),
+        f"{LABEL}.python": "3.11 (Debian bookworm python3)",
+        f"{LABEL}.cuda": "CUDA/cuDNN wheels of tensorflow[and-cuda]" if extras == "gpu" else "none",
+        f"{LABEL}.suite-commit": suite_commit(),
+        "org.opencontainers.image.title": "lms-suite",
+        "org.opencontainers.image.source": "images/Dockerfile",
+    }
+
+
+def build_image(client, arch: str, base: str, extras: str, echo=print) -> dict:
+    """Build the suite image for `arch`; `base` is "local" or an image name. Returns its facts."""
+    if arch not in ARCHES:
+        raise SuiteError(f"--arch {arch!r}: choose x86_64, ppc64le or both")
+    if extras not in ("cpu", "gpu", "none"):
+        raise SuiteError(f"--extras {extras!r}: choose cpu, gpu or none")
+    if arch == "ppc64le" and extras != "none":
+        raise SuiteError("ppc64le: PyPI has no TensorFlow for ppc64le; use --extras none (and a "
+                         "--base with Open-CE's TensorFlow for a runnable image)")  # fmt: skip
+    base_image = make_base_image(client, arch, echo) if base == "local" else base
+    tag = image_tag(arch, extras)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="lms-build-") as tmp:
+        context = Path(tmp)
+        buildargs = {"BASE": base_image, "EXTRAS": extras, **prepare_context(context, arch)}
+        echo(f"build {tag} FROM {base_image} ({ARCHES[arch][1]})")
+        stream = client.api.build(
+            path=str(context),
+            tag=tag,
+            buildargs=buildargs,
+            labels=labels(arch, extras, base_image),
+            network_mode="host",
+            platform=ARCHES[arch][1],
+            rm=True,
+            forcerm=True,
+            decode=True,
+        )
+        for chunk in stream:
+            if "stream" in chunk and chunk["stream"].strip():
+                echo(f"    {chunk['stream'].rstrip()}")
+            if "error" in chunk:
+                raise SuiteError(f"build of {tag} failed: {chunk['error'].strip()}")
+    image = client.images.get(tag)
+    seconds = time.monotonic() - started
+    echo(f"built {tag}: {image.id} ({image.attrs['Size'] / 2**30:.2f} GiB) in {seconds:.0f}s")
+    return {"tag": tag, "id": image.id, "size_bytes": image.attrs["Size"], "seconds": seconds,
+            "labels": image.labels}  # fmt: skip
