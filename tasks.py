@@ -282,17 +282,23 @@ def specs(c):
         "compat": "also run the compat-marked tests on TensorFlow 2.14.1 (Keras 2) in "
         ".venv-tf2.14 (created on first use)",
         "lint": "run ruff check and ruff format --check first",
+        "docker": "run the container tests (installs and starts a Docker engine if missing)",
         "k": "only tests matching this pytest -k expression",
     }
 )
-def test(c, compat=True, lint=True, k=None):
+def test(c, compat=True, lint=True, docker=True, k=None):
     """Lint, then run the tests on this environment and the compat tests on TF 2.14.1."""
     selector = f" -k {json.dumps(k)}" if k else ""
     with c.cd(str(ROOT)):
+        marker = ""
+        if docker:  # the container tests need a Docker engine: install and start one if missing
+            c.run("bash scripts/docker.sh", echo=True)
+        else:
+            marker = " -m 'not docker'"
         if lint:
             c.run(f"{sys.executable} -m ruff check .", echo=True)
             c.run(f"{sys.executable} -m ruff format --check .", echo=True)
-        c.run(f"{sys.executable} -m pytest -ra{selector}", echo=True, pty=False)
+        c.run(f"{sys.executable} -m pytest -ra{marker}{selector}", echo=True, pty=False)
         if compat:
             venv = ROOT / ".venv-tf2.14"
             c.run(f"bash scripts/venv.sh {venv} tf214,dev", echo=True)

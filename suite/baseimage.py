@@ -19,8 +19,8 @@ from suite.errors import SuiteError
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
 # what every suite image needs from Debian: Python (the same 3.11 on both architectures),
-# venv, certificates; numpy from Debian because PyPI has no ppc64le wheel for it
-INCLUDE = ("python3", "python3-venv", "python3-pip", "ca-certificates")
+# venv, certificates, psutil (so the host description runs in the bare base, under emulation too)
+INCLUDE = ("python3", "python3-venv", "python3-pip", "python3-psutil", "ca-certificates")
 ARCHES = {  # suite name -> (Debian architecture, docker platform, qemu binary)
     "x86_64": ("amd64", "linux/amd64", None),
     "ppc64le": ("ppc64el", "linux/ppc64le", "qemu-ppc64le"),

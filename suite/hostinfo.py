@@ -171,13 +171,17 @@ def suite_version() -> dict:
 
 
 def describe_host() -> dict:
-    """The full description of this host as the trials see it."""
+    """The full description of this host as the trials see it. Without TensorFlow (a ppc64le
+    image lacking the Open-CE layer) its fields are null."""
     import psutil
-    import tensorflow as tf
 
-    build = tf.sysconfig.get_build_info()
+    try:
+        import tensorflow as tf
+    except ImportError:
+        tf = None
+    build = tf.sysconfig.get_build_info() if tf else {}
     gpus, driver = describe_gpus()
-    if gpus is None and not tf.config.list_physical_devices("GPU"):
+    if gpus is None and tf and not tf.config.list_physical_devices("GPU"):
         gpus = []  # neither NVML nor TensorFlow sees a GPU: this host trains on its CPU
     try:
         import keras
@@ -196,8 +200,8 @@ def describe_host() -> dict:
         "driver_version": driver,
         "cuda_version": build.get("cuda_version"),
         "cudnn_version": build.get("cudnn_version"),
-        "host_device_bandwidth_gbps": measure_host_device_bandwidth(),
-        "tensorflow_version": tf.__version__,
+        "host_device_bandwidth_gbps": measure_host_device_bandwidth() if tf else None,
+        "tensorflow_version": tf.__version__ if tf else None,
         "keras_version": keras_version,
         "python_version": platform.python_version(),
         "in_container": Path("/.dockerenv").exists(),
