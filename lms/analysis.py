@@ -173,6 +173,8 @@ def analyze(
     variable_bytes = _variable_bytes(variables)
     largest = ("", 0)
     for op in ops:
+        if op.type in ALIAS_OPS:  # allocates nothing, runs no kernel (IdentityN of all gradients)
+            continue
         size = sum(tensors[t].bytes for t in op.inputs) + sum(tensors[t].bytes for t in op.outputs)
         if size > largest[1]:
             largest = (op.name, size)

@@ -1,9 +1,9 @@
 """Base images made here, for hosts that cannot pull from a registry (`inv build --base local`).
 
 A Debian bookworm root filesystem from `debootstrap --variant=minbase` (ppc64el: `--foreign` and
-the second stage under qemu-user-static), given this machine's apt sources (debootstrap writes only
-`bookworm main`), then `docker import`ed with the right platform. Cached: an image whose label
-holds the same recipe hash is reused, so the second build skips all of this.
+the second stage under qemu-user-static), given this machine's apt sources (debootstrap writes
+only `bookworm main`), then made an image (FROM scratch + ADD) for the right platform. Cached: an
+image whose label holds the same recipe hash is reused, so the second build skips all of this.
 """
 
 import hashlib
@@ -105,14 +105,22 @@ def make_base_image(client, arch: str, echo=print, force: bool = False) -> str:
             for item in (root / cache).glob("*"):
                 if item.is_file():
                     item.unlink()
-        tarball = Path(tmp) / "rootfs.tar"
+        context = Path(tmp) / "context"
+        context.mkdir()
+        tarball = context / "rootfs.tar"
         _run(["tar", "-C", str(root), "-cf", str(tarball), "."], echo, "tar rootfs")
-        echo(f"base {tag}: docker import ({tarball.stat().st_size / 2**20:.0f} MiB)")
-        _run(
-            ["docker", "import", "--platform", platform,
-             "--change", f"LABEL {RECIPE_LABEL}={recipe}",
-             "--change", 'CMD ["/bin/bash"]', str(tarball), tag],
-            echo, "docker import",
-        )  # fmt: skip
+        # FROM scratch + ADD, built for the target platform: unlike `docker import` (whose
+        # --platform this daemon ignores), the image's metadata then names its architecture
+        (context / "Dockerfile").write_text('FROM scratch\nADD rootfs.tar /\nCMD ["/bin/bash"]\n')
+        size = tarball.stat().st_size / 2**20
+        echo(f"base {tag}: image from the root filesystem ({size:.0f} MiB)")
+        client.images.build(
+            path=str(context),
+            tag=tag,
+            platform=platform,
+            labels={RECIPE_LABEL: recipe},
+            pull=False,
+            rm=True,
+        )
     echo(f"base {tag}: made in {time.monotonic() - started:.0f}s")
     return tag
