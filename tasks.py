@@ -171,6 +171,48 @@ def report(c, results=None, output=None):
 
 @task(
     help={
+        "results": "results directory to read",
+        "output": "baseline file to write; default: invoke.yaml suite.baseline",
+    }
+)
+@_user_errors
+def baseline(c, results=None, output=None):
+    """Accept the newest run of every host and workload as the regression baseline."""
+    from suite.regress import make_baseline
+
+    path = Path(output or c.suite.baseline)
+    accepted = make_baseline(Path(results or c.suite.results), path)
+    print(f"baseline: {path} ({len(accepted['entries'])} host/workload entries)")
+
+
+@task(
+    help={
+        "results": "results directory to read",
+        "baseline": "baseline file; default: invoke.yaml suite.baseline",
+        "tolerance": "smallest relative change that counts (default 0.05)",
+        "alpha": "significance level of the Mann–Whitney test (default 0.002, asv's)",
+        "output": "report directory the regression section is written to",
+    }
+)
+@_user_errors
+def regress(c, results=None, baseline=None, tolerance=0.05, alpha=0.002, output=None):
+    """Compare the newest runs with the baseline; exit 1 on a significant regression."""
+    from suite.regress import compare, load_baseline, table, write_regression
+
+    accepted = load_baseline(Path(baseline or c.suite.baseline))
+    tolerance, alpha = float(tolerance), float(alpha)
+    rows = compare(accepted, Path(results or c.suite.results), tolerance, alpha)
+    print(table(rows))
+    path = write_regression(rows, Path(output or c.suite.reports), tolerance, alpha)
+    print(f"regression check: {path} (`inv report` adds it to the report)")
+    regressions = [r for r in rows if r["verdict"] == "regression"]
+    if regressions:
+        raise Exit(f"error: {len(regressions)} regression(s) beyond {tolerance:.0%} "
+                   f"with p < {alpha}", code=1)  # fmt: skip
+
+
+@task(
+    help={
         "resolution": "input side in pixels (voxels for 3D); default: each workload's reference",
         "batch": "batch size the activation sizes are computed for",
         "precision": "fp32, fp16 or bf16",
@@ -305,7 +347,18 @@ def test(c, compat=True, lint=True, docker=True, k=None):
             c.run(f"{venv}/bin/python -m pytest -ra -m compat{selector}", echo=True)
 
 
-namespace = Collection(build, run, search, report, models, plan, hostinfo, specs, test)
+namespace = Collection(
+    build, run, search, report, baseline, regress, models, plan, hostinfo, specs, test
+)
 namespace.configure(
-    {"suite": {"spec": "smoke", "results": "results", "reports": "reports/generated"}}
+    {
+        "suite": {
+            "spec": "smoke",
+            "results": "results",
+            "reports": "reports/generated",
+            "baseline": "baselines/baseline.json",
+            "image": "lms-suite:x86_64-cpu",
+            "hosts": {"local": {"url": "local"}},
+        }
+    }
 )

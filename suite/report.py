@@ -180,6 +180,26 @@ def _plot(groups: dict, path: Path) -> bool:
     return True
 
 
+def _regression(output_dir: Path) -> dict | None:
+    """The last `inv regress` result written beside the report, as a table, if there is one."""
+    import json
+
+    from suite.regress import table
+
+    path = output_dir / "regression.json"
+    if not path.exists():
+        return None
+    result = json.loads(path.read_text())
+    rows = result["rows"]
+    return {
+        "checked_at": result["checked_at"],
+        "tolerance": result["tolerance"],
+        "alpha": result["alpha"],
+        "regressions": sum(r["verdict"] == "regression" for r in rows),
+        "table": table(rows),
+    }
+
+
 def render_report(results_dir: Path, output_dir: Path, title: str = "LMS benchmark report") -> Path:
     """Write `report.md` (and its plot) for all records under `results_dir`; return its path."""
     results_dir, output_dir = Path(results_dir), Path(output_dir)
@@ -226,6 +246,7 @@ def render_report(results_dir: Path, output_dir: Path, title: str = "LMS benchma
         plot=plot_name if has_plot else None,
         hosts_table=_hosts_table(records, results_dir) if records else None,
         limits_table=limits_table(searches),
+        regression=_regression(output_dir),
         sweeps=plot_sweeps(records, output_dir),
     )
     output_dir.mkdir(parents=True, exist_ok=True)

@@ -7,6 +7,7 @@ once. Progress lines say trial k of n and an ETA.
 
 import os
 import socket
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -78,6 +79,7 @@ class TrialExecutor:
         self._host_ref = None
         self.elapsed = []  # wall seconds of the trials run (not reused), for ETAs
         self.outcomes = {}  # outcome -> count, of the trials run
+        self.run_id = uuid.uuid4().hex[:12]  # groups the records of one run (inv regress)
 
     def done(self, trial: Trial, repeat: int = 0) -> dict | None:
         return self.recorded.get((trial.hash, repeat))
@@ -122,6 +124,7 @@ class TrialExecutor:
             "finished_at": utc_now(),
             "wall_s": round(result.wall_s, 3),
             "log": str(log_path),
+            "run": self.run_id,
             # the image this trial ran in (inv run --hosts), null when run natively
             "image": os.environ.get(IMAGE_DIGEST_VARIABLE),
         }

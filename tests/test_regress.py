@@ -1,0 +1,112 @@
+"""The regression gate on hand-made records: a real slowdown is caught, noise is not, a trial that
+stops training is a regression, and the report gets the section."""
+
+import random
+import subprocess
+from pathlib import Path
+
+import pytest
+from test_report import HOST, record
+
+from suite.errors import SuiteError
+from suite.records import SCHEMA_VERSION, append_record, results_file, store_host
+from suite.regress import compare, load_baseline, make_baseline, write_regression
+from suite.report import render_report
+from suite.stats import mann_whitney_p
+
+ROOT = Path(__file__).resolve().parents[1]
+PARAMS = record("h", "r", "x", 1.0, 0.1)["params"]
+
+
+def run_records(host, run, spec_hash, seconds_per_step, seed, repeats=2, outcome="ok", day=1):
+    rng = random.Random(seed)
+    records = []
+    for repeat in range(repeats):
+        steps = [rng.gauss(seconds_per_step, seconds_per_step * 0.03) for _ in range(30)]
+        ok = outcome == "ok"
+        records.append({
+            "schema": SCHEMA_VERSION,
+            "spec": {"name": "s", "study": "a", "source": "s.toml"},
+            "spec_hash": spec_hash,
+            "params": PARAMS,
+            "repeat": repeat,
+            "host": host,
+            "host_ref": "ref",
+            "outcome": outcome,
+            "metrics": {"step_times_s": steps, "images_per_sec": {"mean": 2 / seconds_per_step}}
+            if ok else None,
+            "error": None if ok else "OOM",
+            "device": "CPU:0",
+            "started_at": f"2026-11-{day:02d}T00:00:00+00:00",
+            "finished_at": f"2026-11-{day:02d}T00:10:0{repeat}+00:00",
+            "wall_s": 1.0,
+            "run": run,
+        })  # fmt: skip
+    return records
+
+
+def write(results, records):
+    for one in records:
+        append_record(results_file(results, one["host"]), one)
+
+
+@pytest.fixture
+def accepted(tmp_path):
+    results = tmp_path / "results"
+    store_host(results, HOST)
+    write(results, run_records("h1", "base", "aaaa", 0.100, seed=1))
+    write(results, run_records("h1", "base", "bbbb", 0.200, seed=2))
+    write(results, run_records("h2", "base", "aaaa", 0.050, seed=3))
+    baseline = make_baseline(results, tmp_path / "baseline.json")
+    assert len(baseline["entries"]) == 3
+    return results, tmp_path / "baseline.json"
+
+
+def test_a_real_slowdown_is_caught_and_noise_is_not(accepted):
+    results, path = accepted
+    write(results, run_records("h1", "new", "aaaa", 0.120, seed=11, day=2))  # 17 % slower
+    write(results, run_records("h1", "new", "bbbb", 0.201, seed=12, day=2))  # noise
+    rows = {r["key"]: r for r in compare(load_baseline(path), results)}
+    slow, noise, untouched = rows["h1/aaaa"], rows["h1/bbbb"], rows["h2/aaaa"]
+    assert slow["verdict"] == "regression" and slow["change"] == pytest.approx(-1 / 6, abs=0.03)
+    assert slow["p"] < 0.002
+    assert noise["verdict"] == "unchanged" and abs(noise["change"]) < 0.05
+    assert untouched["verdict"] == "no new run"
+
+
+def test_a_trial_that_stops_training_is_a_regression_and_improvements_are_named(accepted):
+    results, path = accepted
+    write(results, run_records("h1", "new", "aaaa", 0, seed=0, outcome="out_of_memory", day=2))
+    write(results, run_records("h2", "new", "aaaa", 0.040, seed=13, day=2))
+    rows = {r["key"]: r for r in compare(load_baseline(path), results)}
+    assert rows["h1/aaaa"]["verdict"] == "regression"
+    assert "out_of_memory" in rows["h1/aaaa"]["reason"]
+    assert rows["h2/aaaa"]["verdict"] == "improvement"
+
+
+def test_inv_regress_exits_non_zero_and_the_report_shows_it(accepted, tmp_path):
+    results, path = accepted
+    write(results, run_records("h1", "new", "aaaa", 0.130, seed=21, day=2))
+    command = [str(ROOT / "inv"), "regress", "--results", str(results), "--baseline", str(path),
+               "--output", str(tmp_path / "report")]  # fmt: skip
+    completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    assert completed.returncode == 1, completed.stdout + completed.stderr
+    assert "regression" in completed.stdout and "1 regression(s)" in completed.stderr
+    report = render_report(results, tmp_path / "report").read_text()
+    assert "## Regression check" in report and "**1 regression(s)**" in report
+
+
+def test_mann_whitney_matches_a_known_value_and_needs_samples():
+    assert mann_whitney_p([1, 2, 3, 4, 5], [6, 7, 8, 9, 10]) == pytest.approx(0.0119, abs=5e-4)
+    assert mann_whitney_p([1, 2], [3, 4]) == 1.0
+
+
+def test_bad_baselines_get_clear_errors(tmp_path):
+    with pytest.raises(SuiteError, match="does not exist"):
+        load_baseline(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text("{")
+    with pytest.raises(SuiteError, match="not valid JSON"):
+        load_baseline(tmp_path / "bad.json")
+    with pytest.raises(SuiteError, match="no trained records"):
+        make_baseline(tmp_path / "empty", tmp_path / "b.json")
+    assert write_regression([], tmp_path / "out", 0.05, 0.002).exists()
