@@ -171,6 +171,21 @@ def report(c, results=None, output=None):
 
 @task(
     help={
+        "reports": "directory of the rendered report (default: invoke.yaml suite.reports)",
+        "to": "publish directory (default: invoke.yaml suite.publish)",
+    }
+)
+@_user_errors
+def publish(c, reports=None, to=None):
+    """Copy the rendered report into a dated directory and update the index (newest first)."""
+    from suite.publish import publish as publish_report
+
+    target = publish_report(Path(reports or c.suite.reports), Path(to or c.suite.publish))
+    print(f"published: {target} (index: {target.parent / 'index.md'})")
+
+
+@task(
+    help={
         "results": "results directory to read",
         "output": "baseline file to write; default: invoke.yaml suite.baseline",
     }
@@ -348,7 +363,7 @@ def test(c, compat=True, lint=True, docker=True, k=None):
 
 
 namespace = Collection(
-    build, run, search, report, baseline, regress, models, plan, hostinfo, specs, test
+    build, run, search, report, baseline, regress, publish, models, plan, hostinfo, specs, test
 )
 namespace.configure(
     {
@@ -357,6 +372,7 @@ namespace.configure(
             "results": "results",
             "reports": "reports/generated",
             "baseline": "baselines/baseline.json",
+            "publish": "reports/published",
             "image": "lms-suite:x86_64-cpu",
             "hosts": {"local": {"url": "local"}},
         }
