@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The scheduled regression run: build the image, run the spec on the hosts, render the report,
+# check for regressions against the baseline, publish the report (with its regression section)
+# and exit non-zero if there was a regression. Run it from cron, a systemd timer or CI:
+#   30 2 * * * cd /srv/lms-bench && scheduled/nightly.sh >> /var/log/lms-nightly.log 2>&1
+# Settings (environment):
+#   LMS_SPEC     spec to run (default: smoke)
+#   LMS_HOSTS    Docker hosts for `inv run --hosts` (default: local); empty: run natively,
+#                without building an image
+#   LMS_RESULTS, LMS_REPORTS, LMS_PUBLISH, LMS_BASELINE   directories/files (invoke.yaml defaults)
+# The first run has no baseline: it makes one from its own results (accept later ones with
+# `inv baseline` after reviewing them).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+spec=${LMS_SPEC:-smoke}
+hosts=${LMS_HOSTS-local}
+opt() { [ -n "${2:-}" ] && printf -- '--%s=%s' "$1" "$2"; }
+results=$(opt results "${LMS_RESULTS:-}")
+reports=$(opt output "${LMS_REPORTS:-}")
+baseline_file=${LMS_BASELINE:-baselines/baseline.json}
+set -e
+if [ -n "$hosts" ]; then
+  ./inv build --arch x86_64
+  ./inv run --spec "$spec" --hosts "$hosts" $results
+else
+  ./inv run --spec "$spec" $results
+fi
+if [ ! -f "$baseline_file" ]; then
+  ./inv baseline $results --output "$baseline_file"
+fi
+set +e
+./inv regress $results --baseline "$baseline_file" $reports
+regress_status=$?
+set -e
+./inv report $results $reports
+./inv publish $(opt reports "${LMS_REPORTS:-}") $(opt to "${LMS_PUBLISH:-}")
+exit $regress_status
