@@ -76,7 +76,14 @@ def _group(records: list[dict]) -> dict:
 
 
 def _throughput_table(by_host: dict) -> str:
+    """A row per host; with two or more hosts, each host's images/sec relative to the first host
+    (alphabetically) that trained: the comparison the report exists for."""
     rows = []
+    reference = next(
+        (r.rate("images_per_sec") for _, r in sorted(by_host.items()) if r.rate("images_per_sec")),
+        None,
+    )
+    compare = len(by_host) > 1 and reference is not None
     for host, result in sorted(by_host.items()):
         params = result.records[-1]["params"]
         unit_key = "voxels_per_sec" if params["workload"] == "unet3d" else "pixels_per_sec"
@@ -91,8 +98,13 @@ def _throughput_table(by_host: dict) -> str:
                 len(result.records),
             ]
         )
+        if compare:
+            rate = result.rate("images_per_sec")
+            rows[-1].insert(3, f"{rate[0] / reference[0]:.2f}×" if rate else "-")
     unit = "Mvoxels/sec" if "voxels" in unit_key else "Mpixels/sec"
     headers = ["host", "outcomes", "images/sec", unit, "peak memory", "device", "records"]
+    if compare:
+        headers.insert(3, "ratio")
     return tabulate(rows, headers, tablefmt="github", disable_numparse=True)
 
 
@@ -136,12 +148,31 @@ def _hosts_table(records: list[dict], results_dir: Path) -> str:
     descriptions = {h: load_host(results_dir, refs[h]) for h in hosts}
     rows = []
     for label, getter in fields:
-        row = [label]
+        values = []
         for host in hosts:
             description = descriptions[host]
-            row.append(getter(description) if description else "description missing")
-        rows.append(row)
+            values.append(str(getter(description)) if description else "description missing")
+        differs = len(hosts) > 1 and len(set(values)) > 1
+        rows.append([f"**{label}** ⚠ differs" if differs else label, *values])
     return tabulate(rows, ["", *hosts], tablefmt="github", disable_numparse=True)
+
+
+def _provenance(groups: dict) -> tuple[str | None, list[str]]:
+    """Per spec hash: hosts, record counts, dates, images; and what was left out of comparisons."""
+    rows, left_out = [], []
+    for workload, by_hash in sorted(groups.items()):
+        for spec_hash, by_host in sorted(by_hash.items()):
+            records = [r for h in by_host.values() for r in h.records]
+            dates = sorted(r["started_at"][:10] for r in records)
+            images = sorted({(r.get("image") or "native")[:19] for r in records})
+            rows.append([workload, f"`{spec_hash}`", ", ".join(sorted(by_host)), len(records),
+                         f"{dates[0]} – {dates[-1]}", ", ".join(images)])  # fmt: skip
+            if len(by_host) == 1:
+                (host,) = by_host
+                left_out.append(f"`{spec_hash}` ({workload}): recorded on {host} only")
+    headers = ["workload", "spec hash", "hosts", "records", "dates", "images"]
+    table = tabulate(rows, headers, tablefmt="github", disable_numparse=True) if rows else None
+    return table, left_out
 
 
 def _plot(groups: dict, path: Path) -> bool:
@@ -227,6 +258,7 @@ def render_report(results_dir: Path, output_dir: Path, title: str = "LMS benchma
                     "table": _throughput_table(by_host),
                 }
             )
+    provenance, left_out = _provenance(groups)
     plot_name = "throughput.png"
     has_plot = _plot(groups, output_dir / plot_name)
     environment = jinja2.Environment(
@@ -246,6 +278,8 @@ def render_report(results_dir: Path, output_dir: Path, title: str = "LMS benchma
         plot=plot_name if has_plot else None,
         hosts_table=_hosts_table(records, results_dir) if records else None,
         limits_table=limits_table(searches),
+        provenance=provenance,
+        left_out=left_out,
         regression=_regression(output_dir),
         sweeps=plot_sweeps(records, output_dir),
     )

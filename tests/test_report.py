@@ -94,3 +94,21 @@ def test_report_tables_numbers_hosts_and_plot(tmp_path):
 def test_report_without_records_says_so(tmp_path):
     text = render_report(tmp_path, tmp_path / "out").read_text()
     assert "No records yet" in text
+
+
+def test_comparison_ratios_flags_and_what_is_left_out(tmp_path):
+    other = copy.deepcopy(HOST)
+    other.update(tensorflow_version="2.14.1", keras_version="2.14.0")
+    ref_a, ref_b = store_host(tmp_path, HOST), store_host(tmp_path, other)
+    for host, ref, rate in (("alpha", ref_a, 10.0), ("beta", ref_b, 25.0)):
+        append_record(results_file(tmp_path, host), record(host, ref, "same1", rate, 0.1))
+        append_record(results_file(tmp_path, host), record(host, ref, "same2", rate * 2, 0.1, 96))
+    # a third configuration on one host only: never compared, and said so
+    append_record(results_file(tmp_path, "beta"), record("beta", ref_b, "lonely", 5.0, 0.1, 128))
+    text = render_report(tmp_path, tmp_path / "out").read_text()
+    assert text.count("| ratio ") == 2  # the two shared hashes get a ratio column
+    assert "| beta   | 1 ok       | 25 ± 0.1     | 2.50×" in text
+    assert "| alpha  | 1 ok       | 10 ± 0.1     | 1.00×" in text
+    assert "`lonely` (googlenet): recorded on beta only" in text
+    assert "**TensorFlow / Keras** ⚠ differs" in text and "**CPU** ⚠" not in text
+    assert "## Provenance" in text and "| googlenet  | `same1`" in text
