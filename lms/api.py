@@ -254,4 +254,22 @@ def build_report(analysis, tuned, budget, timings) -> dict:
         "simulations": tuned.simulations,
         "analysis": analysis.summary(),
         "timings_s": timings,
+        # the simulated memory over the step, max-pooled to at most TIMELINE_POINTS points (peaks
+        # kept): enough for a report's plot, small enough for a record
+        "timeline": {
+            "device_bytes_without_lms": _pooled(tuned.baseline.device),
+            "device_bytes_with_lms": _pooled(tuned.simulation.device) if plan else None,
+            "host_bytes": _pooled(tuned.simulation.host) if plan else None,
+        },
     }
+
+
+TIMELINE_POINTS = 300
+
+
+def _pooled(values) -> list[int]:
+    values = list(values)
+    if len(values) <= TIMELINE_POINTS:
+        return [int(v) for v in values]
+    size = -(-len(values) // TIMELINE_POINTS)
+    return [int(max(values[i : i + size])) for i in range(0, len(values), size)]

@@ -66,5 +66,7 @@ def plan_spec(
     for trial in trials:
         p = trial.params
         plot = output_dir / f"plan-{p['workload']}-{p['resolution']}px-b{p['batch']}.png"
-        reports.append({"spec_hash": trial.hash, **plan_trial(p, memory, plot)})
+        report = plan_trial(p, memory, plot)
+        report.pop("timeline", None)  # drawn in the plot; hundreds of numbers in JSON
+        reports.append({"spec_hash": trial.hash, **report})
     return reports

@@ -17,6 +17,7 @@ from tabulate import tabulate
 from suite.limits import load_search_records
 from suite.records import load_all_records, load_host, utc_now
 from suite.report_limits import limits_table
+from suite.report_memory import plot_timelines
 from suite.report_sweeps import plot_sweeps
 from suite.units import format_bytes
 
@@ -282,6 +283,7 @@ def render_report(results_dir: Path, output_dir: Path, title: str = "LMS benchma
         left_out=left_out,
         regression=_regression(output_dir),
         sweeps=plot_sweeps(records, output_dir),
+        timelines=plot_timelines(records, output_dir),
     )
     output_dir.mkdir(parents=True, exist_ok=True)
     path = output_dir / "report.md"

@@ -327,3 +327,13 @@ def test_simulated_peak_drops_with_more_swapping():
     ]
     assert peaks[0] <= peaks[1] <= peaks[2] <= lms.simulate(analysis).peak_bytes
     assert peaks[0] < lms.simulate(analysis).peak_bytes
+
+
+@pytest.mark.compat
+def test_report_timeline_is_pooled_and_keeps_the_peak():
+    from lms.api import TIMELINE_POINTS, _pooled
+
+    values = list(range(1000)) + [10**9] + list(range(1000))
+    pooled = _pooled(values)
+    assert len(pooled) <= TIMELINE_POINTS and max(pooled) == 10**9
+    assert _pooled([1, 2, 3]) == [1, 2, 3]

@@ -112,3 +112,21 @@ def test_comparison_ratios_flags_and_what_is_left_out(tmp_path):
     assert "`lonely` (googlenet): recorded on beta only" in text
     assert "**TensorFlow / Keras** ⚠ differs" in text and "**CPU** ⚠" not in text
     assert "## Provenance" in text and "| googlenet  | `same1`" in text
+
+
+def test_lms_trials_get_a_simulated_memory_timeline(tmp_path):
+    ref = store_host(tmp_path, HOST)
+    with_lms = record("alpha", ref, "lmson", 3.0, 0.1)
+    with_lms["params"]["lms"] = {"swapout_threshold": -1}
+    with_lms["metrics"]["lms"] = {
+        "budget_bytes": 2**30,
+        "timeline": {
+            "device_bytes_without_lms": [2**29, 2**31, 2**29],
+            "device_bytes_with_lms": [2**29, 2**30 - 1, 2**29],
+            "host_bytes": [0, 2**30, 0],
+        },
+    }
+    append_record(results_file(tmp_path, "alpha"), with_lms)
+    text = render_report(tmp_path, tmp_path / "out").read_text()
+    assert "## Simulated memory with LMS" in text and "(memory-lmson.png)" in text
+    assert (tmp_path / "out" / "memory-lmson.png").read_bytes()[:4] == b"\x89PNG"
