@@ -100,18 +100,28 @@ def test_comparison_ratios_flags_and_what_is_left_out(tmp_path):
     other = copy.deepcopy(HOST)
     other.update(tensorflow_version="2.14.1", keras_version="2.14.0")
     ref_a, ref_b = store_host(tmp_path, HOST), store_host(tmp_path, other)
+
+    def on(workload, host, ref, spec_hash, rate, resolution=64):
+        made = record(host, ref, spec_hash, rate, 0.1, resolution)
+        made["params"]["workload"] = workload
+        append_record(results_file(tmp_path, host), made)
+
     for host, ref, rate in (("alpha", ref_a, 10.0), ("beta", ref_b, 25.0)):
-        append_record(results_file(tmp_path, host), record(host, ref, "same1", rate, 0.1))
-        append_record(results_file(tmp_path, host), record(host, ref, "same2", rate * 2, 0.1, 96))
-    # a third configuration on one host only: never compared, and said so
-    append_record(results_file(tmp_path, "beta"), record("beta", ref_b, "lonely", 5.0, 0.1, 128))
+        on("googlenet", host, ref, "same1", rate)
+        on("resnet50", host, ref, "same2", rate * 2, 96)
+    # the same workload with other parameters on each host: different hashes, never compared
+    on("deeplabv3plus", "alpha", ref_a, "lonely", 5.0, 128)
+    on("deeplabv3plus", "beta", ref_b, "other", 6.0, 160)
     text = render_report(tmp_path, tmp_path / "out").read_text()
     assert text.count("| ratio ") == 2  # the two shared hashes get a ratio column
     assert "| beta   | 1 ok       | 25 ± 0.1     | 2.50×" in text
     assert "| alpha  | 1 ok       | 10 ± 0.1     | 1.00×" in text
-    assert "`lonely` (googlenet): recorded on beta only" in text
+    assert "| alpha  | 1 ok       | 20 ± 0.1     | 1.00×" in text  # resnet50: 20 vs 50
+    assert "| beta   | 1 ok       | 50 ± 0.1     | 2.50×" in text
+    assert "`lonely` (deeplabv3plus): recorded on alpha only" in text
+    assert "`other` (deeplabv3plus): recorded on beta only" in text
     assert "**TensorFlow / Keras** ⚠ differs" in text and "**CPU** ⚠" not in text
-    assert "## Provenance" in text and "| googlenet  | `same1`" in text
+    assert "## Provenance" in text and "`same1`" in text
 
 
 def test_lms_trials_get_a_simulated_memory_timeline(tmp_path):
