@@ -86,7 +86,7 @@ def main() -> None:
     args = parser.parse_args()
     from tabulate import tabulate
 
-    from suite.report_limits import _data_rate, _factor
+    from suite.report_limits import gain_text, rate_at_limit_text
     from suite.runner import run_spec
     from suite.specs import parse_spec
 
@@ -110,11 +110,11 @@ def main() -> None:
                     f"{study} ({budget})",
                     off["largest_ok"],
                     on["largest_ok"],
-                    _factor(off, on),
+                    gain_text(off, on),
                     f"{len(off['trials'])}/{len(on['trials'])}",
                     f"{stepping_trials(off)}/{stepping_trials(on)}",
-                    _data_rate(off),
-                    _data_rate(on),
+                    rate_at_limit_text(off),
+                    rate_at_limit_text(on),
                     limited_by(on, results),
                 ]
             )

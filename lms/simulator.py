@@ -43,7 +43,7 @@ WORKSPACE_OPS = frozenset(
 class Simulation:
     peak_bytes: int
     peak_step: int
-    peak_op: str  # the largest op running at the peak
+    peak_op: str  # the op running at the peak
     device: np.ndarray  # bytes per step
     host: np.ndarray  # bytes per step
     resident_bytes: int
@@ -169,13 +169,8 @@ def simulate(analysis: Analysis, plan: Plan | None = None) -> Simulation:
     device = np.cumsum(device)[:steps] + overlap + transient[:steps] + analysis.resident_bytes
     host = np.cumsum(host)[:steps]
     peak_step = int(np.argmax(device)) if steps else 0
-    peak_op = ""
-    running = np.flatnonzero(step_of == peak_step) if steps else []
-    if len(running):
-        biggest = max(
-            running, key=lambda i: sum(analysis.tensors[t].bytes for t in analysis.ops[i].outputs)
-        )
-        peak_op = analysis.ops[biggest].name
+    # one op per step: the op at the peak is the one scheduled there
+    peak_op = analysis.ops[int(np.flatnonzero(step_of == peak_step)[0])].name if steps else ""
     peak = int(device[peak_step]) if steps else analysis.resident_bytes
     return Simulation(peak, peak_step, peak_op, device, host, analysis.resident_bytes)
 

@@ -119,6 +119,7 @@ def make_base_image(client, arch: str, echo=print, force: bool = False) -> str:
             tag=tag,
             platform=platform,
             labels={RECIPE_LABEL: recipe},
+            network_mode="none",  # FROM scratch + ADD: nothing to fetch
             pull=False,
             rm=True,
         )

@@ -218,10 +218,9 @@ def host_ref(description: dict) -> str:
 
 def capture_host_description(timeout_s: float = 600) -> dict:
     """describe_host() run in a fresh process (see the module docstring)."""
-    from suite.trial import TRIAL_ENVIRONMENT
+    from suite.trial import child_environment
 
-    env = {**os.environ, **TRIAL_ENVIRONMENT}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
+    env = child_environment()
     completed = subprocess.run(
         [sys.executable, "-m", "suite.hostinfo"],
         capture_output=True,

@@ -22,6 +22,12 @@ from pathlib import Path
 
 from suite.errors import SuiteError
 from suite.hostinfo import IMAGE_DIGEST_VARIABLE
+from suite.limits import (
+    predictions_file,
+    searches_file,
+    validate_prediction,
+    validate_search_record,
+)
 from suite.records import append_record, check_host_name, load_records, results_file
 
 CONTAINER_RESULTS = "/results"
@@ -80,8 +86,6 @@ def _tar(files: dict[str, bytes]) -> bytes:
 
 def _seed_files(results_dir: Path, host: str, spec_text: str) -> dict[str, bytes]:
     """The spec and this host's earlier records, for the container's /results."""
-    from suite.limits import predictions_file, searches_file
-
     files = {"spec.toml": spec_text.encode()}
     for path in (results_file(results_dir, host), searches_file(results_dir, host),
                  predictions_file(results_dir, host)):  # fmt: skip
@@ -93,18 +97,11 @@ def _seed_files(results_dir: Path, host: str, spec_text: str) -> dict[str, bytes
 def merge_results(source: Path, results_dir: Path, host: str) -> int:
     """Merge a container's results into `results_dir`: new records appended, host descriptions
     and logs copied. Returns the number of new trial records."""
-    from suite.limits import (
-        _validate_prediction,
-        predictions_file,
-        searches_file,
-        validate_search_record,
-    )
-
     added = 0
     kinds = (
         (results_file, None, lambda r: (r["spec_hash"], r["repeat"])),
         (searches_file, validate_search_record, lambda r: r["search_hash"]),
-        (predictions_file, _validate_prediction, lambda r: r["search_hash"]),
+        (predictions_file, validate_prediction, lambda r: r["search_hash"]),
     )
     for locate, validate, key in kinds:
         theirs = locate(source, host)

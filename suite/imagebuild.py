@@ -96,16 +96,15 @@ def prepare_context(directory: Path, arch: str) -> dict:
 
 
 def labels(arch: str, extras: str, base_image: str) -> dict:
-    base, optional = _pins()
-    tensorflow = None if extras == "none" else _version(optional[extras], "tensorflow-cpu")
-    tensorflow = tensorflow or (None if extras == "none" else _version(optional[extras],
-                                                                        "tensorflow"))  # fmt: skip
+    _, optional = _pins()
+    pins = optional.get(extras, [])  # "none": no TensorFlow pins
+    tensorflow = _version(pins, "tensorflow-cpu") or _version(pins, "tensorflow")
     return {
         f"{LABEL}.arch": arch,
         f"{LABEL}.base": base_image,
         f"{LABEL}.extras": extras,
         f"{LABEL}.tensorflow": tensorflow or "none (needs the Open-CE channel on ppc64le)",
-        f"{LABEL}.keras": (_version(optional.get(extras, []), "keras") or "none"),
+        f"{LABEL}.keras": _version(pins, "keras") or "none",
         f"{LABEL}.python": "3.11 (Debian bookworm python3)",
         f"{LABEL}.cuda": "CUDA/cuDNN wheels of tensorflow[and-cuda]" if extras == "gpu" else "none",
         f"{LABEL}.suite-commit": suite_commit(),

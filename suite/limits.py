@@ -13,7 +13,6 @@ finished trials and its prediction are reused from the host's records).
 """
 
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -24,7 +23,7 @@ from suite.errors import RecordError
 from suite.records import SCHEMA_VERSION, append_record, check_host_name, load_records, utc_now
 from suite.runner import TrialExecutor, format_eta
 from suite.specs import Search, Spec
-from suite.trial import TRIAL_ENVIRONMENT
+from suite.trial import child_environment
 
 SEARCH_REQUIRED = {
     "schema": int,
@@ -55,7 +54,7 @@ def validate_search_record(record: dict, where: str) -> dict:
     return record
 
 
-def _validate_prediction(record: dict, where: str) -> dict:
+def validate_prediction(record: dict, where: str) -> dict:
     if not isinstance(record, dict) or not isinstance(record.get("search_hash"), str):
         raise RecordError(f"{where}: not a prediction record")
     return record
@@ -73,15 +72,13 @@ def predict_boundary(search: Search, mode: str, executor: TrialExecutor) -> dict
     search_hash = search.hash(mode)
     path = predictions_file(executor.results_dir, executor.host)
     if not executor.force:
-        for record in load_records(path, _validate_prediction):
+        for record in load_records(path, validate_prediction):
             if record["search_hash"] == search_hash:
                 return record
     candidates = [search.trial(value, mode).params for value in search.candidates]
     log_path = executor.results_dir / "logs" / executor.host / f"predict-{search_hash}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    repo_root = str(Path(__file__).resolve().parents[1])
-    env = {**os.environ, **TRIAL_ENVIRONMENT, **(executor.extra_env or {})}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (repo_root, env.get("PYTHONPATH")) if p)
+    env = child_environment(executor.extra_env)
     with tempfile.TemporaryDirectory(prefix="suite-predict-") as tmp:
         request, answer = Path(tmp) / "request.json", Path(tmp) / "answer.json"
         request.write_text(json.dumps({"candidates": candidates, "mode": mode}))
@@ -103,7 +100,7 @@ def predict_boundary(search: Search, mode: str, executor: TrialExecutor) -> dict
             return {"search_hash": search_hash, "largest_fit": None, "error": tail[0][:300]}
         answer_data = json.loads(answer.read_text())
     record = {"search_hash": search_hash, "recorded_at": utc_now(), **answer_data}
-    append_record(path, record, _validate_prediction)
+    append_record(path, record, validate_prediction)
     return record
 
 

@@ -29,7 +29,7 @@ def _rate_at_limit(record: dict | None) -> float | None:
     return None
 
 
-def _factor(off: dict | None, on: dict | None) -> str:
+def gain_text(off: dict | None, on: dict | None) -> str:
     if not off or not on or on["largest_ok"] is None:
         return "-"
     if off["largest_ok"] is None:
@@ -44,7 +44,7 @@ def _factor(off: dict | None, on: dict | None) -> str:
     return text + (" (at least)" if on["stop_reached"] else "")
 
 
-def _data_rate(record: dict | None) -> str:
+def rate_at_limit_text(record: dict | None) -> str:
     rate = _rate_at_limit(record)
     if rate is None:
         return "-"
@@ -84,9 +84,9 @@ def limits_table(search_records: list[dict]) -> str | None:
                 else "device",
                 _limit_text(off),
                 _limit_text(on),
-                _factor(off, on),
-                _data_rate(off),
-                _data_rate(on),
+                gain_text(off, on),
+                rate_at_limit_text(off),
+                rate_at_limit_text(on),
                 trials,
             ]
         )

@@ -172,7 +172,7 @@ def run_spec(
     if spec.trials:
         run_trials(spec, executor, summary)
     for sweep in spec.switch_sweeps:
-        run_switch_sweep(sweep, spec, executor, summary)
+        run_switch_sweep(sweep, spec, executor)
     for search in spec.searches:
         for mode in search.modes:
             summary.searches.append(run_search(search, mode, spec, executor))

@@ -7,13 +7,11 @@ every larger one run with LMS on. Trials are reused from the records, so a resum
 same decisions without re-running anything.
 """
 
-from suite.runner import RunSummary, TrialExecutor, format_eta
+from suite.runner import TrialExecutor, format_eta
 from suite.specs import Spec, SwitchSweep
 
 
-def run_switch_sweep(
-    sweep: SwitchSweep, spec: Spec, executor: TrialExecutor, summary: RunSummary
-) -> int | None:
+def run_switch_sweep(sweep: SwitchSweep, spec: Spec, executor: TrialExecutor) -> int | None:
     """Run the sweep; return the resolution where LMS became necessary (None: it never did)."""
     echo, tag = executor.echo, {"sweep": "switch"}
     switched_at = None

@@ -46,6 +46,15 @@ def _signal_name(returncode: int) -> str:
         return f"signal {-returncode}"
 
 
+def child_environment(extra_env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of the suite's child processes (trials, predictions, host description):
+    this one's, TRIAL_ENVIRONMENT, `extra_env`, and the checkout first on PYTHONPATH."""
+    env = {**os.environ, **TRIAL_ENVIRONMENT, **(extra_env or {})}
+    repo_root = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (repo_root, env.get("PYTHONPATH")) if p)
+    return env
+
+
 def run_trial(
     params: dict, timeout_s: float, log_path: Path, extra_env: dict[str, str] | None = None
 ) -> TrialResult:
@@ -54,9 +63,7 @@ def run_trial(
     `extra_env` is added to the child's environment (the container runner and tests use it).
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, **TRIAL_ENVIRONMENT, **(extra_env or {})}
-    repo_root = str(Path(__file__).resolve().parents[1])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (repo_root, env.get("PYTHONPATH")) if p)
+    env = child_environment(extra_env)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="trial-") as scratch, open(log_path, "wb") as log:
         params_file, result_file = Path(scratch, "params.json"), Path(scratch, "result.json")

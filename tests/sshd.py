@@ -1,7 +1,6 @@
 """A real sshd on 127.0.0.1 for tests of `ssh://` Docker hosts: its own host key, one client key,
 and a HOME whose ~/.ssh has the client's config and a known_hosts entry for it."""
 
-import os
 import shutil
 import socket
 import subprocess
@@ -71,4 +70,4 @@ def start_sshd(directory: Path, known: bool = True) -> SSHServer:
     raise RuntimeError("sshd did not start")
 
 
-__all__ = ["SSHServer", "start_sshd", "os"]
+__all__ = ["SSHServer", "start_sshd"]
