@@ -1,5 +1,6 @@
 """Run by test_lms in a fresh process: the allocator's peak must not include what other tests
-left behind. Prints one JSON object: measured peaks without and with auto-tuned LMS."""
+left behind. Prints one JSON object: measured peaks without and with auto-tuned LMS, and one
+training step's updates with each."""
 
 import json
 import logging
@@ -10,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import tensorflow as tf  # noqa: E402
-from test_lms import Case, small_cnn  # noqa: E402
+from test_lms import Case, small_cnn, step_update  # noqa: E402
 
 import lms  # noqa: E402
 
@@ -31,8 +32,10 @@ def main(plot_path: str) -> None:
     planner = lms.LMS(device_memory=device_memory, plot=plot_path)
     wrapped = planner.wrap(case.step)
     measured = measured_peak(wrapped, case)
-    losses_plain, _ = case.run(case.step)
-    losses_lms, _ = case.run(wrapped)
+    updates = {}
+    for name, function in (("plain", case.step), ("lms", wrapped)):
+        loss, momentums, _ = step_update(case, function)
+        updates[name] = (loss, [m.tolist() for m in momentums])
     print(
         json.dumps(
             {
@@ -41,8 +44,8 @@ def main(plot_path: str) -> None:
                 "budget": planner.budget,
                 "measured": measured,
                 "report": planner.report,
-                "losses_plain": losses_plain,
-                "losses_lms": losses_lms,
+                "update_plain": updates["plain"],
+                "update_lms": updates["lms"],
             }
         )
     )

@@ -212,6 +212,51 @@ def test_hash_is_stable_and_changes_with_every_parameter():
     assert first.hash not in hashes and len(hashes) == len(variants)
 
 
+# Hashes of shipped specs' trials and searches, pinned: records on every host are matched by
+# them, so a change here orphans every recorded result. Change them only on purpose, and say so
+# in CHANGELOG.md (the LMS-off hashes have been kept since issue 2).
+PINNED_TRIALS = [
+    ("smoke", "googlenet", 0, "67b88866ad0f739b"),
+    ("smoke", "deeplabv3plus", 0, "86003735c11f3d8e"),
+    ("smoke", "resnet50", 0, "e384d0f291897c78"),
+    ("deeplab-v3plus", "sweep", 0, "16c2a924a158713c"),
+    ("googlenet-enlarged", "throughput", 0, "de3a784fecb9ddfc"),
+]
+PINNED_SWITCH = [  # (spec, resolution, LMS off, LMS on)
+    ("resnet50-sweep", 500, "762239821ac723b6", "bd921184db815bb2"),
+    ("unet3d-sweep", 96, "7f4937ac566b141f", "c41ca0705fd2cfa8"),
+]
+PINNED_SEARCHES = [  # (spec, study, search off, search on, first candidate off, first on)
+    ("deeplab-v3plus", "max-batch", "a0342c5d7a8e1848", "8ba2b2c6cb139bee", "5a442f7495c9df02",
+     "fa2a8605347c8982"),
+    ("resnet50-sweep", "max-resolution", "81f641dde2e5ea6e", "35406f9a6584e67a",
+     "601d72f0f2825169", "6944fd3adc91b213"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name, study, index, expected", PINNED_TRIALS)
+def test_shipped_trial_hashes_are_pinned(name, study, index, expected):
+    trials = [t for t in load_spec(name).trials if t.study == study]
+    assert trials[index].hash == expected
+
+
+@pytest.mark.parametrize("name, resolution, off, on", PINNED_SWITCH)
+def test_shipped_switch_sweep_hashes_are_pinned(name, resolution, off, on):
+    (sweep,) = load_spec(name).switch_sweeps
+    assert (sweep.trial(resolution, "off").hash, sweep.trial(resolution, "on").hash) == (off, on)
+
+
+@pytest.mark.parametrize("name, study, off, on, first_off, first_on", PINNED_SEARCHES)
+def test_shipped_search_hashes_are_pinned(name, study, off, on, first_off, first_on):
+    (search,) = [s for s in load_spec(name).searches if s.study == study]
+    assert (search.hash("off"), search.hash("on")) == (off, on)
+    first = search.candidates[0]
+    assert (search.trial(first, "off").hash, search.trial(first, "on").hash) == (
+        first_off,
+        first_on,
+    )
+
+
 def test_lms_on_changes_the_hash_and_off_keeps_it():
     plain = parse_spec(BASE, "a.toml").trials[0]
     off = parse_spec(spec_with(defaults_extra="lms = false"), "a.toml").trials[0]
