@@ -8,8 +8,10 @@
 #   LMS_HOSTS    Docker hosts for `inv run --hosts` (default: local); empty: run natively,
 #                without building an image
 #   LMS_RESULTS, LMS_REPORTS, LMS_PUBLISH, LMS_BASELINE   directories/files (invoke.yaml defaults)
-# The first run has no baseline: it makes one from its own results (accept later ones with
-# `inv baseline` after reviewing them).
+# Every night measures anew (`inv run --force`): its records form a new run beside the earlier
+# ones, and `inv regress` compares the newest run with the baseline. The first run has no
+# baseline: it makes one from its own results (accept later ones with `inv baseline` after
+# reviewing them).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 spec=${LMS_SPEC:-smoke}
@@ -21,9 +23,9 @@ baseline_file=${LMS_BASELINE:-baselines/baseline.json}
 set -e
 if [ -n "$hosts" ]; then
   ./inv build --arch x86_64
-  ./inv run --spec "$spec" --hosts "$hosts" $results
+  ./inv run --force --spec "$spec" --hosts "$hosts" $results
 else
-  ./inv run --spec "$spec" $results
+  ./inv run --force --spec "$spec" $results
 fi
 if [ ! -f "$baseline_file" ]; then
   ./inv baseline $results --output "$baseline_file"

@@ -99,7 +99,8 @@ def merge_results(source: Path, results_dir: Path, host: str) -> int:
     and logs copied. Returns the number of new trial records."""
     added = 0
     kinds = (
-        (results_file, None, lambda r: (r["spec_hash"], r["repeat"])),
+        # a forced re-run (`inv run --force`, e.g. nightly) is a new run of the same trials
+        (results_file, None, lambda r: (r["spec_hash"], r["repeat"], r.get("run"))),
         (searches_file, validate_search_record, lambda r: r["search_hash"]),
         (predictions_file, validate_prediction, lambda r: r["search_hash"]),
     )

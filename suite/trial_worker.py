@@ -63,7 +63,9 @@ def run(params: dict) -> dict:
     if planner is not None:  # traced, planned and rewritten on the first (warm-up) call
         train_step = planner.wrap(train_step)
     build_seconds = time.perf_counter() - started
-    _log(f"built {info.name} in {build_seconds:.1f}s on {device}")
+    layer = next(layer for layer in model.layers if layer.trainable_weights)
+    _log(f"built {info.name} in {build_seconds:.1f}s on {device} (computes in "
+         f"{layer.compute_dtype}, variables {layer.variable_dtype})")  # fmt: skip
 
     total = params["warmup_steps"] + params["steps"]
 

@@ -2,19 +2,26 @@
 (this daemon, and the same daemon reached for real over SSH with host-key checking), a host that
 fails, and the ppc64le base under qemu. scripts/docker.sh (run by `inv test`) starts dockerd."""
 
+import contextlib
 import json
+import os
 import subprocess
+import threading
+import time
+from pathlib import Path
 
+import docker
 import pytest
 from sshd import start_sshd
 
 from suite.baseimage import base_tag, make_base_image
 from suite.hostrun import DockerHost, run_on_hosts
-from suite.imagebuild import build_image
+from suite.imagebuild import build_image, suite_commit
 from suite.records import load_host, load_records, results_file
 from suite.specs import find_spec, load_spec
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parents[1]
 
 TINY = """
 name = "tiny"
@@ -33,8 +40,6 @@ batch = 1
 
 @pytest.fixture(scope="module")
 def client():
-    import docker
-
     client = docker.from_env(timeout=900)
     client.ping()
     return client
@@ -57,21 +62,36 @@ def ssh_host(tmp_path, monkeypatch):
     server.stop()
 
 
+VERSIONS = (
+    "import json, platform, tensorflow as tf, keras; print(json.dumps({"
+    "'tensorflow': tf.__version__, 'keras': keras.__version__, 'arch': platform.machine(),"
+    "'python': platform.python_version(), 'cuda': tf.sysconfig.get_build_info().get('cuda_version')"
+    "}))"
+)
+
+
 def test_the_image_builds_from_the_local_base_which_is_then_cached(client, image):
-    labels = image["labels"]
-    assert labels["org.lms-suite.tensorflow"] == "2.21.0"
-    assert labels["org.lms-suite.arch"] == "x86_64"
-    assert labels["org.lms-suite.base"] == base_tag("x86_64")
     lines = []
     make_base_image(client, "x86_64", echo=lines.append)
     cached_id = client.images.get(base_tag("x86_64")).id[7:19]
     assert lines == [f"base {base_tag('x86_64')}: cached ({cached_id})"]
     # runs as non-root without network; the CA bundle of the build stays out of the image
     output = client.containers.run(
-        image["id"], entrypoint=["sh", "-c", "id -u; ls /tmp/build 2>&1 || true"],
-        network_mode="none", remove=True,
+        image["id"], entrypoint=["sh", "-c", f'id -u; ls /tmp/build 2>&1; python -c "{VERSIONS}"'],
+        network_mode="none", remove=True, environment={"TF_CPP_MIN_LOG_LEVEL": "3"},
     ).decode()  # fmt: skip
     assert output.splitlines()[0] == "1000" and "No such file" in output
+    # the labels say what is inside: measured in the image, not copied from the pins
+    inside = json.loads(output.splitlines()[-1])
+    labels = {k.removeprefix("org.lms-suite."): v for k, v in image["labels"].items()}
+    assert labels["tensorflow"] == inside["tensorflow"] == "2.21.0"
+    assert labels["keras"] == inside["keras"]
+    assert labels["python"].split()[0] == ".".join(inside["python"].split(".")[:2])
+    assert labels["arch"] == inside["arch"] == "x86_64"
+    assert labels["cuda"] == "none" and inside["cuda"] is None and labels["extras"] == "cpu"
+    assert labels["base"] == base_tag("x86_64")
+    assert labels["suite-commit"] == suite_commit() and labels["suite-commit"] != "unknown"
+    assert image["labels"]["org.opencontainers.image.title"] == "lms-suite"
 
 
 def test_smoke_spec_on_two_hosts_at_once_local_and_over_ssh(image, ssh_host, tmp_path):
@@ -96,26 +116,87 @@ def test_smoke_spec_on_two_hosts_at_once_local_and_over_ssh(image, ssh_host, tmp
     assert again[0].ok and again[0].records == 0
 
 
-def test_a_failing_host_is_reported_and_does_not_lose_the_others(image, ssh_host, tmp_path):
+class ContainerWatch:
+    """Inspects, from outside, every container the suite starts for host `name` while it runs:
+    its configuration, and from inside it (docker exec) its user and network interfaces."""
+
+    def __init__(self, client, name):
+        self.client, self.label = client, f"org.lms-suite.run={name}"
+        self.seen, self._stop = {}, threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    def _watch(self):
+        while not self._stop.is_set():
+            for container in self.client.containers.list(filters={"label": self.label}):
+                if container.id not in self.seen:
+                    with contextlib.suppress(docker.errors.APIError):  # it may just have ended
+                        self.seen[container.id] = self._inspect(container)
+            time.sleep(0.2)
+
+    @staticmethod
+    def _inspect(container):
+        uid = container.exec_run(["id", "-u"]).output.decode().strip()
+        lines = container.exec_run(["cat", "/proc/net/dev"]).output.decode().splitlines()
+        return {
+            "network_mode": container.attrs["HostConfig"]["NetworkMode"],
+            "user": container.attrs["Config"]["User"],
+            "uid": uid,
+            "interfaces": sorted(line.split(":")[0].strip() for line in lines[2:]),
+        }
+
+
+def test_inv_run_hosts_from_invoke_yaml_isolated_and_a_failing_host_loses_nothing(
+    client, image, ssh_host, tmp_path
+):
+    """`inv run --hosts` as a user types it: hosts from invoke.yaml (the shipped `local`, plus
+    three broken ones from a runtime config file); the container of `local` runs as non-root
+    without a network; a forced second run adds a new run of the same trial."""
     spec = tmp_path / "tiny.toml"
     spec.write_text(TINY)
     stranger = start_sshd(tmp_path / "stranger", known=False)  # its key is not in known_hosts
+    config = tmp_path / "hosts.yaml"
+    config.write_text(
+        "suite:\n  hosts:\n"
+        "    closed: {url: 'ssh://root@127.0.0.1:1'}\n"
+        f"    stranger: {{url: '{stranger.url}'}}\n"
+        "    noimage: {url: local, image: 'lms-suite:does-not-exist'}\n"
+    )
+    command = [str(ROOT / "inv"), "-f", str(config), "run", "--spec", str(spec),
+               "--results", str(tmp_path / "r")]  # fmt: skip
+    env = {**os.environ, "HOME": str(ssh_host.home)}
     try:
-        hosts = [
-            DockerHost("local", "local", image["tag"]),
-            DockerHost("closed", "ssh://root@127.0.0.1:1", image["tag"]),
-            DockerHost("stranger", stranger.url, image["tag"]),
-            DockerHost("noimage", "local", "lms-suite:does-not-exist"),
-        ]
-        outcomes = run_on_hosts(hosts, spec, [], tmp_path / "r", lambda _: None)
+        with ContainerWatch(client, "local") as watch:
+            hosts = ["--hosts", "local,closed,stranger,noimage"]
+            completed = subprocess.run([*command, *hosts], capture_output=True, text=True,
+                                       env=env, timeout=900)  # fmt: skip
     finally:
         stranger.stop()
-    by_host = {o.host: o for o in outcomes}
-    assert by_host["local"].ok and by_host["local"].records == 1
-    assert not by_host["closed"].ok and "unreachable" in by_host["closed"].reason
-    assert not by_host["stranger"].ok and "known_hosts" in by_host["stranger"].reason
-    assert not by_host["noimage"].ok and "is not on" in by_host["noimage"].reason
-    assert len(load_records(results_file(tmp_path / "r", "local"))) == 1
+    output = completed.stdout + completed.stderr
+    assert completed.returncode == 1 and "error: 3 of 4 hosts failed" in output, output
+    assert "host local: ok (1 new records" in output
+    assert "host closed: FAILED: unreachable" in output
+    assert "host stranger: FAILED:" in output and "known_hosts" in output
+    assert "host noimage: FAILED: image lms-suite:does-not-exist is not on local" in output
+    (seen,) = watch.seen.values()
+    assert seen == {"network_mode": "none", "user": "1000:1000", "uid": "1000",
+                    "interfaces": ["lo"]}, seen  # fmt: skip
+    (first,) = load_records(results_file(tmp_path / "r", "local"))
+    assert first["image"] == image["id"] and first["outcome"] == "ok"
+
+    forced = subprocess.run([*command, "--hosts", "local", "--force"], capture_output=True,
+                            text=True, env=env, timeout=900)  # fmt: skip
+    assert forced.returncode == 0, forced.stdout + forced.stderr
+    records = load_records(results_file(tmp_path / "r", "local"))
+    assert len(records) == 2 and records[0] == first and records[1]["run"] != first["run"]
+    assert records[1]["spec_hash"] == first["spec_hash"]
 
 
 def test_the_ppc64le_base_is_a_ppc64le_system_under_emulation(client):

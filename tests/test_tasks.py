@@ -1,5 +1,6 @@
 """The invoke tasks as a user calls them: real subprocesses."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -44,9 +45,43 @@ def test_models_prints_counts_and_largest_activation():
 
 
 def test_hostinfo_prints_json_description():
-    import json
+    import tensorflow as tf
 
     completed = inv("hostinfo")
     description = json.loads(completed.stdout)
-    assert description["architecture"] and description["tensorflow_version"]
-    assert description["gpus"] == [] and description["cuda_version"] is None
+    assert description["architecture"] and description["tensorflow_version"] == tf.__version__
+    # what TensorFlow sees here: no GPU on a CPU machine, every GPU on a GPU host
+    assert len(description["gpus"]) == len(tf.config.list_physical_devices("GPU"))
+    assert (description["cuda_version"] is None) == (not tf.test.is_built_with_cuda())
+
+
+def test_specs_lists_every_shipped_spec_with_its_studies():
+    from suite.specs import available_specs, load_spec
+
+    lines = inv("specs").stdout.splitlines()
+    assert len(lines) == len(available_specs())
+    for name, line in zip(available_specs(), lines, strict=True):
+        spec = load_spec(name)
+        assert line.startswith(
+            f"{name}: {len(spec.trials)} trials, {len(spec.switch_sweeps)} switch sweeps, "
+            f"{len(spec.searches)} searches — "
+        )
+
+
+def test_plan_prints_the_plan_and_plots_it_without_training(tmp_path):
+    completed = inv("plan", "--spec", "smoke", "--workload", "googlenet", "--resolution", "96",
+                    "--device-memory", "128MiB", "--output", str(tmp_path))  # fmt: skip
+    assert completed.returncode == 0, completed.stderr
+    (report,) = json.loads(completed.stdout)
+    assert (report["workload"], report["resolution"], report["batch"]) == ("googlenet", 96, 4)
+    assert report["lms_needed"] and report["fits"] and report["swapped_bytes"] > 0
+    assert (
+        report["peak_bytes_with_lms"] <= report["budget_bytes"] < report["peak_bytes_without_lms"]
+    )
+    assert "The largest operation is" in completed.stderr  # TFLMSv2's log messages
+    assert Path(report["plot"]).read_bytes().startswith(b"\x89PNG")
+    wrong = inv("plan", "--workload", "nope", "--device-memory", "1GiB")
+    assert wrong.returncode == 2 and "it has: deeplabv3plus, googlenet" in wrong.stderr
+    wrong = inv("plan", "--workload", "googlenet", "--device-memory", "lots")
+    last_line = wrong.stderr.strip().splitlines()[-1]  # after TensorFlow's start-up noise
+    assert wrong.returncode == 2 and last_line.startswith("error: --device-memory 'lots': a size")

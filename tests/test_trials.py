@@ -44,7 +44,10 @@ def test_smoke_sized_trial_end_to_end_makes_a_valid_record(tmp_path):
     summary = run_spec(tiny_spec(), tmp_path, host="h1", echo=lines.append)
     (record,) = load_records(results_file(tmp_path, "h1"))
     assert summary.outcomes == {"ok": 1}
-    assert record["outcome"] == "ok" and record["device"] == "CPU:0"
+    import tensorflow as tf
+
+    gpu = bool(tf.config.list_physical_devices("GPU"))  # a CPU machine, or a GPU host
+    assert record["outcome"] == "ok" and record["device"] == ("GPU:0" if gpu else "CPU:0")
     metrics = record["metrics"]
     assert len(metrics["step_times_s"]) == 3 and len(metrics["warmup_times_s"]) == 1
     rate = metrics["images_per_sec"]
@@ -56,6 +59,26 @@ def test_smoke_sized_trial_end_to_end_makes_a_valid_record(tmp_path):
     # a second run finds it recorded and runs nothing
     again = run_spec(tiny_spec(), tmp_path, host="h1", echo=lines.append)
     assert again.skipped == 1 and not again.outcomes
+
+
+@pytest.mark.parametrize("precision, compute", [("bf16", "bfloat16"), ("fp16", "float16")])
+def test_mixed_precision_trials_compute_in_their_precision(tmp_path, precision, compute):
+    spec = tiny_spec(defaults=f'precision = "{precision}"')
+    run_spec(spec, tmp_path, host="h1", echo=lambda _: None)
+    (record,) = load_records(results_file(tmp_path, "h1"))
+    assert record["outcome"] == "ok", record["error"]
+    assert record["params"]["precision"] == precision
+    assert f"(computes in {compute}, variables float32)" in Path(record["log"]).read_text()
+    assert record["spec_hash"] != tiny_spec().trials[0].hash
+
+
+def test_force_runs_recorded_trials_again_as_a_new_run(tmp_path):
+    first = run_spec(tiny_spec(), tmp_path, host="h1", echo=lambda _: None)
+    again = run_spec(tiny_spec(), tmp_path, host="h1", force=True, echo=lambda _: None)
+    assert first.outcomes == again.outcomes == {"ok": 1} and again.skipped == 0
+    records = load_records(results_file(tmp_path, "h1"))
+    assert len(records) == 2 and records[0]["spec_hash"] == records[1]["spec_hash"]
+    assert records[0]["run"] != records[1]["run"]
 
 
 def test_peak_above_the_memory_budget_is_out_of_memory(tmp_path):
@@ -74,11 +97,20 @@ def _fault_env(tmp_path, code):
     return {"PYTHONPATH": str(tmp_path / "fault")}
 
 
-def test_a_crashing_trial_is_recorded_as_crashed(tmp_path):
-    env = _fault_env(tmp_path, "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n")
+def test_a_crashing_trial_is_recorded_as_crashed_with_its_log_tail(tmp_path):
+    env = _fault_env(
+        tmp_path,
+        "import os, signal, sys\n"
+        "print('\\n'.join(f'line {i}' for i in range(200)), file=sys.stderr, flush=True)\n"
+        "print('fault injected: segfault next', file=sys.stderr, flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGSEGV)\n",
+    )
     result = run_trial(tiny_spec().trials[0].params, 120, tmp_path / "t.log", env)
     assert result.outcome == "crashed"
     assert "killed by SIGSEGV" in result.error
+    tail = result.error.split("log tail:\n", 1)[1]
+    assert tail.rstrip().endswith("fault injected: segfault next")  # the last lines, in order
+    assert "line 199" in tail and "line 0\n" not in tail  # a tail, not the whole log
 
 
 def test_a_hanging_trial_is_timed_out_and_killed(tmp_path):
