@@ -124,6 +124,11 @@ class LMS(keras.callbacks.Callback):
                     "is the memory budget), e.g. LMS(device_memory='2GiB')"
                 )
         self.budget = budget_bytes(device_memory, reserve, safety_ratio)
+        self.safety_ratio = safety_ratio
+        if batch_size is not None and (
+            not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1
+        ):
+            raise ParameterError(f"batch_size must be an integer >= 1; received {batch_size!r}")
         self.mechanism_name = mechanism
         self.batch_size, self.plot_path = batch_size, plot
         self.store = None
@@ -156,6 +161,12 @@ class LMS(keras.callbacks.Callback):
         try:
             tuned = self._tune_or_apply(analysis)
         except NothingFitsError as error:
+            if self.safety_ratio < 1:
+                error.args = (
+                    f"{error} (the budget is safety_ratio {self.safety_ratio:g} of the device "
+                    "memory left after the reserve; a larger safety_ratio, up to 1, plans closer "
+                    "to the device memory and leaves less room for the simulator's error)",
+                )
             if not keep_closest or error.closest is None:
                 raise
             log.info("%s", error)

@@ -1,6 +1,9 @@
 """The memory budget LMS plans for: device memory minus the framework's reserve, times a safety
 ratio. Device memory is given (bytes or "16GiB") or read from the GPU through NVML."""
 
+import math
+import numbers
+
 from lms.errors import ParameterError
 
 _UNITS = {
@@ -18,24 +21,30 @@ _UNITS = {
 
 def to_bytes(value, name: str) -> int:
     """Bytes of 1073741824, "1GiB", "512 MiB" or "1.5GB"; a float alone means GiB."""
+    wrong = ParameterError(
+        f"{name} must be a size like 16GiB, 512MiB or a number of bytes; received {value!r}"
+    )
     if isinstance(value, bool):
-        raise ParameterError(f"{name} must be a size; received {value!r}")
-    if isinstance(value, int):
-        size = value
-    elif isinstance(value, float):
+        raise wrong
+    if isinstance(value, numbers.Integral):
+        size = int(value)
+    elif isinstance(value, numbers.Real):
+        if not math.isfinite(value):
+            raise wrong
         size = int(value * 2**30)
     elif isinstance(value, str):
         text = value.strip().lower().replace(" ", "")
         number = text.rstrip("abcdefghijklmnopqrstuvwxyz")
         unit = text[len(number) :] or "b"
         try:
-            size = int(float(number) * _UNITS[unit])
+            amount = float(number) * _UNITS[unit]
         except (KeyError, ValueError):
-            raise ParameterError(
-                f"{name} must be a size like 16GiB, 512MiB or a number of bytes; received {value!r}"
-            ) from None
+            raise wrong from None
+        if not math.isfinite(amount):
+            raise wrong
+        size = int(amount)
     else:
-        raise ParameterError(f"{name} must be a size; received {value!r}")
+        raise wrong
     if size <= 0:
         raise ParameterError(f"{name} must be positive; received {value!r}")
     return size
@@ -56,9 +65,20 @@ def gpu_memory_bytes(index: int = 0) -> int | None:
         return None
 
 
+def format_size(size: int) -> str:
+    """1 B, 812 KiB, 80.5 MiB, 1.25 GiB: about three significant digits in the largest unit, so
+    that a budget of a few bytes does not print as 0.000 GiB."""
+    for unit, factor in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(size) >= factor:
+            value = size / factor
+            return f"{value:.{0 if value >= 100 else 1 if value >= 10 else 2}f} {unit}"
+    return f"{int(size)} B"
+
+
 def budget_bytes(device_memory, reserve, safety_ratio: float) -> int:
-    if not 0 < safety_ratio <= 1:
-        raise ParameterError(f"safety_ratio must be in (0, 1]; received {safety_ratio!r}")
+    ratio_ok = isinstance(safety_ratio, numbers.Real) and not isinstance(safety_ratio, bool)
+    if not ratio_ok or not 0 < safety_ratio <= 1:
+        raise ParameterError(f"safety_ratio must be a number in (0, 1]; received {safety_ratio!r}")
     memory = to_bytes(device_memory, "device_memory")
     reserved = to_bytes(reserve, "reserve") if reserve else 0
     if reserved >= memory:

@@ -9,6 +9,7 @@ import logging
 from dataclasses import dataclass
 
 from lms.analysis import Analysis, GiB
+from lms.budget import format_size
 from lms.errors import NothingFitsError
 from lms.parameters import AUTO, Parameters
 from lms.planner import Plan, plan
@@ -84,10 +85,11 @@ def tune(analysis: Analysis, budget_bytes: int, parameters: Parameters) -> Tuned
         best = min(cache.values(), default=baseline.peak_bytes)
         lowest = min(cache, key=cache.get) if cache else None
         error = NothingFitsError(
-            f"no LMS parameters fit the budget of {budget_bytes / GiB:.3f} GiB: the best simulated "
-            f"peak is {best / GiB:.3f} GiB (without LMS {baseline.peak_bytes / GiB:.3f} GiB); the "
-            f"largest operation, {analysis.largest_op[0]}, needs {analysis.largest_op[1] / GiB:.3f}"
-            f" GiB and resident variables and inputs {analysis.resident_bytes / GiB:.3f} GiB"
+            f"no LMS parameters fit the budget of {format_size(budget_bytes)}: the best simulated "
+            f"peak is {format_size(best)} (without LMS {format_size(baseline.peak_bytes)}); the "
+            f"largest operation, {analysis.largest_op[0]}, needs "
+            f"{format_size(analysis.largest_op[1])} and resident variables and inputs "
+            f"{format_size(analysis.resident_bytes)}"
         )
         if lowest is not None:  # what came closest, for reports that show the shortfall
             closest = plan(analysis, lowest)

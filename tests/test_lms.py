@@ -299,9 +299,17 @@ def test_analysis_sizes_levels_and_logged_messages(caplog):
         ({"serialization": ["5:3"]}, "is empty"),
         ({"serialization_by_size": -1}, "serialization_by_size must be a number of GiB"),
         ({"mechanism": "teleport"}, "mechanism must be one of"),
-        ({"safety_ratio": 0}, "safety_ratio must be in (0, 1]"),
+        ({"safety_ratio": 0}, "safety_ratio must be a number in (0, 1]; received 0"),
         ({"device_memory": "lots"}, "device_memory must be a size like 16GiB"),
         ({"device_memory": "1GiB", "reserve": "2GiB"}, "leaves nothing"),
+        ({"device_memory": float("nan")}, "device_memory must be a size like 16GiB"),
+        ({"device_memory": float("inf")}, "device_memory must be a size like 16GiB"),
+        ({"device_memory": "1e400GiB"}, "received '1e400GiB'"),
+        ({"device_memory": [1]}, "device_memory must be a size like 16GiB"),
+        ({"safety_ratio": "x"}, "safety_ratio must be a number in (0, 1]; received 'x'"),
+        ({"safety_ratio": float("nan")}, "safety_ratio must be a number in (0, 1]"),
+        ({"batch_size": "x"}, "batch_size must be an integer >= 1; received 'x'"),
+        ({"batch_size": 0}, "batch_size must be an integer >= 1; received 0"),
     ],
 )
 def test_bad_parameters_get_a_clear_error(kwargs, message):
@@ -328,8 +336,14 @@ def test_a_graph_that_needs_no_lms_runs_unchanged(caplog):
 
 def test_a_budget_nothing_can_meet_is_a_clear_error():
     case = Case(*small_cnn())
-    with pytest.raises(lms.NothingFitsError, match="no LMS parameters fit the budget .* largest"):
+    with pytest.raises(lms.NothingFitsError) as raised:
         lms.LMS(device_memory="4MiB").wrap(case.step)(case.images, case.labels)
+    message = str(raised.value)
+    assert message.startswith("no LMS parameters fit the budget of 3.20 MiB: the best simulated")
+    assert "largest operation" in message and "safety_ratio 0.8" in message
+    with pytest.raises(lms.NothingFitsError, match="budget of 100 B: .* KiB") as raised:
+        lms.LMS(device_memory=100, safety_ratio=1.0).wrap(case.step)(case.images, case.labels)
+    assert "safety_ratio" not in str(raised.value)
 
 
 def test_auto_tuned_plan_fits_the_budget_simulated_and_measured(tmp_path):
