@@ -109,6 +109,28 @@ def _variable_bytes(variables) -> int:
     return sum(v.shape.num_elements() * v.dtype.size for v in variables)
 
 
+def _drop_dead_reads(ops, tensors, graph_outputs: set) -> None:
+    """Forget reads that never happen: input k of an IdentityN whose output k nothing reads.
+
+    A `tf.custom_gradient` forward op is IdentityN(y, x, ...) of which only y is used; Grappler
+    prunes the unread inputs, so such a "reader" of x never runs. Planning a swap-in for it would
+    strand the swapped-out copy on the host (it is freed after its last swap-in runs), and
+    simulating it would keep x alive on the device for nothing.
+    """
+    changed = True
+    while changed:  # an IdentityN may feed another one
+        changed = False
+        for i, op in enumerate(ops):
+            if op.type != "IdentityN":
+                continue
+            for position, (source, output) in enumerate(zip(op.inputs, op.outputs, strict=True)):
+                read = (i, position)
+                dead = not tensors[output].consumers and output not in graph_outputs
+                if dead and read in tensors[source].consumers:
+                    tensors[source].consumers.remove(read)
+                    changed = True
+
+
 def analyze(
     graph,
     batch_size: int | None = None,
@@ -144,6 +166,8 @@ def analyze(
             inputs.append(t)
             tensors[t].consumers.append((i, position))
         edges += len(inputs) + len(ops[i].control_inputs)
+    outputs = [tensor_index[t.ref()] for t in graph.outputs if t.ref() in tensor_index]
+    _drop_dead_reads(ops, tensors, set(outputs))
 
     _assign_levels(ops, tensors)
     levels = [[] for _ in range(1 + max((op.level for op in ops), default=-1))]
@@ -178,7 +202,6 @@ def analyze(
         size = sum(tensors[t].bytes for t in op.inputs) + sum(tensors[t].bytes for t in op.outputs)
         if size > largest[1]:
             largest = (op.name, size)
-    outputs = [tensor_index[t.ref()] for t in graph.outputs if t.ref() in tensor_index]
     analysis = Analysis(
         graph,
         ops,

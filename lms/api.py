@@ -39,6 +39,7 @@ class LMSFunction:
             function = tf.function(function)
         self.lms, self.function = lms, function
         self._prepared = {}
+        self._warned_leftovers = False
 
     @staticmethod
     def _key(args):
@@ -57,13 +58,28 @@ class LMSFunction:
         return self._prepared[key]
 
     def __call__(self, *args):
+        """One step. The host store is empty after it, whatever ran: a step runs to its end
+        before the call returns, so what is left would never be read (a swap-in that did not
+        run) or belongs to a step that failed. One step at a time per LMS object."""
         callable_, _ = self.prepare(*args)
+        store = self.lms.store
         try:
-            return callable_(*args)
+            result = callable_(*args)
         except Exception:
-            if self.lms.store is not None:  # a failed step leaves swapped tensors behind
-                self.lms.store.clear()
+            if store is not None:
+                store.clear()
             raise
+        if store is not None and store.held_bytes:
+            count, size = store.clear()
+            if not self._warned_leftovers:
+                self._warned_leftovers = True
+                log.warning(
+                    "%d swapped-out tensors (%d bytes) were not swapped back in during the step "
+                    "(their swap-ins did not run); freed after each step",
+                    count,
+                    size,
+                )
+        return result
 
     @property
     def report(self) -> dict | None:

@@ -120,11 +120,13 @@ class HostStore(SwapMechanism):
         with self._lock:
             return sum(a.nbytes for a in self._arrays.values())
 
-    def clear(self) -> None:
-        """Drop whatever a failed step left behind."""
+    def clear(self) -> tuple[int, int]:
+        """Drop whatever a step left behind; return how many arrays and bytes that was."""
         with self._lock:
+            left = (len(self._arrays), sum(a.nbytes for a in self._arrays.values()))
             self._arrays.clear()
             self._readers.clear()
+        return left
 
     def _put(self, array, readers):
         handle = next(self._handles)

@@ -240,6 +240,76 @@ def test_the_update_check_catches_one_swap_in_of_the_wrong_tensor(exact_arithmet
         assert_same_updates(case, rewritten)
 
 
+@tf.custom_gradient
+def _swish(x):
+    y = x * tf.sigmoid(x)
+
+    def gradient(upstream):
+        s = tf.sigmoid(x)
+        return upstream * (s + x * s * (1 - s))
+
+    return y, gradient
+
+
+class Swish(keras.layers.Layer):
+    """A layer with a custom gradient: its forward op is IdentityN(y, x) of which only y is read."""
+
+    def call(self, x):
+        return _swish(x)
+
+
+def mixed_block_case(resolution=32, batch=2):
+    """Depthwise convolution, a custom gradient, layer norm and self-attention in one model: the
+    kinds of ops the suite's workloads do not have."""
+    inputs = keras.Input((resolution, resolution, 3), batch_size=batch)
+    x = keras.layers.Conv2D(16, 3, strides=2, padding="same")(inputs)
+    x = Swish()(keras.layers.DepthwiseConv2D(3, padding="same")(x))
+    x = keras.layers.LayerNormalization()(x)
+    tokens = keras.layers.Reshape(((resolution // 2) ** 2, 16))(x)
+    attended = keras.layers.MultiHeadAttention(num_heads=2, key_dim=8)(tokens, tokens)
+    x = keras.layers.LayerNormalization()(tokens + attended)
+    x = Swish()(keras.layers.Dense(32)(x))
+    model = keras.Model(inputs, keras.layers.Dense(10)(keras.layers.GlobalAveragePooling1D()(x)))
+    images = tf.random.stateless_uniform((batch, resolution, resolution, 3), seed=(9, 10))
+    labels = tf.random.stateless_uniform((batch,), (11, 12), maxval=10, dtype=tf.int32)
+    from suite.workloads.losses import classification
+
+    return Case(model, classification, images, labels)
+
+
+def test_custom_gradient_attention_model_trains_the_same_and_leaves_the_host_store_empty(
+    exact_arithmetic, caplog
+):
+    case = mixed_block_case()
+    rewritten, analysis, plan, _ = force_plan(aggressive(), case)
+    assert plan.swap_count > 10
+    reads = [(c, k) for s in plan.swaps for i in s.swap_ins for c, k in i.consumers]
+    identity_reads = [(c, k) for c, k in reads if analysis.ops[c].type == "IdentityN"]
+    assert identity_reads  # the optimizer's IdentityN of all gradients reads swap-ins...
+    for op, position in identity_reads:  # ...but never at a position whose output is unread
+        assert analysis.tensors[analysis.ops[op].outputs[position]].consumers
+    assert_same_updates(case, rewritten)
+    for _ in range(3):
+        rewritten(case.images, case.labels)
+        assert rewritten.lms_store.held_bytes == 0  # no swap-in was planned for a pruned read
+
+
+def test_a_swap_in_that_never_runs_is_freed_after_the_step(monkeypatch, caplog):
+    """The safety net behind the analysis: with dead reads not recognised, swap-ins are planned
+    for inputs Grappler prunes; the step must still leave nothing on the host."""
+    import lms.analysis
+
+    monkeypatch.setattr(lms.analysis, "_drop_dead_reads", lambda *args: None)
+    case = mixed_block_case()
+    planner = aggressive()
+    step = planner.wrap(case.step)
+    with caplog.at_level(logging.WARNING, logger="lms"):
+        for _ in range(3):
+            step(case.images, case.labels)
+            assert planner.store.held_bytes == 0
+    assert caplog.text.count("were not swapped back in during the step") == 1
+
+
 def test_swap_ops_sit_where_the_plan_put_them():
     case = Case(*small_cnn())
     rewritten, analysis, plan, concrete = force_plan(aggressive(), case)
