@@ -1,0 +1,85 @@
+"""How close LMS's training step is to plain training, per model, over fresh processes: the share
+of tests/test_lms.py's update tolerance that the largest difference uses, the largest difference
+relative to a variable's own update (variables above 1e-5 of the step's update), and the largest
+noise-only difference (relative to the whole step's update). Everything swappable is swapped;
+Grappler's arithmetic optimizer and remapper are off in both runs, as in the test.
+
+    python benchmarks/lms_equivalence.py [--processes 3] [--case NAME ...]
+"""
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CASES = ["cnn", "cnn-fp16", "googlenet", "googlenet-fp16", "unet3d", "vgg16", "deeplabv3plus",
+         "resnet50", "mobilenetv2", "densenet121", "mixed-block"]  # fmt: skip
+TOLERANCE = {"unet3d": "MAX_POOL_TIES_TOLERANCE"}
+
+
+def measure(name: str) -> dict:
+    """In this process: the rewritten step's one-step updates against plain training's."""
+    sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+    import numpy as np
+    import tensorflow as tf
+    import test_lms as t
+
+    tf.config.optimizer.set_experimental_options(t.EXACT_ARITHMETIC)
+    case = {  # the test's cases (tests/test_lms.py)
+        "cnn": lambda: t.Case(*t.small_cnn()),
+        "cnn-fp16": lambda: t.Case(*t.small_cnn(precision="fp16"), precision="fp16"),
+        "googlenet": lambda: t.workload_case("googlenet", 64, 2),
+        "googlenet-fp16": lambda: t.workload_case("googlenet", 64, 2, "fp16"),
+        "unet3d": lambda: t.workload_case("unet3d", 16),
+        "vgg16": lambda: t.applications_case("VGG16", 64),
+        "deeplabv3plus": lambda: t.workload_case("deeplabv3plus", 96, 2),
+        "resnet50": lambda: t.workload_case("resnet50", 96, 4),
+        "mobilenetv2": lambda: t.applications_case("MobileNetV2", 96, 4),
+        "densenet121": lambda: t.applications_case("DenseNet121", 64),
+        "mixed-block": t.mixed_block_case,
+    }[name]()
+    rewritten, *_ = t.force_plan(t.aggressive(), case)
+    default = t.FP16_TOLERANCE if case.precision == "fp16" else t.FP32_TOLERANCE
+    rtol, floor = getattr(t, TOLERANCE[name]) if name in TOLERANCE else default
+    _, got, _ = t.step_update(case, rewritten)
+    _, want, _ = t.step_update(case, case.step)
+    total = math.sqrt(sum(float(np.sum(w * w)) for w in want))
+    pairs = [
+        (float(np.linalg.norm(g - w)), float(np.linalg.norm(w)))
+        for g, w in zip(got, want, strict=True)
+    ]
+    return {
+        "used": max(d / (rtol * own + floor * total) for d, own in pairs),
+        "relative": max((d / own for d, own in pairs if own > 1e-5 * total), default=0.0),
+        "noise": max((d / total for d, own in pairs if own <= 1e-5 * total), default=0.0),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--processes", type=int, default=3)
+    parser.add_argument("--case", action="append", choices=CASES)
+    args = parser.parse_args()
+    print("| model | share of tolerance used (max over processes) | own-relative | noise |")
+    print("|---|---|---|---|")
+    for name in args.case or CASES:
+        runs = []
+        for _ in range(args.processes):
+            code = f"import json, sys; sys.path.insert(0, {str(ROOT)!r}); " \
+                   f"from benchmarks.lms_equivalence import measure; " \
+                   f"print(json.dumps(measure({name!r})))"  # fmt: skip
+            done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+            if done.returncode:
+                sys.exit(f"{name}: {done.stderr[-2000:]}")
+            runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        used = [r["used"] for r in runs]
+        print(f"| {name} | {max(used):.1%} ({', '.join(f'{u:.1%}' for u in used)}) "
+              f"| {max(r['relative'] for r in runs):.2e} | {max(r['noise'] for r in runs):.2e} |",
+              flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
