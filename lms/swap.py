@@ -134,10 +134,13 @@ class HostStore(SwapMechanism):
             # a copy: the array may alias TensorFlow's buffer, which must be freed
             self._arrays[handle] = aligned_copy(array)
             self._readers[handle] = int(readers)
-        return np.int64(handle)
+        # A one-element vector, not a 0-d array or numpy scalar: TensorFlow's PyFunc kept one
+        # small Python object per call for a 0-d result here (1.5 MB per 1,000 steps with 47
+        # swaps; benchmarks/lms_host_memory.py), none for a vector.
+        return np.array([handle], dtype=np.int64)
 
     def _get(self, handle):
-        handle = int(handle)
+        handle = int(handle[0])
         with self._lock:
             array = self._arrays[handle]
             self._readers[handle] -= 1
