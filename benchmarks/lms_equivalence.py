@@ -15,9 +15,19 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CASES = ["cnn", "cnn-fp16", "googlenet", "googlenet-fp16", "unet3d", "vgg16", "deeplabv3plus",
-         "resnet50", "mobilenetv2", "densenet121", "mixed-block"]  # fmt: skip
-TOLERANCE = {"unet3d": "MAX_POOL_TIES_TOLERANCE"}
+CASES = [
+    "cnn-fp32",
+    "cnn-fp16",
+    "googlenet",
+    "googlenet-fp16",
+    "unet3d",
+    "vgg16",
+    "deeplabv3plus",
+    "resnet50",
+    "mobilenetv2",
+    "densenet121",
+    "mixed-block",
+]  # tests/test_lms.py's, and one more
 
 
 def measure(name: str) -> dict:
@@ -28,22 +38,10 @@ def measure(name: str) -> dict:
     import test_lms as t
 
     tf.config.optimizer.set_experimental_options(t.EXACT_ARITHMETIC)
-    case = {  # the test's cases (tests/test_lms.py)
-        "cnn": lambda: t.Case(*t.small_cnn()),
-        "cnn-fp16": lambda: t.Case(*t.small_cnn(precision="fp16"), precision="fp16"),
-        "googlenet": lambda: t.workload_case("googlenet", 64, 2),
-        "googlenet-fp16": lambda: t.workload_case("googlenet", 64, 2, "fp16"),
-        "unet3d": lambda: t.workload_case("unet3d", 16),
-        "vgg16": lambda: t.applications_case("VGG16", 64),
-        "deeplabv3plus": lambda: t.workload_case("deeplabv3plus", 96, 2),
-        "resnet50": lambda: t.workload_case("resnet50", 96, 4),
-        "mobilenetv2": lambda: t.applications_case("MobileNetV2", 96, 4),
-        "densenet121": lambda: t.applications_case("DenseNet121", 64),
-        "mixed-block": t.mixed_block_case,
-    }[name]()
+    make, tolerance = t.EQUIVALENCE_CASES.get(name, (t.mixed_block_case, None))
+    case = make()
     rewritten, *_ = t.force_plan(t.aggressive(), case)
-    default = t.FP16_TOLERANCE if case.precision == "fp16" else t.FP32_TOLERANCE
-    rtol, floor = getattr(t, TOLERANCE[name]) if name in TOLERANCE else default
+    rtol, floor = t.update_tolerance(case, tolerance)
     _, got, _ = t.step_update(case, rewritten)
     _, want, _ = t.step_update(case, case.step)
     total = math.sqrt(sum(float(np.sum(w * w)) for w in want))

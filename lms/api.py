@@ -69,16 +69,15 @@ class LMSFunction:
             if store is not None:
                 store.clear()
             raise
-        if store is not None and store.held_bytes:
-            count, size = store.clear()
-            if not self._warned_leftovers:
-                self._warned_leftovers = True
-                log.warning(
-                    "%d swapped-out tensors (%d bytes) were not swapped back in during the step "
-                    "(their swap-ins did not run); freed after each step",
-                    count,
-                    size,
-                )
+        count, size = store.clear() if store is not None else (0, 0)
+        if count and not self._warned_leftovers:
+            self._warned_leftovers = True
+            log.warning(
+                "%d swapped-out tensors (%d bytes) were not swapped back in during the step "
+                "(their swap-ins did not run); freed after each step",
+                count,
+                size,
+            )
         return result
 
     @property

@@ -153,8 +153,13 @@ FP32_TOLERANCE, FP16_TOLERANCE = (1e-4, 1e-6), (2e-2, 1e-4)
 MAX_POOL_TIES_TOLERANCE = (3e-2, 1e-6)
 
 
+def update_tolerance(case, tolerance=None):
+    """(rtol, floor): the given one, else the one of the case's precision."""
+    return tolerance or (FP16_TOLERANCE if case.precision == "fp16" else FP32_TOLERANCE)
+
+
 def assert_same_updates(case, function, tolerance=None):
-    rtol, floor = tolerance or (FP16_TOLERANCE if case.precision == "fp16" else FP32_TOLERANCE)
+    rtol, floor = update_tolerance(case, tolerance)
     loss, momentums, moved = step_update(case, function)
     want_loss, want_momentums, want_moved = step_update(case, case.step)
     assert loss == pytest.approx(want_loss, rel=rtol), "loss"
@@ -186,22 +191,23 @@ def force_plan(planner, case, mutate=None):
     return rewritten, analysis, plan, concrete
 
 
-@pytest.mark.parametrize(
-    "make, tolerance",
-    [
-        pytest.param(lambda: Case(*small_cnn()), None, id="cnn-fp32"),
-        pytest.param(lambda: Case(*small_cnn(precision="fp16"), precision="fp16"), None,
-                     id="cnn-fp16"),
-        pytest.param(lambda: workload_case("googlenet", 64, 2), None, id="googlenet"),
-        pytest.param(lambda: workload_case("googlenet", 64, 2, "fp16"), None, id="googlenet-fp16"),
-        pytest.param(lambda: workload_case("unet3d", 16), MAX_POOL_TIES_TOLERANCE, id="unet3d"),
-        pytest.param(lambda: applications_case("VGG16", 64), None, id="vgg16"),
-        pytest.param(lambda: workload_case("deeplabv3plus", 96, 2), None, id="deeplabv3plus"),
-        pytest.param(lambda: workload_case("resnet50", 96, 4), None, id="resnet50"),
-        pytest.param(lambda: applications_case("MobileNetV2", 96, 4), None, id="mobilenetv2"),
-        pytest.param(lambda: applications_case("DenseNet121", 64), None, id="densenet121"),
-    ],
-)  # fmt: skip
+# id -> (case, tolerance or None for the precision's): the models the update check runs on
+# (also benchmarks/lms_equivalence.py)
+EQUIVALENCE_CASES = {
+    "cnn-fp32": (lambda: Case(*small_cnn()), None),
+    "cnn-fp16": (lambda: Case(*small_cnn(precision="fp16"), precision="fp16"), None),
+    "googlenet": (lambda: workload_case("googlenet", 64, 2), None),
+    "googlenet-fp16": (lambda: workload_case("googlenet", 64, 2, "fp16"), None),
+    "unet3d": (lambda: workload_case("unet3d", 16), MAX_POOL_TIES_TOLERANCE),
+    "vgg16": (lambda: applications_case("VGG16", 64), None),
+    "deeplabv3plus": (lambda: workload_case("deeplabv3plus", 96, 2), None),
+    "resnet50": (lambda: workload_case("resnet50", 96, 4), None),
+    "mobilenetv2": (lambda: applications_case("MobileNetV2", 96, 4), None),
+    "densenet121": (lambda: applications_case("DenseNet121", 64), None),
+}
+
+
+@pytest.mark.parametrize("make, tolerance", EQUIVALENCE_CASES.values(), ids=EQUIVALENCE_CASES)
 def test_rewritten_step_makes_the_same_updates(make, tolerance, exact_arithmetic):
     """Every variable's update of a training step, with every swappable tensor swapped."""
     case = make()
@@ -278,7 +284,7 @@ def mixed_block_case(resolution=32, batch=2):
 
 
 def test_custom_gradient_attention_model_trains_the_same_and_leaves_the_host_store_empty(
-    exact_arithmetic, caplog
+    exact_arithmetic,
 ):
     case = mixed_block_case()
     rewritten, analysis, plan, _ = force_plan(aggressive(), case)
