@@ -28,10 +28,35 @@ CASES = {
     "mobilenetv2": ("applications", "MobileNetV2", 160, 4),
     "densenet121": ("applications", "DenseNet121", 128, 2),
     "vgg16": ("applications", "VGG16", 128, 2),
+    "convnexttiny": ("applications", "ConvNeXtTiny", 128, 4),
+    "efficientnetb0": ("applications", "EfficientNetB0", 224, 4),
+    "nasnetmobile": ("applications", "NASNetMobile", 224, 4),
+    "inceptionv3": ("applications", "InceptionV3", 160, 4),
+    "xception": ("applications", "Xception", 160, 2),
+    "resnet50v2": ("applications", "ResNet50V2", 160, 4),
+    "transformer": ("custom", "transformer", 256, 8),
 }
 
 
-def _build(kind, name, resolution, batch):
+def transformer_classifier(length: int, batch: int, width=256, layers=4, heads=8):
+    """A pre-norm Transformer encoder over `length` tokens (written here: no model of the suite
+    or of keras.applications has attention, layer norm and GELU together)."""
+    import keras
+
+    tokens = keras.Input((length,), batch_size=batch, dtype="int32")
+    x = keras.layers.Embedding(1000, width)(tokens)
+    x = x + keras.layers.Embedding(length, width)(keras.ops.arange(length))
+    for _ in range(layers):
+        y = keras.layers.LayerNormalization()(x)
+        x = x + keras.layers.MultiHeadAttention(heads, width // heads)(y, y)
+        y = keras.layers.LayerNormalization()(x)
+        y = keras.layers.Dense(4 * width, activation="gelu")(y)
+        x = x + keras.layers.Dense(width)(y)
+    x = keras.layers.GlobalAveragePooling1D()(keras.layers.LayerNormalization()(x))
+    return keras.Model(tokens, keras.layers.Dense(10)(x))
+
+
+def build_case(kind, name, resolution, batch):
     import keras
 
     from suite import data, training
@@ -44,9 +69,13 @@ def _build(kind, name, resolution, batch):
     else:
         import tensorflow as tf
 
-        inputs = keras.Input((resolution, resolution, 3), batch_size=batch)
-        model = getattr(keras.applications, name)(weights=None, input_tensor=inputs, classes=10)
-        images = tf.random.uniform((batch, resolution, resolution, 3))
+        if kind == "custom":  # resolution: the sequence length
+            model = transformer_classifier(resolution, batch)
+            images = tf.random.uniform((batch, resolution), maxval=1000, dtype=tf.int32)
+        else:
+            inputs = keras.Input((resolution, resolution, 3), batch_size=batch)
+            model = getattr(keras.applications, name)(weights=None, input_tensor=inputs, classes=10)
+            images = tf.random.uniform((batch, resolution, resolution, 3))
         labels = tf.random.uniform((batch,), maxval=10, dtype=tf.int32)
 
         def loss_fn(y, p):
@@ -76,7 +105,7 @@ def child(case: str, fraction: float, steps: int) -> dict:
 
     kind, name, resolution, batch = CASES[case]
     keras.utils.set_random_seed(0)
-    step, images, labels = _build(kind, name, resolution, batch)
+    step, images, labels = build_case(kind, name, resolution, batch)
     measured_plain, seconds_plain = _measure(step, images, labels, steps)
     analysis = lms.analyze(step.get_concrete_function(images, labels).graph)
     simulated_plain = lms.simulate(analysis).peak_bytes

@@ -157,8 +157,10 @@ def simulate(analysis: Analysis, plan: Plan | None = None) -> Simulation:
             allocated[first] += analysis.tensors[root].bytes
     transient = np.zeros(steps + 1, dtype=np.int64)
     for index, op in enumerate(analysis.ops):
+        size = op.temp_bytes
         if op.type in WORKSPACE_OPS:
-            size = max(_buffer_bytes(analysis, t) for t in op.inputs + op.outputs)
+            size = max(size, *(_buffer_bytes(analysis, t) for t in op.inputs + op.outputs))
+        if size:
             transient[step_of[index]] = max(transient[step_of[index]], size)
     # Another thread runs the next op meanwhile: its outputs are allocated while this op's inputs
     # are still held. Not within serialized levels, whose ops are chained by control dependencies.
