@@ -11,6 +11,7 @@ Logging goes to the `lms` logger (TFLMSv2's messages).
 from lms.analysis import Analysis, analyze
 from lms.api import LMS, LMSFunction
 from lms.errors import LMSError, NothingFitsError, ParameterError
+from lms.explain import explain_peak
 from lms.parameters import AUTO, Parameters
 from lms.planner import Plan, plan
 from lms.simulator import Simulation, simulate
@@ -32,6 +33,7 @@ __all__ = [
     "Simulation",
     "Tuned",
     "analyze",
+    "explain_peak",
     "plan",
     "simulate",
     "tune",

@@ -80,6 +80,7 @@ class Analysis:
     largest_op: tuple  # (name, bytes of its inputs + outputs)
     unknown_size_tensors: int
     edges: int
+    cache: dict = field(default_factory=dict, repr=False)  # plan-independent facts, computed once
 
     def summary(self) -> dict:
         return {

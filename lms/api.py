@@ -16,6 +16,7 @@ import tensorflow as tf
 from lms.analysis import analyze
 from lms.budget import budget_bytes, gpu_memory_bytes
 from lms.errors import NothingFitsError, ParameterError
+from lms.explain import explain_peak
 from lms.parameters import Parameters
 from lms.planner import log_plan, plan
 from lms.rewriter import rewrite
@@ -278,6 +279,8 @@ def build_report(analysis, tuned, budget, timings) -> dict:
         "swapped_bytes": plan.swapped_bytes(analysis) if plan else 0,
         "swapped_in_bytes": plan.swapped_in_bytes(analysis) if plan else 0,
         "simulations": tuned.simulations,
+        # what holds memory at the (planned) peak and why it was not swapped
+        "peak": explain_peak(analysis, tuned.simulation, plan),
         "analysis": analysis.summary(),
         "timings_s": timings,
         # the simulated memory over the step, max-pooled to at most TIMELINE_POINTS points (peaks

@@ -10,6 +10,8 @@ consumer late in the backward pass (any other input fires too early and moves no
 import logging
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from lms.analysis import Analysis, GiB
 from lms.parameters import Parameters
 
@@ -60,16 +62,42 @@ def _latest_input_op(analysis: Analysis, op: int, exclude_tensor: int) -> int | 
     return max(candidates, key=lambda i: analysis.ops[i].level)
 
 
+def _ancestors(analysis: Analysis) -> tuple[np.ndarray, np.ndarray]:
+    """Jump table over the "latest input" chains: row j holds each op's 2^j-th predecessor along
+    its latest-level inputs (a sentinel past the last op where the chain ends), and the levels
+    (the sentinel's is -1). Built once per analysis: walking back `swapin_ahead` ops then costs
+    log2(ahead) steps instead of `ahead` (DeepLabV3+ at 1600²: 15 s of planning per tuning)."""
+    if "ancestors" not in analysis.cache:
+        count = len(analysis.ops)
+        level = np.array([op.level for op in analysis.ops] + [-1], dtype=np.int64)
+        parent = np.full(count + 1, count, dtype=np.int64)
+        for index in range(count):
+            previous = _latest_input_op(analysis, index, -1)
+            if previous is not None:
+                parent[index] = previous
+        table = [parent]
+        for _ in range(max(1, count.bit_length())):
+            table.append(table[-1][table[-1]])
+        analysis.cache["ancestors"] = (np.stack(table), level)
+    return analysis.cache["ancestors"]
+
+
 def find_trigger(analysis: Analysis, consumer: int, tensor: int, ahead: int) -> int | None:
-    """Walk back `ahead` steps from `consumer`; never to or before the tensor's producer."""
+    """Walk back `ahead` steps from `consumer` along latest-level inputs (the first step ignores
+    the swapped tensor itself); never to or before the tensor's producer."""
     producer_level = analysis.ops[analysis.tensors[tensor].producer].level
-    node, trigger = consumer, None
-    for _ in range(ahead):
-        previous = _latest_input_op(analysis, node, tensor)
-        if previous is None or analysis.ops[previous].level <= producer_level:
-            break
-        trigger = node = previous
-    return trigger
+    node = _latest_input_op(analysis, consumer, tensor)
+    if node is None or analysis.ops[node].level <= producer_level or ahead < 1:
+        return None
+    table, level = _ancestors(analysis)
+    remaining = ahead - 1
+    # levels fall strictly along a chain, so "still after the producer" holds on a prefix of it
+    for power in range(len(table) - 1, -1, -1):
+        if remaining >= 1 << power:
+            candidate = table[power][node]
+            if level[candidate] > producer_level:
+                node, remaining = int(candidate), remaining - (1 << power)
+    return node
 
 
 def serialized_levels(analysis: Analysis, parameters: Parameters) -> frozenset:

@@ -92,89 +92,170 @@ def schedule(analysis: Analysis) -> tuple[np.ndarray, int]:
     """Step index of every op, and the number of steps: one op per step, in execution-level order
     (ties by creation order). GPUs run kernels one stream at a time, and the CPU executor's
     inter-op threads are few; concurrency is added back as the overlap term of `simulate`."""
-    levels = execution_levels(analysis)
-    order = np.lexsort((np.arange(len(levels)), levels))
-    step_of = np.empty(len(levels), dtype=np.int64)
-    step_of[order] = np.arange(len(levels))
-    analysis.__dict__["_schedule"] = (step_of, len(levels))
-    return step_of, len(levels)
+    if "schedule" not in analysis.cache:
+        levels = execution_levels(analysis)
+        order = np.lexsort((np.arange(len(levels)), levels))
+        step_of = np.empty(len(levels), dtype=np.int64)
+        step_of[order] = np.arange(len(levels))
+        analysis.cache["schedule"] = (step_of, len(levels))
+    return analysis.cache["schedule"]
 
 
-def simulate(analysis: Analysis, plan: Plan | None = None) -> Simulation:
+@dataclass
+class _Lifetimes:
+    """What does not depend on the plan, as arrays: each buffer's first and last step without
+    LMS, the steps' new buffers and kernel temporaries. Computed once per analysis, so that a
+    simulation with a plan only revisits the swapped tensors."""
+
+    roots: np.ndarray  # tensor index of every buffer that is allocated on the device
+    sizes: np.ndarray
+    first: np.ndarray
+    last: np.ndarray  # last reader's step (or the end, for the step's outputs)
+    tensor_last: np.ndarray  # per tensor: its own last reader's step (-1: none)
+    members: dict  # root -> tensors living in it (aliases), for roots with more than one
+    index: dict  # root -> its position in the arrays
+    base: np.ndarray  # device bytes per step from these buffers (not cumulated), length steps+1
+    overlap: np.ndarray  # bytes the next op allocates while this one runs
+    transient: np.ndarray  # kernel temporaries per step
+
+
+def _lifetimes(analysis: Analysis) -> _Lifetimes:
+    if "lifetimes" in analysis.cache:
+        return analysis.cache["lifetimes"]
     step_of, steps = schedule(analysis)
-    end = steps  # exclusive end for "lives to the end of the step"
-    device = np.zeros(steps + 1, dtype=np.int64)
-    host = np.zeros(steps + 1, dtype=np.int64)
-    rerouted = {}  # tensor index -> set of (op, position) no longer reading the original
-    swap_out_step = {}
-    if plan:
-        for swap in plan.swaps:
-            rerouted[swap.tensor] = {c for s in swap.swap_ins for c in s.consumers}
-
-    # last reader of every buffer, over all the tensors that live in it
-    start = {}
-    last = {}
-    for t, info in enumerate(analysis.tensors):
-        root = info.buffer
-        if t == root:
-            start[root] = step_of[info.producer]
-            last.setdefault(root, step_of[info.producer])
-        skip = rerouted.get(t, ())
-        for consumer in info.consumers:
-            if consumer not in skip:
-                last[root] = max(last.get(root, 0), step_of[consumer[0]])
-    for t in analysis.outputs:
-        last[analysis.tensors[t].buffer] = end - 1
-    if plan:
-        for swap in plan.swaps:
-            info = analysis.tensors[swap.tensor]
-            out_step = min(step_of[info.producer] + 1, end - 1)
-            swap_out_step[swap.tensor] = out_step
-            last[info.buffer] = max(last[info.buffer], out_step)
-
-    for root, first in start.items():
-        size = analysis.tensors[root].bytes
-        if size and analysis.ops[analysis.tensors[root].producer].type != "Placeholder":
-            device[first] += size
-            device[last[root] + 1] -= size
-    if plan:
-        for swap in plan.swaps:
-            size = analysis.tensors[swap.tensor].bytes
-            host_end = swap_out_step[swap.tensor]
-            for swap_in in swap.swap_ins:
-                begin = max(step_of[swap_in.trigger] + 1, swap_out_step[swap.tensor] + 1)
-                finish = max(step_of[c] for c, _ in swap_in.consumers)
-                begin = min(begin, finish)
-                device[begin] += size
-                device[finish + 1] -= size
-                host_end = max(host_end, begin)
-            host[swap_out_step[swap.tensor]] += size
-            host[host_end + 1] -= size
-
-    allocated = np.zeros(steps + 1, dtype=np.int64)  # new buffers per step, for the overlap
-    for root, first in start.items():
-        if analysis.ops[analysis.tensors[root].producer].type != "Placeholder":
-            allocated[first] += analysis.tensors[root].bytes
+    tensors, ops = analysis.tensors, analysis.ops
+    count = len(tensors)
+    producer = np.fromiter((t.producer for t in tensors), np.int64, count)
+    root_of = np.fromiter((t.buffer for t in tensors), np.int64, count)
+    tensor_last = np.full(count, -1, dtype=np.int64)
+    for t, info in enumerate(tensors):
+        if info.consumers:
+            tensor_last[t] = max(step_of[c] for c, _ in info.consumers)
+    roots = np.flatnonzero(root_of == np.arange(count))
+    first = step_of[producer[roots]]
+    last = np.maximum(first, _group_max(root_of, tensor_last, count)[roots])
+    is_output = np.zeros(count, dtype=bool)
+    is_output[root_of[analysis.outputs]] = True
+    last[is_output[roots]] = steps - 1
+    sizes = np.fromiter((tensors[r].bytes for r in roots), np.int64, len(roots))
+    placeholder = np.fromiter((ops[tensors[r].producer].type == "Placeholder" for r in roots), bool)
+    on_device = (sizes > 0) & ~placeholder
+    roots, sizes = roots[on_device], sizes[on_device]
+    first, last = first[on_device], last[on_device]
+    base = np.zeros(steps + 1, dtype=np.int64)
+    np.add.at(base, first, sizes)
+    np.add.at(base, last + 1, -sizes)
+    allocated = np.zeros(steps + 1, dtype=np.int64)
+    np.add.at(allocated, first, sizes)
+    overlap = np.append(allocated[1:steps], 0) if steps else allocated[:0]
     transient = np.zeros(steps + 1, dtype=np.int64)
-    for index, op in enumerate(analysis.ops):
+    for index, op in enumerate(ops):
         size = op.temp_bytes
         if op.type in WORKSPACE_OPS:
             size = max(size, *(_buffer_bytes(analysis, t) for t in op.inputs + op.outputs))
         if size:
             transient[step_of[index]] = max(transient[step_of[index]], size)
-    # Another thread runs the next op meanwhile: its outputs are allocated while this op's inputs
-    # are still held. Not within serialized levels, whose ops are chained by control dependencies.
-    overlap = np.append(allocated[1:steps], 0) if steps else allocated[:0]
+    members = {}
+    for t in np.flatnonzero(root_of != np.arange(count)):
+        members.setdefault(int(root_of[t]), [int(root_of[t])]).append(int(t))
+    index = {int(r): k for k, r in enumerate(roots)}
+    result = _Lifetimes(
+        roots, sizes, first, last, tensor_last, members, index, base, overlap, transient[:steps]
+    )
+    analysis.cache["lifetimes"] = result
+    return result
+
+
+def _group_max(groups: np.ndarray, values: np.ndarray, count: int) -> np.ndarray:
+    result = np.full(count, -1, dtype=np.int64)
+    np.maximum.at(result, groups, values)
+    return result
+
+
+def simulate(analysis: Analysis, plan: Plan | None = None) -> Simulation:
+    step_of, steps = schedule(analysis)
+    static = _lifetimes(analysis)
+    device = static.base.copy()
+    host = np.zeros(steps + 1, dtype=np.int64)
+    if plan:
+        _add_swaps(analysis, plan, static, step_of, steps, device, host)
+    overlap = static.overlap
     if plan and plan.serialized_levels and steps:
+        # serialized ops are chained by control dependencies: nothing runs beside them
+        overlap = overlap.copy()
         chained = [i for lv in plan.serialized_levels for i in analysis.levels[lv]]
         overlap[step_of[chained]] = 0
-    device = np.cumsum(device)[:steps] + overlap + transient[:steps] + analysis.resident_bytes
+    device = np.cumsum(device)[:steps] + overlap + static.transient + analysis.resident_bytes
     host = np.cumsum(host)[:steps]
     peak_step = int(np.argmax(device)) if steps else 0
     # one op per step: the op at the peak is the one scheduled there
     peak_op = analysis.ops[int(np.flatnonzero(step_of == peak_step)[0])].name if steps else ""
     peak = int(device[peak_step]) if steps else analysis.resident_bytes
     return Simulation(peak, peak_step, peak_op, device, host, analysis.resident_bytes)
+
+
+@dataclass
+class SwapLifetimes:
+    """Where a plan moves memory: swapped buffers' new last step on the device, each swap-in's
+    copy on the device (tensor, first step, last step) and each swapped tensor's host interval."""
+
+    device_last: dict  # root tensor -> last step on the device
+    copies: list  # (tensor, begin, finish, swap_in)
+    host: list  # (tensor, swap-out step, last swap-in step)
+
+
+def swap_lifetimes(analysis: Analysis, plan: Plan) -> SwapLifetimes:
+    step_of, steps = schedule(analysis)
+    static = _lifetimes(analysis)
+    tensors = analysis.tensors
+    new_last = {}
+    rerouted = {swap.tensor: {c for s in swap.swap_ins for c in s.consumers} for swap in plan.swaps}
+    for swap in plan.swaps:
+        info = tensors[swap.tensor]
+        root = info.buffer
+        if root in new_last or root not in static.index:
+            continue
+        k = static.index[root]
+        out_step = min(step_of[info.producer] + 1, steps - 1)
+        last = max(static.first[k], out_step)
+        for member in static.members.get(root, [root]):
+            skip = rerouted.get(member, ())
+            for consumer in tensors[member].consumers:
+                if consumer not in skip:
+                    last = max(last, step_of[consumer[0]])
+        if static.last[k] == steps - 1 and any(tensors[t].buffer == root for t in analysis.outputs):
+            last = steps - 1
+        new_last[root] = int(last)
+    copies, host = [], []
+    for swap in plan.swaps:
+        out_step = int(min(step_of[tensors[swap.tensor].producer] + 1, steps - 1))
+        host_end = out_step
+        for swap_in in swap.swap_ins:
+            begin = max(step_of[swap_in.trigger] + 1, out_step + 1)
+            finish = max(step_of[c] for c, _ in swap_in.consumers)
+            begin = min(begin, finish)
+            copies.append((swap.tensor, int(begin), int(finish), swap_in))
+            host_end = max(host_end, int(begin))
+        host.append((swap.tensor, out_step, host_end))
+    return SwapLifetimes(new_last, copies, host)
+
+
+def _add_swaps(analysis, plan, static, step_of, steps, device, host) -> None:
+    """Shorten the swapped buffers' device lifetimes, add the swap-ins' copies and the host's."""
+    moved = swap_lifetimes(analysis, plan)
+    for root, last in moved.device_last.items():
+        k = static.index[root]
+        size = static.sizes[k]
+        device[static.last[k] + 1] += size
+        device[last + 1] -= size
+    for tensor, begin, finish, _ in moved.copies:
+        size = analysis.tensors[tensor].bytes
+        device[begin] += size
+        device[finish + 1] -= size
+    for tensor, out_step, host_end in moved.host:
+        size = analysis.tensors[tensor].bytes
+        host[out_step] += size
+        host[host_end + 1] -= size
 
 
 def _buffer_bytes(analysis: Analysis, tensor: int) -> int:

@@ -1,0 +1,103 @@
+"""Why a simulated peak is what it is: what holds device memory at the peak step, and why each
+large buffer there was not swapped out (issue: a user must see what limits reach).
+
+The peak decomposes into: variables and inputs (resident), buffers alive at the step, copies
+swapped back in, the running kernel's temporaries, and the next op's outputs (allocated while this
+one runs). Each buffer gets one reason: the running op reads or writes it, it is a step output,
+its op type or shape is never swapped, its readers are too close (within `swapout_threshold`
+levels), no op runs between its producer and reader to trigger a swap-in, or it was swapped and
+is still read by a near reader.
+"""
+
+import numpy as np
+
+from lms.analysis import NEVER_SWAP_OPS, Analysis
+from lms.planner import Plan, find_trigger
+from lms.simulator import Simulation, _lifetimes, schedule, swap_lifetimes
+
+
+def _reason(analysis: Analysis, plan: Plan | None, tensor: int, running: int, swapped) -> str:
+    info = analysis.tensors[tensor]
+    producer = analysis.ops[info.producer]
+    if info.producer == running:
+        return "written by the running op"
+    if any(c == running for c, _ in info.consumers):
+        return "read by the running op"
+    if tensor in swapped:
+        return "swapped out, but still read by a reader within swapout_threshold"
+    if any(analysis.tensors[t].buffer == tensor for t in analysis.outputs):
+        return "a step output: lives to the end of the step"
+    if not info.swappable:
+        if producer.type in NEVER_SWAP_OPS:
+            return f"unswappable: {producer.type} outputs are never swapped"
+        return "unswappable: scalars, vectors and host tensors are never swapped"
+    if plan is None:
+        return "LMS not used: the plan without swaps fits"
+    levels = [analysis.ops[c].level - producer.level for c, _ in info.consumers]
+    distance = max(levels, default=0)
+    threshold = plan.parameters.swapout_threshold
+    if distance <= threshold:
+        return f"too close: last reader {distance} levels on, swapout_threshold {threshold}"
+    last_reader = max(info.consumers, key=lambda c: analysis.ops[c[0]].level)[0]
+    if find_trigger(analysis, last_reader, tensor, 1) is None:
+        return "no op runs between its producer and its reader to trigger a swap-in"
+    return "not swapped by this plan"
+
+
+def explain_peak(
+    analysis: Analysis, simulation: Simulation, plan: Plan | None = None, top: int = 10
+) -> dict:
+    """The peak step's memory by part, and its `top` largest buffers with the reason each was not
+    swapped out."""
+    step_of, steps = schedule(analysis)
+    if not steps:
+        return {"step": 0, "steps": 0, "buffers": []}
+    static = _lifetimes(analysis)
+    peak = simulation.peak_step
+    running = int(np.flatnonzero(step_of == peak)[0])
+    last = static.last.copy()
+    copies, swapped = [], set()
+    if plan is not None:
+        moved = swap_lifetimes(analysis, plan)
+        for root, new_last in moved.device_last.items():
+            last[static.index[root]] = new_last
+        copies = [(t, s) for t, begin, finish, s in moved.copies if begin <= peak <= finish]
+        swapped = {s.tensor for s in plan.swaps}
+    live = np.flatnonzero((static.first <= peak) & (last >= peak))
+    entries = [
+        {
+            "tensor": analysis.tensors[int(static.roots[k])].name,
+            "op_type": analysis.ops[analysis.tensors[int(static.roots[k])].producer].type,
+            "bytes": int(static.sizes[k]),
+            "why_on_device": _reason(analysis, plan, int(static.roots[k]), running, swapped),
+        }
+        for k in live
+    ]
+    for tensor, swap_in in copies:
+        reader = analysis.ops[swap_in.consumers[0][0]].name
+        entries.append(
+            {
+                "tensor": analysis.tensors[tensor].name,
+                "op_type": "swap-in",
+                "bytes": int(analysis.tensors[tensor].bytes),
+                "why_on_device": f"swapped back in for {reader} "
+                f"(after {analysis.ops[swap_in.trigger].name})",
+            }
+        )
+    entries.sort(key=lambda e: -e["bytes"])
+    serialized = plan is not None and analysis.ops[running].level in plan.serialized_levels
+    return {
+        "step": peak,
+        "steps": steps,
+        "running_op": analysis.ops[running].name,
+        "peak_bytes": int(simulation.peak_bytes),
+        "resident_bytes": int(analysis.resident_bytes),
+        "buffer_bytes": int(sum(e["bytes"] for e in entries)),
+        "kernel_temporary_bytes": int(static.transient[peak]),
+        "next_op_in_flight_bytes": 0 if serialized else int(static.overlap[peak]),
+        "largest_buffers": entries[:top],
+        "other_buffers": {
+            "count": max(0, len(entries) - top),
+            "bytes": int(sum(e["bytes"] for e in entries[top:])),
+        },
+    }
