@@ -38,7 +38,7 @@ def _peak(function, images, labels, steps: int) -> int:
     return tf.config.experimental.get_memory_info("CPU:0")["peak"]
 
 
-def budget_child(case: str, fraction: float, steps: int) -> dict:
+def budget_child(case: str, fraction: float, steps: int, ordering: int) -> dict:
     import keras
 
     import lms
@@ -47,7 +47,7 @@ def budget_child(case: str, fraction: float, steps: int) -> dict:
     step, images, labels = build_case(*CASES[case])
     plain = _peak(step, images, labels, steps)
     device_memory = int(plain * fraction)
-    planner = lms.LMS(device_memory=device_memory)
+    planner = lms.LMS(device_memory=device_memory, ordering=ordering)
     wrapped = planner.wrap(step)
     try:
         wrapped.prepare(images, labels)
@@ -65,10 +65,11 @@ def budget_child(case: str, fraction: float, steps: int) -> dict:
         "measured": measured,
         "swapped": report["swapped_tensors"],
         "lms_needed": report["lms_needed"],
+        "ordering": report["parameters"]["ordering"],
     }
 
 
-def host_child(case: str, fraction: float, steps: int) -> dict:
+def host_child(case: str, fraction: float, steps: int, ordering: int) -> dict:
     import keras
     import psutil
     import tensorflow as tf
@@ -79,7 +80,7 @@ def host_child(case: str, fraction: float, steps: int) -> dict:
     step, images, labels = build_case(*CASES[case])
     float(step(images, labels))
     plain = tf.config.experimental.get_memory_info("CPU:0")["peak"]
-    planner = lms.LMS(device_memory=int(plain * fraction), safety_ratio=1.0)
+    planner = lms.LMS(device_memory=int(plain * fraction), safety_ratio=1.0, ordering=ordering)
     wrapped = planner.wrap(step)
     process = psutil.Process()
     rss, started = {}, time.perf_counter()
@@ -103,6 +104,7 @@ def _run_child(mode: str, case: str, args) -> dict | None:
 
     env = {**os.environ, **TRIAL_ENVIRONMENT, "PYTHONPATH": str(ROOT)}
     command = [sys.executable, __file__, f"--{mode}", case, "--fraction", str(args.fraction)]
+    command += ["--ordering", str(args.ordering)]
     command += ["--steps", str(args.steps if mode == "budget-child" else args.host_steps)]
     completed = subprocess.run(command, capture_output=True, text=True, env=env)
     if completed.returncode != 0:
@@ -118,14 +120,15 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--host-steps", type=int, default=1000)
+    parser.add_argument("--ordering", type=int, default=-1, choices=(-1, 0, 1))
     parser.add_argument("--budget-child", help=argparse.SUPPRESS)
     parser.add_argument("--host-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.budget_child:
-        print(json.dumps(budget_child(args.budget_child, args.fraction, args.steps)))
+        print(json.dumps(budget_child(args.budget_child, args.fraction, args.steps, args.ordering)))
         return
     if args.host_child:
-        print(json.dumps(host_child(args.host_child, args.fraction, args.steps)))
+        print(json.dumps(host_child(args.host_child, args.fraction, args.steps, args.ordering)))
         return
     from tabulate import tabulate
 
@@ -158,7 +161,7 @@ def main() -> None:
                 f"{first['simulated'] / mib:.0f}",
                 " / ".join(f"{r['measured'] / mib:.0f}" for r in runs),
                 f"{max(ratios):.2f} (median {statistics.median(ratios):.2f})",
-                first["swapped"],
+                f"{first['swapped']} (ordering {first['ordering']})",
                 f"{growth:+.1f}" if growth is not None else "",
                 f"{host['store_bytes']}" if host else "",
             ]

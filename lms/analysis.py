@@ -80,6 +80,7 @@ class Analysis:
     largest_op: tuple  # (name, bytes of its inputs + outputs)
     unknown_size_tensors: int
     edges: int
+    bypassed: list = field(default_factory=list)  # [(op, input position, tensor it reads now)]
     cache: dict = field(default_factory=dict, repr=False)  # plan-independent facts, computed once
 
     def summary(self) -> dict:
@@ -112,6 +113,30 @@ def tensor_bytes(tensor, batch_size: int | None) -> int | None:
 
 def _variable_bytes(variables) -> int:
     return sum(v.shape.num_elements() * v.dtype.size for v in variables)
+
+
+def _bypass_identity_n(ops, tensors, graph_outputs: set, kept: set) -> list:
+    """Let the readers of an IdentityN's output k read its input k (what Grappler's dependency
+    optimizer does before the step runs; the rewrite does it in the graph too).
+
+    Keras 3's optimizer passes every gradient through one IdentityN: read as written, no
+    variable update could run before the last gradient exists, and an enforced order
+    (lms/ordering.py) would have to hold all gradients until then. Only IdentityN ops without
+    control inputs, not returned and not kept as control outputs, are bypassed.
+    """
+    moved = []
+    for op in ops:
+        if op.type != "IdentityN" or op.control_inputs or op.name in kept:
+            continue
+        if len(op.inputs) != len(op.outputs) or graph_outputs.intersection(op.outputs):
+            continue
+        for source, output in zip(op.inputs, op.outputs, strict=True):
+            for consumer, position in tensors[output].consumers:
+                ops[consumer].inputs[position] = source
+                tensors[source].consumers.append((consumer, position))
+                moved.append((consumer, position, source))
+            tensors[output].consumers = []
+    return moved
 
 
 def _drop_dead_reads(ops, tensors, graph_outputs: set) -> None:
@@ -175,6 +200,8 @@ def analyze(
             tensors[t].consumers.append((i, position))
         edges += len(inputs) + len(ops[i].control_inputs)
     outputs = [tensor_index[t.ref()] for t in graph.outputs if t.ref() in tensor_index]
+    kept = {op.name for op in getattr(graph, "control_outputs", None) or []}
+    bypassed = _bypass_identity_n(ops, tensors, set(outputs), kept)
     _drop_dead_reads(ops, tensors, set(outputs))
 
     _assign_levels(ops, tensors)
@@ -223,6 +250,7 @@ def analyze(
         largest,
         unknown,
         edges,
+        bypassed,
     )
     if quiet:
         return analysis

@@ -98,7 +98,7 @@ class LMS(keras.callbacks.Callback):
         the same plan varies by ~10 % from run to run with the executor's op order
         (benchmarks/lms_emulated.py).
     swapout_threshold, swapin_ahead, swapin_groupby, sync_mode, serialization,
-        serialization_by_size: see `lms.Parameters`; -1 auto-tunes.
+        serialization_by_size, ordering: see `lms.Parameters`; -1 auto-tunes.
     mechanism: "auto" (a GPU: device copies; no GPU: the emulated device's host store),
         "host-store" or "device-copy".
     batch_size: substitutes an unknown leading dimension when sizing tensors.
@@ -115,6 +115,7 @@ class LMS(keras.callbacks.Callback):
         sync_mode=0,
         serialization=(),
         serialization_by_size=0.0,
+        ordering=-1,
         reserve=None,
         safety_ratio=0.8,
         mechanism="auto",
@@ -129,6 +130,7 @@ class LMS(keras.callbacks.Callback):
             sync_mode,
             tuple(serialization) if not isinstance(serialization, str) else (serialization,),
             serialization_by_size,
+            ordering,
         )
         if mechanism not in MECHANISMS:
             raise ParameterError(f"mechanism must be one of {MECHANISMS}; received {mechanism!r}")
@@ -220,7 +222,10 @@ class LMS(keras.callbacks.Callback):
         if self.parameters.needs_tuning:
             return tune(analysis, self.budget, self.parameters)
         baseline = simulate(analysis)
-        given = plan(analysis, self.parameters)
+        parameters = self.parameters
+        if parameters.ordering == -1:  # TFLMSv2's parameters all given: TFLMSv2's free order
+            parameters = parameters.resolved(ordering=0)
+        given = plan(analysis, parameters)
         simulation = simulate(analysis, given)
         if simulation.peak_bytes > self.budget:
             log.warning(
@@ -229,7 +234,7 @@ class LMS(keras.callbacks.Callback):
                 simulation.peak_bytes / 2**30,
                 self.budget / 2**30,
             )
-        return Tuned(self.parameters, given, simulation, baseline, 2)
+        return Tuned(parameters, given, simulation, baseline, 2)
 
     def plan_only(self, function, *specs) -> dict:
         """Trace, analyse and tune for `specs` without rewriting or running: the report. When

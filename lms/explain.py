@@ -33,13 +33,18 @@ def _reason(analysis: Analysis, plan: Plan | None, tensor: int, running: int, sw
         return "unswappable: scalars, vectors and host tensors are never swapped"
     if plan is None:
         return "LMS not used: the plan without swaps fits"
-    levels = [analysis.ops[c].level - producer.level for c, _ in info.consumers]
-    distance = max(levels, default=0)
+    unit = "ops" if plan.order is not None else "levels"
+    where = schedule(analysis, plan)[0] if plan.order is not None else None
+    if where is None:
+        distances = [analysis.ops[c].level - producer.level for c, _ in info.consumers]
+    else:
+        distances = [int(where[c] - where[info.producer]) for c, _ in info.consumers]
+    distance = max(distances, default=0)
     threshold = plan.parameters.swapout_threshold
     if distance <= threshold:
-        return f"too close: last reader {distance} levels on, swapout_threshold {threshold}"
+        return f"too close: last reader {distance} {unit} on, swapout_threshold {threshold}"
     last_reader = max(info.consumers, key=lambda c: analysis.ops[c[0]].level)[0]
-    if find_trigger(analysis, last_reader, tensor, 1) is None:
+    if plan.order is None and find_trigger(analysis, last_reader, tensor, 1) is None:
         return "no op runs between its producer and its reader to trigger a swap-in"
     return "not swapped by this plan"
 
@@ -49,10 +54,10 @@ def explain_peak(
 ) -> dict:
     """The peak step's memory by part, and its `top` largest buffers with the reason each was not
     swapped out."""
-    step_of, steps = schedule(analysis)
+    step_of, steps = schedule(analysis, plan)
     if not steps:
         return {"step": 0, "steps": 0, "buffers": []}
-    static = _lifetimes(analysis)
+    static = _lifetimes(analysis, plan)
     peak = simulation.peak_step
     running = int(np.flatnonzero(step_of == peak)[0])
     last = static.last.copy()

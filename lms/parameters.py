@@ -54,6 +54,10 @@ class Parameters:
     serialization: levels (or 'a:b' ranges) whose ops run one after another.
     serialization_by_size: serialize every level whose ops' outputs together exceed this many GiB
         (0: off).
+    ordering: 0 lets TensorFlow's executor order the ops (TFLMSv2's way; distances count
+        levels); 1 runs them in a depth-first order chained by control dependencies (distances
+        count ops; see lms/ordering.py); -1 tries 0 first when tuning, and means 0 when the
+        three distances are all given.
     """
 
     swapout_threshold: int = AUTO
@@ -62,6 +66,7 @@ class Parameters:
     sync_mode: int = 0
     serialization: tuple = field(default=())
     serialization_by_size: float = 0.0
+    ordering: int = AUTO
 
     def __post_init__(self):
         _check_int("swapout_threshold", self.swapout_threshold, 1)
@@ -69,12 +74,21 @@ class Parameters:
         _check_int("swapin_groupby", self.swapin_groupby, 0)
         if self.sync_mode not in (0, 1, 2, 3):
             raise ParameterError(f"sync_mode must be 0, 1, 2 or 3; received {self.sync_mode!r}")
+        if self.ordering not in (AUTO, 0, 1) or isinstance(self.ordering, bool):
+            raise ParameterError(
+                f"ordering must be 0 (free), 1 (depth-first) or -1 (auto); received "
+                f"{self.ordering!r}"
+            )
         object.__setattr__(self, "serialization", parse_serialization(self.serialization))
         size = self.serialization_by_size
         if not isinstance(size, int | float) or isinstance(size, bool) or size < 0:
             raise ParameterError(
                 f"serialization_by_size must be a number of GiB >= 0; received {size!r}"
             )
+
+    @property
+    def ordered(self) -> bool:
+        return self.ordering == 1
 
     @property
     def needs_tuning(self) -> bool:
@@ -91,4 +105,5 @@ class Parameters:
             "sync_mode": self.sync_mode,
             "serialization": [f"{a}:{'' if b is None else b}" for a, b in self.serialization],
             "serialization_by_size": self.serialization_by_size,
+            "ordering": self.ordering,
         }

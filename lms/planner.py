@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from lms.analysis import Analysis, GiB
+from lms.ordering import depth_first_order, executed_ops, positions
 from lms.parameters import Parameters
 
 log = logging.getLogger("lms")
@@ -36,6 +37,7 @@ class Plan:
     parameters: Parameters
     swaps: list
     serialized_levels: frozenset
+    order: np.ndarray | None = None  # ordering=1: every op's place in the enforced order
 
     @property
     def swap_count(self) -> int:
@@ -114,41 +116,69 @@ def serialized_levels(analysis: Analysis, parameters: Parameters) -> frozenset:
     return frozenset(levels)
 
 
+def _ordered_trigger(analysis, where, runs_before, consumer, tensor, ahead) -> int | None:
+    """In an enforced order: the op `ahead` places before the consumer, but after the tensor's
+    producer, and one that runs (a pruned trigger would be made to run)."""
+    producer = where[analysis.tensors[tensor].producer]
+    position = max(where[consumer] - ahead, producer + 1)
+    trigger = runs_before[position]
+    if trigger < 0 or where[trigger] <= producer or position >= where[consumer]:
+        return None
+    return int(trigger)
+
+
 def plan(analysis: Analysis, parameters: Parameters) -> Plan:
     """The swaps `parameters` (fully resolved: no -1 left) give on `analysis`."""
     if parameters.needs_tuning:
         raise ValueError("plan() needs resolved parameters; tune them first")
     threshold, groupby = parameters.swapout_threshold, parameters.swapin_groupby
     ahead = 1 if parameters.sync_mode & 2 else parameters.swapin_ahead
+    order = depth_first_order(analysis) if parameters.ordered else None
+    if order is not None:  # distances count ops of the order
+        where = positions(order)
+        runs = executed_ops(analysis)[order]
+        # the latest op that runs at or before each position (-1: none)
+        latest = np.maximum.accumulate(np.where(runs, np.arange(len(order)), -1))
+        runs_before = np.where(latest >= 0, order[np.maximum(latest, 0)], -1)
+
+        def trigger_of(consumer, tensor):
+            return _ordered_trigger(analysis, where, runs_before, consumer, tensor, ahead)
+
+    else:  # distances count levels
+        where = np.fromiter((op.level for op in analysis.ops), np.int64, len(analysis.ops))
+
+        def trigger_of(consumer, tensor):
+            return find_trigger(analysis, consumer, tensor, ahead)
+
     swaps = []
     for t, info in enumerate(analysis.tensors):
         if not info.swappable or not info.consumers:
             continue
-        level = analysis.ops[info.producer].level
+        level = where[info.producer]
         far = sorted(
-            (c for c in info.consumers if analysis.ops[c[0]].level - level > threshold),
-            key=lambda c: analysis.ops[c[0]].level,
+            (c for c in info.consumers if where[c[0]] - level > threshold),
+            key=lambda c: where[c[0]],
         )
         if not far:
             continue
         swap = Swap(t, near_consumers=sorted({c for c, _ in info.consumers} - {c for c, _ in far}))
         group, group_level = [], None
         for consumer in far:
-            consumer_level = analysis.ops[consumer[0]].level
+            consumer_level = where[consumer[0]]
             if group and consumer_level - group_level > groupby:
-                _close_group(analysis, swap, group, t, ahead)
+                _close_group(swap, group, trigger_of(group[0][0], t))
                 group = []
             if not group:
                 group_level = consumer_level
             group.append(consumer)
-        _close_group(analysis, swap, group, t, ahead)
+        _close_group(swap, group, trigger_of(group[0][0], t))
         if swap.swap_ins:
             swaps.append(swap)
-    return Plan(parameters, swaps, serialized_levels(analysis, parameters))
+    levels = frozenset() if order is not None else serialized_levels(analysis, parameters)
+    return Plan(parameters, swaps, levels, order)
 
 
-def _close_group(analysis, swap, group, tensor, ahead):
-    trigger = find_trigger(analysis, group[0][0], tensor, ahead)
+def _close_group(swap, group, trigger):
     if trigger is None:  # nothing runs between producer and consumer: swapping gains nothing
         swap.near_consumers = sorted(set(swap.near_consumers) | {c for c, _ in group})
         return

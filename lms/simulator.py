@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lms.analysis import Analysis
+from lms.ordering import positions
 from lms.planner import Plan
 
 # Op types whose kernels hold a temporary about as large as their largest input or output.
@@ -88,10 +89,15 @@ def execution_levels(analysis: Analysis) -> np.ndarray:
     return level_of
 
 
-def schedule(analysis: Analysis) -> tuple[np.ndarray, int]:
-    """Step index of every op, and the number of steps: one op per step, in execution-level order
-    (ties by creation order). GPUs run kernels one stream at a time, and the CPU executor's
-    inter-op threads are few; concurrency is added back as the overlap term of `simulate`."""
+def schedule(analysis: Analysis, plan: Plan | None = None) -> tuple[np.ndarray, int]:
+    """Step index of every op, and the number of steps: one op per step. A plan with an enforced
+    order runs in that order; otherwise in execution-level order (ties by creation order): GPUs
+    run kernels one stream at a time, and the CPU executor's inter-op threads are few;
+    concurrency is added back as the overlap term of `simulate`."""
+    if plan is not None and plan.order is not None:
+        if "ordered_schedule" not in analysis.cache:
+            analysis.cache["ordered_schedule"] = (positions(plan.order), len(plan.order))
+        return analysis.cache["ordered_schedule"]
     if "schedule" not in analysis.cache:
         levels = execution_levels(analysis)
         order = np.lexsort((np.arange(len(levels)), levels))
@@ -119,10 +125,12 @@ class _Lifetimes:
     transient: np.ndarray  # kernel temporaries per step
 
 
-def _lifetimes(analysis: Analysis) -> _Lifetimes:
-    if "lifetimes" in analysis.cache:
-        return analysis.cache["lifetimes"]
-    step_of, steps = schedule(analysis)
+def _lifetimes(analysis: Analysis, plan: Plan | None = None) -> _Lifetimes:
+    ordered = plan is not None and plan.order is not None
+    key = "ordered_lifetimes" if ordered else "lifetimes"
+    if key in analysis.cache:
+        return analysis.cache[key]
+    step_of, steps = schedule(analysis, plan)
     tensors, ops = analysis.tensors, analysis.ops
     count = len(tensors)
     producer = np.fromiter((t.producer for t in tensors), np.int64, count)
@@ -148,6 +156,8 @@ def _lifetimes(analysis: Analysis) -> _Lifetimes:
     allocated = np.zeros(steps + 1, dtype=np.int64)
     np.add.at(allocated, first, sizes)
     overlap = np.append(allocated[1:steps], 0) if steps else allocated[:0]
+    if ordered:  # chained: the next op starts when this one has finished
+        overlap = np.zeros_like(overlap)
     transient = np.zeros(steps + 1, dtype=np.int64)
     for index, op in enumerate(ops):
         size = op.temp_bytes
@@ -162,7 +172,7 @@ def _lifetimes(analysis: Analysis) -> _Lifetimes:
     result = _Lifetimes(
         roots, sizes, first, last, tensor_last, members, index, base, overlap, transient[:steps]
     )
-    analysis.cache["lifetimes"] = result
+    analysis.cache[key] = result
     return result
 
 
@@ -173,8 +183,8 @@ def _group_max(groups: np.ndarray, values: np.ndarray, count: int) -> np.ndarray
 
 
 def simulate(analysis: Analysis, plan: Plan | None = None) -> Simulation:
-    step_of, steps = schedule(analysis)
-    static = _lifetimes(analysis)
+    step_of, steps = schedule(analysis, plan)
+    static = _lifetimes(analysis, plan)
     device = static.base.copy()
     host = np.zeros(steps + 1, dtype=np.int64)
     if plan:
@@ -205,8 +215,8 @@ class SwapLifetimes:
 
 
 def swap_lifetimes(analysis: Analysis, plan: Plan) -> SwapLifetimes:
-    step_of, steps = schedule(analysis)
-    static = _lifetimes(analysis)
+    step_of, steps = schedule(analysis, plan)
+    static = _lifetimes(analysis, plan)
     tensors = analysis.tensors
     new_last = {}
     rerouted = {swap.tensor: {c for s in swap.swap_ins for c in s.consumers} for swap in plan.swaps}

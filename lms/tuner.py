@@ -16,6 +16,9 @@ from lms.planner import Plan, plan
 from lms.simulator import Simulation, simulate
 
 log = logging.getLogger("lms")
+# ordering=-1 tries these in turn: TensorFlow's own order first (no op waits for another it does
+# not need), then the enforced depth-first one (lms/ordering.py)
+AUTO_ORDERINGS = (0, 1)
 
 
 @dataclass
@@ -50,7 +53,6 @@ def tune(analysis: Analysis, budget_bytes: int, parameters: Parameters) -> Tuned
             budget_bytes / GiB,
         )
         return Tuned(parameters, None, baseline, baseline, count)
-    max_distance = max(1, len(analysis.levels) - 1)
     cache = {}
 
     def peak(candidate: Parameters) -> int:
@@ -64,23 +66,37 @@ def tune(analysis: Analysis, budget_bytes: int, parameters: Parameters) -> Tuned
         return p.resolved(**{k: v for k, v in values.items() if getattr(p, k) == AUTO})
 
     chosen = None
-    for sync_mode in range(parameters.sync_mode, 4):
-        trial = parameters.resolved(sync_mode=sync_mode)
-        start = fill(trial, swapin_ahead=1, swapin_groupby=0)
+    orderings = AUTO_ORDERINGS if parameters.ordering == AUTO else (parameters.ordering,)
+    for ordering in orderings:
+        # distances count levels, or ops of the enforced order
+        span = len(analysis.ops) if ordering == 1 else len(analysis.levels)
+        max_distance = max(1, span - 1)
+        for sync_mode in range(parameters.sync_mode, 4):
+            trial = parameters.resolved(sync_mode=sync_mode, ordering=ordering)
+            start = fill(trial, swapin_ahead=1, swapin_groupby=0)
 
-        def fits_threshold(value, start=start):
-            return peak(fill(start, swapout_threshold=value)) <= budget_bytes
+            def fits_threshold(value, start=start):
+                return peak(fill(start, swapout_threshold=value)) <= budget_bytes
 
-        if parameters.swapout_threshold == AUTO:
-            threshold = _largest_fitting(1, max_distance, fits_threshold)
-        else:
-            fixed = parameters.swapout_threshold
-            threshold = fixed if fits_threshold(fixed) else None
-        if threshold is not None:
-            chosen = fill(start, swapout_threshold=threshold)
-            log.info("Found swapout_threshold=%d (sync_mode=%d)", threshold, sync_mode)
+            if parameters.swapout_threshold == AUTO:
+                threshold = _largest_fitting(1, max_distance, fits_threshold)
+            else:
+                fixed = parameters.swapout_threshold
+                threshold = fixed if fits_threshold(fixed) else None
+            if threshold is not None:
+                chosen = fill(start, swapout_threshold=threshold)
+                log.info(
+                    "Found swapout_threshold=%d (sync_mode=%d, ordering=%d)",
+                    threshold,
+                    sync_mode,
+                    ordering,
+                )
+                break
+            log.info(
+                "No swapout_threshold fits with sync_mode=%d, ordering=%d", sync_mode, ordering
+            )
+        if chosen is not None:
             break
-        log.info("No swapout_threshold fits with sync_mode=%d", sync_mode)
     if chosen is None:
         best = min(cache.values(), default=baseline.peak_bytes)
         lowest = min(cache, key=cache.get) if cache else None
