@@ -263,8 +263,9 @@ def analyze(
     return analysis
 
 
-def _assign_levels(ops: list, tensors: list) -> None:
-    """Categorized topological sort (Kahn's algorithm, one level per wave)."""
+def dependencies(ops: list, tensors: list) -> tuple[list, list]:
+    """Per op: how many distinct ops it waits for (data and control), and the ops waiting for
+    it, in creation order."""
     pending = [0] * len(ops)
     successors = [[] for _ in ops]
     for i, op in enumerate(ops):
@@ -272,6 +273,12 @@ def _assign_levels(ops: list, tensors: list) -> None:
         pending[i] = len(preds)
         for p in preds:
             successors[p].append(i)
+    return pending, successors
+
+
+def _assign_levels(ops: list, tensors: list) -> None:
+    """Categorized topological sort (Kahn's algorithm, one level per wave)."""
+    pending, successors = dependencies(ops, tensors)
     wave = [i for i, n in enumerate(pending) if n == 0]
     level = 0
     while wave:

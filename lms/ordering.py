@@ -13,7 +13,7 @@ peak of 31.4 GiB left free, 16.3 GiB ordered (largest op and resident variables:
 
 import numpy as np
 
-from lms.analysis import Analysis
+from lms.analysis import Analysis, dependencies
 
 
 def depth_first_order(analysis: Analysis) -> np.ndarray:
@@ -23,13 +23,7 @@ def depth_first_order(analysis: Analysis) -> np.ndarray:
     filter gradient runs on the same inputs)."""
     if "depth_first" not in analysis.cache:
         ops, tensors = analysis.ops, analysis.tensors
-        pending = np.zeros(len(ops), dtype=np.int64)
-        successors = [[] for _ in ops]
-        for index, op in enumerate(ops):
-            predecessors = {tensors[t].producer for t in op.inputs} | set(op.control_inputs)
-            pending[index] = len(predecessors)
-            for p in predecessors:
-                successors[p].append(index)
+        pending, successors = dependencies(ops, tensors)
         produced = [sum(tensors[t].bytes for t in op.outputs) for op in ops]
         for following in successors:
             # pushed largest first, so popped smallest first (ties: creation order)
