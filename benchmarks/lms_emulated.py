@@ -97,7 +97,7 @@ def _measure(function, images, labels, steps):
     return tf.config.experimental.get_memory_info("CPU:0")["peak"], seconds / steps
 
 
-def child(case: str, fraction: float, steps: int) -> dict:
+def child(case: str, fraction: float, steps: int, ordering: int) -> dict:
     import keras
     import tensorflow as tf
 
@@ -111,9 +111,10 @@ def child(case: str, fraction: float, steps: int) -> dict:
     simulated_plain = lms.simulate(analysis).peak_bytes
     # the budget: `fraction` of the plain peak, but no lower than what swapping everything
     # swappable can reach (+10 %), so every case gets a plan to measure
-    floor = lms.simulate(analysis, lms.plan(analysis, lms.Parameters(1, 1, 0))).peak_bytes
+    everything = lms.Parameters(1, 1, 0, ordering=max(ordering, 0))
+    floor = lms.simulate(analysis, lms.plan(analysis, everything)).peak_bytes
     budget = int(max(simulated_plain * fraction, floor * 1.1))
-    planner = lms.LMS(device_memory=budget, safety_ratio=1.0)
+    planner = lms.LMS(device_memory=budget, safety_ratio=1.0, ordering=ordering)
     wrapped = planner.wrap(step)
     measured_lms, seconds_lms = _measure(wrapped, images, labels, steps)
     report = planner.report
@@ -122,7 +123,7 @@ def child(case: str, fraction: float, steps: int) -> dict:
 
     concrete = tf.function(step.python_function).get_concrete_function(images, labels)
     full = lms.analyze(concrete.graph)
-    full_plan = lms.plan(full, lms.Parameters(1, 1, 0))
+    full_plan = lms.plan(full, everything)
     swapped_all = rewrite(concrete, full, full_plan, lms.HostStore())
     measured_all, seconds_all = _measure(swapped_all, images, labels, steps)
     return {
@@ -136,6 +137,7 @@ def child(case: str, fraction: float, steps: int) -> dict:
         "measured_lms": measured_lms,
         "swapped_bytes": report["swapped_bytes"],
         "parameters": report["parameters"],
+        "ordering": report["parameters"]["ordering"],
         "images_per_sec_plain": batch / seconds_plain,
         "images_per_sec_lms": batch / seconds_lms,
         "vertices": report["analysis"]["vertices"],
@@ -150,10 +152,11 @@ def main() -> None:
     parser.add_argument("--case", action="append", choices=sorted(CASES))
     parser.add_argument("--fraction", type=float, default=0.6)
     parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--ordering", type=int, default=-1, choices=(-1, 0, 1))
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.child, args.fraction, args.steps)))
+        print(json.dumps(child(args.child, args.fraction, args.steps, args.ordering)))
         return
     from tabulate import tabulate
 
@@ -172,6 +175,8 @@ def main() -> None:
                 str(args.fraction),
                 "--steps",
                 str(args.steps),
+                "--ordering",
+                str(args.ordering),
             ],
             capture_output=True,
             text=True,
@@ -201,7 +206,7 @@ def main() -> None:
         rows.append(
             [
                 case,
-                f"{r['resolution']}px b{r['batch']}",
+                f"{r['resolution']}px b{r['batch']} ordering {r['ordering']}",
                 r["vertices"],
                 f"{r['simulated_plain'] / mib:.0f}",
                 f"{r['measured_plain'] / mib:.0f}",

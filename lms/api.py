@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from lms.analysis import analyze
 from lms.budget import budget_bytes, gpu_memory_bytes
-from lms.errors import NothingFitsError, ParameterError
+from lms.errors import LMSError, NothingFitsError, ParameterError
 from lms.explain import explain_peak
 from lms.parameters import Parameters
 from lms.planner import log_plan, plan
@@ -30,6 +30,10 @@ MECHANISMS = ("auto", "host-store", "device-copy")
 
 def _has_gpu() -> bool:
     return bool(tf.config.list_physical_devices("GPU"))
+
+
+def _ordered(tuned) -> bool:
+    return tuned is not None and tuned.plan is not None and tuned.plan.order is not None
 
 
 class LMSFunction:
@@ -62,10 +66,16 @@ class LMSFunction:
         """One step. The host store is empty after it, whatever ran: a step runs to its end
         before the call returns, so what is left would never be read (a swap-in that did not
         run) or belongs to a step that failed. One step at a time per LMS object."""
-        callable_, _ = self.prepare(*args)
+        callable_, tuned = self.prepare(*args)
         store = self.lms.store
         try:
             result = callable_(*args)
+        except tf.errors.InvalidArgumentError as error:
+            if store is not None:
+                store.clear()
+            if "in a cycle" not in str(error) or not _ordered(tuned):
+                raise
+            result = self._without_order(args, error)
         except Exception:
             if store is not None:
                 store.clear()
@@ -80,6 +90,28 @@ class LMSFunction:
                 size,
             )
         return result
+
+    def _without_order(self, args, error):
+        """TensorFlow refused the enforced order before running anything: a graph pass fused two
+        ops with chain or swap-in edges between them, which makes a cycle. With ordering -1,
+        plan again in TensorFlow's own order (from a fresh trace: the rewrite edited the first)
+        and run that; a user's explicit ordering=1 gets the error instead."""
+        if self.lms.parameters.ordering == 1:
+            raise LMSError(
+                "ordering=1 cannot be enforced on this step: a TensorFlow graph pass fused ops "
+                f"across the order's control dependencies ({error.message}); use ordering=0 "
+                "or -1"
+            ) from None
+        log.warning(
+            "The enforced op order made a cycle after TensorFlow's graph passes (%s); "
+            "planning again in TensorFlow's own order",
+            error.message,
+        )
+        self.function = tf.function(self.function.python_function)
+        parameters = self.lms.parameters.resolved(ordering=0)
+        key = self._key(args)
+        self._prepared[key] = self.lms._prepare(self.function, args, parameters)
+        return self._prepared[key][0](*args)
 
     @property
     def report(self) -> dict | None:
@@ -166,7 +198,7 @@ class LMS(keras.callbacks.Callback):
             self.store = HostStore()
         return self.store
 
-    def _analyse_and_tune(self, function, args, keep_closest: bool):
+    def _analyse_and_tune(self, function, args, keep_closest: bool, parameters=None):
         """Trace for `args`, analyse, tune; with `keep_closest`, a budget nothing meets gives
         the closest plan instead of NothingFitsError."""
         started = time.perf_counter()
@@ -177,7 +209,7 @@ class LMS(keras.callbacks.Callback):
         )
         analysed = time.perf_counter()
         try:
-            tuned = self._tune_or_apply(analysis)
+            tuned = self._tune_or_apply(analysis, parameters or self.parameters)
         except NothingFitsError as error:
             if self.safety_ratio < 1:
                 error.args = (
@@ -206,8 +238,10 @@ class LMS(keras.callbacks.Callback):
             plot_simulation(tuned, self.budget, self.plot_path)
         return self.report
 
-    def _prepare(self, function, args):
-        concrete, analysis, tuned, timings = self._analyse_and_tune(function, args, False)
+    def _prepare(self, function, args, parameters=None):
+        concrete, analysis, tuned, timings = self._analyse_and_tune(
+            function, args, False, parameters
+        )
         started = time.perf_counter()
         callable_ = concrete
         if tuned.plan is not None:
@@ -216,13 +250,12 @@ class LMS(keras.callbacks.Callback):
         self._record(analysis, tuned, timings)
         return callable_, tuned
 
-    def _tune_or_apply(self, analysis):
+    def _tune_or_apply(self, analysis, parameters):
         """Auto-tune when any parameter is -1; parameters all given are applied as they are
         (TFLMSv2's behaviour), with a warning when their simulated peak misses the budget."""
-        if self.parameters.needs_tuning:
-            return tune(analysis, self.budget, self.parameters)
+        if parameters.needs_tuning:
+            return tune(analysis, self.budget, parameters)
         baseline = simulate(analysis)
-        parameters = self.parameters
         if parameters.ordering == -1:  # TFLMSv2's parameters all given: TFLMSv2's free order
             parameters = parameters.resolved(ordering=0)
         given = plan(analysis, parameters)

@@ -116,15 +116,35 @@ def serialized_levels(analysis: Analysis, parameters: Parameters) -> frozenset:
     return frozenset(levels)
 
 
-def _ordered_trigger(analysis, where, runs_before, consumer, tensor, ahead) -> int | None:
-    """In an enforced order: the op `ahead` places before the consumer, but after the tensor's
-    producer, and one that runs (a pruned trigger would be made to run)."""
+def _neighbours(analysis: Analysis, group) -> set:
+    """Ops a graph pass could fuse with one of `group`'s: their producers and the ops reading the
+    same tensors (oneDNN fuses a filter gradient with the BiasAddGrad that reads its input)."""
+    near = set()
+    for op in group:
+        for t in analysis.ops[op].inputs:
+            near.add(analysis.tensors[t].producer)
+            near.update(c for c, _ in analysis.tensors[t].consumers)
+    return near
+
+
+def _ordered_trigger(analysis, where, runs_before, group, tensor, ahead) -> int | None:
+    """In an enforced order: the op `ahead` places before the group's first reader, after the
+    tensor's producer, one that runs (a pruned trigger would be made to run) and none the
+    readers could be fused with by a later graph pass (the swap-in would then sit between two
+    halves of one op: TensorFlow rejects the graph, "nodes in a cycle")."""
     producer = where[analysis.tensors[tensor].producer]
-    position = max(where[consumer] - ahead, producer + 1)
-    trigger = runs_before[position]
-    if trigger < 0 or where[trigger] <= producer or position >= where[consumer]:
-        return None
-    return int(trigger)
+    first = min(where[c] for c in group)
+    position = max(first - ahead, producer + 1)
+    near = None
+    while position > producer:
+        trigger = runs_before[position]
+        if trigger < 0 or where[trigger] <= producer:
+            return None
+        near = near if near is not None else _neighbours(analysis, group)
+        if trigger not in near:
+            return int(trigger) if where[trigger] < first else None
+        position = where[trigger] - 1
+    return None
 
 
 def plan(analysis: Analysis, parameters: Parameters) -> Plan:
@@ -141,14 +161,14 @@ def plan(analysis: Analysis, parameters: Parameters) -> Plan:
         latest = np.maximum.accumulate(np.where(runs, np.arange(len(order)), -1))
         runs_before = np.where(latest >= 0, order[np.maximum(latest, 0)], -1)
 
-        def trigger_of(consumer, tensor):
-            return _ordered_trigger(analysis, where, runs_before, consumer, tensor, ahead)
+        def trigger_of(group, tensor):
+            return _ordered_trigger(analysis, where, runs_before, group, tensor, ahead)
 
     else:  # distances count levels
         where = np.fromiter((op.level for op in analysis.ops), np.int64, len(analysis.ops))
 
-        def trigger_of(consumer, tensor):
-            return find_trigger(analysis, consumer, tensor, ahead)
+        def trigger_of(group, tensor):
+            return find_trigger(analysis, group[0], tensor, ahead)
 
     swaps = []
     for t, info in enumerate(analysis.tensors):
@@ -166,12 +186,12 @@ def plan(analysis: Analysis, parameters: Parameters) -> Plan:
         for consumer in far:
             consumer_level = where[consumer[0]]
             if group and consumer_level - group_level > groupby:
-                _close_group(swap, group, trigger_of(group[0][0], t))
+                _close_group(swap, group, trigger_of([c for c, _ in group], t))
                 group = []
             if not group:
                 group_level = consumer_level
             group.append(consumer)
-        _close_group(swap, group, trigger_of(group[0][0], t))
+        _close_group(swap, group, trigger_of([c for c, _ in group], t))
         if swap.swap_ins:
             swaps.append(swap)
     levels = frozenset() if order is not None else serialized_levels(analysis, parameters)

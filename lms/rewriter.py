@@ -86,13 +86,18 @@ def rewrite(concrete, analysis: Analysis, plan: Plan, mechanism: SwapMechanism):
     return _tf_private.concrete_function_from_graph(concrete, graph)
 
 
+# Left out of the chain: Grappler's dependency optimizer removes these and moves their control
+# edges to their neighbours, which made cycles of the chain (GoogLeNet: "1570 nodes in a cycle").
+UNCHAINED_OPS = frozenset({"Identity", "IdentityN", "NoOp"})
+
+
 def _chain(analysis: Analysis, order, tf_ops) -> None:
     """Make the ops that run follow `order`: each waits for the one before it (lms/ordering.py).
     Ops TensorFlow prunes stay out of the chain, which would make them run."""
     executed = executed_ops(analysis)
     previous = None
     for index in order:
-        if not executed[index]:
+        if not executed[index] or analysis.ops[index].type in UNCHAINED_OPS:
             continue
         if previous is not None:
             op = analysis.ops[index]
@@ -109,7 +114,10 @@ def _wait_for_swap_outs(analysis: Analysis, order, tf_ops, swap_outs) -> None:
     run to run while swap-outs lagged behind the chain)."""
     executed = executed_ops(analysis)
     position = {int(op): k for k, op in enumerate(order)}
-    following = [int(op) for op in order if executed[op]]
+    unchained = [analysis.ops[int(op)].type in UNCHAINED_OPS for op in order]
+    following = [
+        int(op) for op, skip in zip(order, unchained, strict=True) if executed[op] and not skip
+    ]
     rank = {op: k for k, op in enumerate(following)}
     for swap, swap_out in swap_outs:
         producer = analysis.tensors[swap.tensor].producer

@@ -720,3 +720,30 @@ def test_an_ordered_plan_trains_the_same_and_chains_the_ops_that_run(exact_arith
             waits = {t.op for t in after.inputs} | set(after.control_inputs)
             assert before in waits, (before.name, after.name)
         assert_same_updates(case, rewritten)
+
+
+def test_an_order_tensorflow_cannot_run_falls_back_to_its_own(monkeypatch, caplog):
+    """oneDNN's graph pass fuses a filter gradient with the BiasAddGrad beside it; a swap-in
+    triggered by one and read by the other then sits inside one op ("nodes in a cycle"). The
+    planner avoids such triggers; with that rule switched off the step must still train, planned
+    again in TensorFlow's own order, and an explicit ordering=1 must say why it cannot."""
+    import lms.planner
+    import lms.tuner
+
+    monkeypatch.setattr(lms.planner, "_neighbours", lambda analysis, group: set())
+    monkeypatch.setattr(lms.tuner, "AUTO_ORDERINGS", (1, 0))
+    case = workload_case("googlenet", 96, 4)
+    analysis = lms.analyze(case.step.get_concrete_function(case.images, case.labels).graph)
+    device_memory = int(lms.simulate(analysis).peak_bytes * 0.7)
+    planner = lms.LMS(device_memory=device_memory, safety_ratio=1.0)
+    step = planner.wrap(tf.function(case.step.python_function))
+    with caplog.at_level(logging.WARNING, logger="lms"):
+        loss = float(step(case.images, case.labels))
+    if "made a cycle" not in caplog.text:
+        pytest.skip("no graph pass fused across the order here (oneDNN off?)")
+    assert math.isfinite(loss) and planner.report["parameters"]["ordering"] == 0
+    assert planner.report["swapped_tensors"] > 0 and planner.store.held_bytes == 0
+    float(step(case.images, case.labels))  # the replanned step keeps working
+    explicit = lms.LMS(device_memory=device_memory, safety_ratio=1.0, ordering=1)
+    with pytest.raises(lms.LMSError, match="ordering=1 cannot be enforced on this step"):
+        explicit.wrap(tf.function(case.step.python_function))(case.images, case.labels)
