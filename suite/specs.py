@@ -55,6 +55,9 @@ LMS_FIELDS = {
     "safety_ratio": 0.8,  # of the memory the plan may fill (lms.LMS's default)
 }
 PLAN_ONLY_FIELDS = ("device_memory", "safety_ratio")  # LMS settings that are not lms.Parameters
+# Accepted in an `lms` table but resolved (and hashed) only when given, so that the hashes of
+# LMS trials recorded before the field existed still match: lms.Parameters' default applies.
+OPTIONAL_LMS_FIELDS = ("ordering",)
 STUDY_FIELDS = {  # required
     "throughput": {"resolution", "batch"},
     "sweep": {"batch", "resolutions"},
@@ -284,7 +287,7 @@ class _Checker:
             value = {}
         if not isinstance(value, dict):
             self.fail(name, value, "false, true, or a table of LMS parameters")
-        self.known_keys(name, value, set(LMS_FIELDS))
+        self.known_keys(name, value, set(LMS_FIELDS) | set(OPTIONAL_LMS_FIELDS))
         resolved = {**LMS_FIELDS, **value}
         if resolved["device_memory"] is not None:
             try:
@@ -298,9 +301,10 @@ class _Checker:
         from lms.parameters import Parameters
 
         try:
-            Parameters(**{k: resolved[k] for k in LMS_FIELDS if k not in PLAN_ONLY_FIELDS})
+            Parameters(**{k: v for k, v in resolved.items() if k not in PLAN_ONLY_FIELDS})
         except (ParameterError, TypeError) as error:
-            field_name = next((k for k in LMS_FIELDS if k in str(error)), "")
+            fields = (*LMS_FIELDS, *OPTIONAL_LMS_FIELDS)
+            field_name = next((k for k in fields if k in str(error)), "")
             self.fail(f"{name}.{field_name}" if field_name else name, value, str(error))
         return resolved
 

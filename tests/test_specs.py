@@ -113,6 +113,11 @@ def test_seed_parameters():
             ">= 1 or -1 (auto-tune)",
         ),
         (
+            spec_with(defaults_extra="lms = {ordering = 3}"),
+            "defaults.lms.ordering",
+            "ordering must be 0 (free), 1 (depth-first) or -1",
+        ),
+        (
             spec_with(defaults_extra='lms = {device_memory = "big"}'),
             "defaults.lms.device_memory",
             "16GiB",
@@ -266,6 +271,10 @@ def test_lms_on_changes_the_hash_and_off_keeps_it():
     assert len({plain.hash, on.hash, tuned.hash}) == 3
     assert on.params["lms"]["swapout_threshold"] == -1
     assert tuned.params["lms"]["swapout_threshold"] == 3
+    # ordering enters a trial (and its hash) only when the spec gives it
+    ordered = parse_spec(spec_with(defaults_extra="lms = {ordering = 1}"), "a").trials[0]
+    assert "ordering" not in on.params["lms"] and ordered.params["lms"]["ordering"] == 1
+    assert ordered.hash not in {plain.hash, on.hash, tuned.hash}
 
 
 def test_hash_ignores_what_is_not_a_workload_parameter():
