@@ -141,6 +141,8 @@ def main() -> None:
         host = _run_child("host-child", case, args) if args.host_steps else None
         if not runs:
             continue
+        refused = [r for r in runs if "refused" in r]
+        runs = [r for r in runs if "refused" not in r] or refused
         first = runs[0]
         if "refused" in first:
             rows.append(
@@ -161,7 +163,8 @@ def main() -> None:
                 f"{first['simulated'] / mib:.0f}",
                 " / ".join(f"{r['measured'] / mib:.0f}" for r in runs),
                 f"{max(ratios):.2f} (median {statistics.median(ratios):.2f})",
-                f"{first['swapped']} (ordering {first['ordering']})",
+                f"{first['swapped']} (ordering {first['ordering']})"
+                + (f", refused in {len(refused)} runs" if refused else ""),
                 f"{growth:+.1f}" if growth is not None else "",
                 f"{host['store_bytes']}" if host else "",
             ]
