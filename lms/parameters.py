@@ -56,8 +56,8 @@ class Parameters:
         (0: off).
     ordering: 0 lets TensorFlow's executor order the ops (TFLMSv2's way; distances count
         levels); 1 runs them in a depth-first order chained by control dependencies (distances
-        count ops; see lms/ordering.py); -1 tries 0 first when tuning, and means 0 when the
-        three distances are all given.
+        count ops; see lms/ordering.py); -1 tries 1 first when tuning (then 0), and means 0
+        when the three distances are all given (TFLMSv2's behaviour).
     """
 
     swapout_threshold: int = AUTO

@@ -705,8 +705,8 @@ def test_the_tuner_enforces_an_order_when_the_free_one_cannot_fit():
     assert tuned.plan.order is not None and not tuned.plan.serialized_levels
     with pytest.raises(lms.NothingFitsError):
         lms.tune(analysis, budget, lms.Parameters(ordering=0))
-    roomy = lms.tune(analysis, free.peak_bytes + 1, lms.Parameters())
-    assert roomy.parameters.ordering == 0  # TensorFlow's own order while it fits
+    roomy = lms.tune(analysis, free.peak_bytes + 1, lms.Parameters(ordering=0))
+    assert roomy.parameters.ordering == 0 and roomy.plan.order is None
 
 
 def test_an_ordered_plan_trains_the_same_and_chains_the_ops_that_run(exact_arithmetic):

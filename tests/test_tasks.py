@@ -70,7 +70,7 @@ def test_specs_lists_every_shipped_spec_with_its_studies():
 
 def test_plan_prints_the_plan_and_plots_it_without_training(tmp_path):
     completed = inv("plan", "--spec", "smoke", "--workload", "googlenet", "--resolution", "96",
-                    "--device-memory", "128MiB", "--output", str(tmp_path))  # fmt: skip
+                    "--device-memory", "100MiB", "--output", str(tmp_path))  # fmt: skip
     assert completed.returncode == 0, completed.stderr
     (report,) = json.loads(completed.stdout)
     assert (report["workload"], report["resolution"], report["batch"]) == ("googlenet", 96, 4)
