@@ -116,14 +116,34 @@ def serialized_levels(analysis: Analysis, parameters: Parameters) -> frozenset:
     return frozenset(levels)
 
 
+# Ops a graph pass fuses with another op reading the same input (oneDNN's layout pass: a filter
+# gradient and the BiasAddGrad beside it become one _MklNativeConv2DBackpropFilterWithBias).
+SIBLING_FUSED_OPS = frozenset({"BiasAddGrad"})
+# Ops Grappler's remapper or oneDNN's layout pass fuse into the op producing their input
+# (Conv2D + BiasAdd + Add + Relu, MatMul + BiasAdd + activation, batch norm + activation).
+FUSED_TAIL_OPS = frozenset(
+    {"BiasAdd", "BiasAddV1", "Relu", "Relu6", "Elu", "LeakyRelu", "Tanh", "Sigmoid", "AddV2", "Add"}
+    | {f"FusedBatchNorm{v}" for v in ("", "V2", "V3")}
+    | {f"FusedBatchNormGrad{v}" for v in ("", "V2", "V3")}
+)
+
+
 def _neighbours(analysis: Analysis, group) -> set:
-    """Ops a graph pass could fuse with one of `group`'s: their producers and the ops reading the
-    same tensors (oneDNN fuses a filter gradient with the BiasAddGrad that reads its input)."""
+    """Ops a graph pass could fuse with one of `group`'s: for a fusion tail, the producer of an
+    input only it reads; and ops beside it on the same input where either is of
+    SIBLING_FUSED_OPS. Any other fusion TensorFlow may do makes the step fall back to its own
+    order (lms/api.py)."""
     near = set()
     for op in group:
         for t in analysis.ops[op].inputs:
-            near.add(analysis.tensors[t].producer)
-            near.update(c for c, _ in analysis.tensors[t].consumers)
+            tensor = analysis.tensors[t]
+            readers = {c for c, _ in tensor.consumers}
+            if readers == {op} and analysis.ops[op].type in FUSED_TAIL_OPS:
+                near.add(tensor.producer)
+            if analysis.ops[op].type in SIBLING_FUSED_OPS:
+                near.update(readers)
+            else:
+                near.update(c for c in readers if analysis.ops[c].type in SIBLING_FUSED_OPS)
     return near
 
 
