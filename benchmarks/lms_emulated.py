@@ -85,7 +85,8 @@ def build_case(kind, name, resolution, batch):
     return step, images, labels
 
 
-def _measure(function, images, labels, steps):
+def measure(function, images, labels, steps):
+    """The allocator's peak over `steps` calls after a first one, and the seconds per call."""
     import tensorflow as tf
 
     float(function(images, labels))  # first call: tracing and one-time allocations
@@ -106,7 +107,7 @@ def child(case: str, fraction: float, steps: int, ordering: int) -> dict:
     kind, name, resolution, batch = CASES[case]
     keras.utils.set_random_seed(0)
     step, images, labels = build_case(kind, name, resolution, batch)
-    measured_plain, seconds_plain = _measure(step, images, labels, steps)
+    measured_plain, seconds_plain = measure(step, images, labels, steps)
     analysis = lms.analyze(step.get_concrete_function(images, labels).graph)
     simulated_plain = lms.simulate(analysis).peak_bytes
     # the budget: `fraction` of the plain peak, but no lower than what swapping everything
@@ -116,7 +117,7 @@ def child(case: str, fraction: float, steps: int, ordering: int) -> dict:
     budget = int(max(simulated_plain * fraction, floor * 1.1))
     planner = lms.LMS(device_memory=budget, safety_ratio=1.0, ordering=ordering)
     wrapped = planner.wrap(step)
-    measured_lms, seconds_lms = _measure(wrapped, images, labels, steps)
+    measured_lms, seconds_lms = measure(wrapped, images, labels, steps)
     report = planner.report
     # the largest drop: every swappable tensor swapped (threshold 1, ahead 1, groupby 0)
     from lms.rewriter import rewrite
@@ -125,7 +126,7 @@ def child(case: str, fraction: float, steps: int, ordering: int) -> dict:
     full = lms.analyze(concrete.graph)
     full_plan = lms.plan(full, everything)
     swapped_all = rewrite(concrete, full, full_plan, lms.HostStore())
-    measured_all, seconds_all = _measure(swapped_all, images, labels, steps)
+    measured_all, seconds_all = measure(swapped_all, images, labels, steps)
     return {
         "case": case,
         "resolution": resolution,

@@ -25,17 +25,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from lms_emulated import CASES, build_case  # noqa: E402
+from lms_emulated import CASES, build_case, measure  # noqa: E402
 
 
 def _peak(function, images, labels, steps: int) -> int:
-    import tensorflow as tf
-
-    float(function(images, labels))
-    tf.config.experimental.reset_memory_stats("CPU:0")
-    for _ in range(steps):
-        float(function(images, labels))
-    return tf.config.experimental.get_memory_info("CPU:0")["peak"]
+    return measure(function, images, labels, steps)[0]
 
 
 def budget_child(case: str, fraction: float, steps: int, ordering: int) -> dict:

@@ -70,16 +70,15 @@ class LMSFunction:
         store = self.lms.store
         try:
             result = callable_(*args)
-        except tf.errors.InvalidArgumentError as error:
+        except Exception as error:
             if store is not None:
                 store.clear()
-            if "in a cycle" not in str(error) or not _ordered(tuned):
+            refused = isinstance(error, tf.errors.InvalidArgumentError) and "in a cycle" in str(
+                error
+            )
+            if not (refused and _ordered(tuned)):
                 raise
             result = self._without_order(args, error)
-        except Exception:
-            if store is not None:
-                store.clear()
-            raise
         count, size = store.clear() if store is not None else (0, 0)
         if count and not self._warned_leftovers:
             self._warned_leftovers = True

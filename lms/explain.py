@@ -12,11 +12,11 @@ is still read by a near reader.
 import numpy as np
 
 from lms.analysis import NEVER_SWAP_OPS, Analysis
-from lms.planner import Plan, find_trigger
+from lms.planner import Plan, coordinates, find_trigger
 from lms.simulator import Simulation, _lifetimes, schedule, swap_lifetimes
 
 
-def _reason(analysis: Analysis, plan: Plan | None, tensor: int, running: int, swapped) -> str:
+def _reason(analysis, plan: Plan | None, tensor: int, running: int, swapped, outputs) -> str:
     info = analysis.tensors[tensor]
     producer = analysis.ops[info.producer]
     if info.producer == running:
@@ -25,7 +25,7 @@ def _reason(analysis: Analysis, plan: Plan | None, tensor: int, running: int, sw
         return "read by the running op"
     if tensor in swapped:
         return "swapped out, but still read by a reader within swapout_threshold"
-    if any(analysis.tensors[t].buffer == tensor for t in analysis.outputs):
+    if tensor in outputs:
         return "a step output: lives to the end of the step"
     if not info.swappable:
         if producer.type in NEVER_SWAP_OPS:
@@ -34,12 +34,8 @@ def _reason(analysis: Analysis, plan: Plan | None, tensor: int, running: int, sw
     if plan is None:
         return "LMS not used: the plan without swaps fits"
     unit = "ops" if plan.order is not None else "levels"
-    where = schedule(analysis, plan)[0] if plan.order is not None else None
-    if where is None:
-        distances = [analysis.ops[c].level - producer.level for c, _ in info.consumers]
-    else:
-        distances = [int(where[c] - where[info.producer]) for c, _ in info.consumers]
-    distance = max(distances, default=0)
+    where = coordinates(analysis, plan.order is not None)
+    distance = max((int(where[c] - where[info.producer]) for c, _ in info.consumers), default=0)
     threshold = plan.parameters.swapout_threshold
     if distance <= threshold:
         return f"too close: last reader {distance} {unit} on, swapout_threshold {threshold}"
@@ -74,7 +70,9 @@ def explain_peak(
             "tensor": analysis.tensors[int(static.roots[k])].name,
             "op_type": analysis.ops[analysis.tensors[int(static.roots[k])].producer].type,
             "bytes": int(static.sizes[k]),
-            "why_on_device": _reason(analysis, plan, int(static.roots[k]), running, swapped),
+            "why_on_device": _reason(
+                analysis, plan, int(static.roots[k]), running, swapped, static.output_roots
+            ),
         }
         for k in live
     ]

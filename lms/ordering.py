@@ -48,6 +48,13 @@ def positions(order: np.ndarray) -> np.ndarray:
     return position
 
 
+def order_positions(analysis: Analysis) -> np.ndarray:
+    """Each op's position in the depth-first order: its step when that order is enforced."""
+    if "order_positions" not in analysis.cache:
+        analysis.cache["order_positions"] = positions(depth_first_order(analysis))
+    return analysis.cache["order_positions"]
+
+
 def executed_ops(analysis: Analysis) -> np.ndarray:
     """Whether each op runs: it feeds the step's outputs or its control outputs (stateful ops
     such as variable updates). The rest are pruned by TensorFlow; chaining them into the order

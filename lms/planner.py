@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from lms.analysis import Analysis, GiB
-from lms.ordering import depth_first_order, executed_ops, positions
+from lms.ordering import depth_first_order, executed_ops, order_positions
 from lms.parameters import Parameters
 
 log = logging.getLogger("lms")
@@ -167,6 +167,17 @@ def _ordered_trigger(analysis, where, runs_before, group, tensor, ahead) -> int 
     return None
 
 
+def coordinates(analysis: Analysis, ordered: bool) -> np.ndarray:
+    """Where each op sits for the distances of a plan: its position in the enforced order, or
+    its level."""
+    if ordered:
+        return order_positions(analysis)
+    if "levels" not in analysis.cache:
+        levels = np.fromiter((op.level for op in analysis.ops), np.int64, len(analysis.ops))
+        analysis.cache["levels"] = levels
+    return analysis.cache["levels"]
+
+
 def plan(analysis: Analysis, parameters: Parameters) -> Plan:
     """The swaps `parameters` (fully resolved: no -1 left) give on `analysis`."""
     if parameters.needs_tuning:
@@ -174,8 +185,8 @@ def plan(analysis: Analysis, parameters: Parameters) -> Plan:
     threshold, groupby = parameters.swapout_threshold, parameters.swapin_groupby
     ahead = 1 if parameters.sync_mode & 2 else parameters.swapin_ahead
     order = depth_first_order(analysis) if parameters.ordered else None
+    where = coordinates(analysis, order is not None)
     if order is not None:  # distances count ops of the order
-        where = positions(order)
         runs = executed_ops(analysis)[order]
         # the latest op that runs at or before each position (-1: none)
         latest = np.maximum.accumulate(np.where(runs, np.arange(len(order)), -1))
@@ -185,7 +196,6 @@ def plan(analysis: Analysis, parameters: Parameters) -> Plan:
             return _ordered_trigger(analysis, where, runs_before, group, tensor, ahead)
 
     else:  # distances count levels
-        where = np.fromiter((op.level for op in analysis.ops), np.int64, len(analysis.ops))
 
         def trigger_of(group, tensor):
             return find_trigger(analysis, group[0], tensor, ahead)

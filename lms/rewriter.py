@@ -91,20 +91,25 @@ def rewrite(concrete, analysis: Analysis, plan: Plan, mechanism: SwapMechanism):
 UNCHAINED_OPS = frozenset({"Identity", "IdentityN", "NoOp"})
 
 
-def _chain(analysis: Analysis, order, tf_ops) -> None:
-    """Make the ops that run follow `order`: each waits for the one before it (lms/ordering.py).
-    Ops TensorFlow prunes stay out of the chain, which would make them run."""
+def _chained_ops(analysis: Analysis, order) -> list:
+    """The ops of `order` that the chain links. Ops TensorFlow prunes stay out of it (the chain
+    would make them run), and so do UNCHAINED_OPS."""
     executed = executed_ops(analysis)
-    previous = None
-    for index in order:
-        if not executed[index] or analysis.ops[index].type in UNCHAINED_OPS:
-            continue
-        if previous is not None:
-            op = analysis.ops[index]
-            inputs = {analysis.tensors[t].producer for t in op.inputs}
-            if previous not in inputs and previous not in op.control_inputs:
-                _tf_private.add_control_input(tf_ops[index], tf_ops[previous])
-        previous = index
+    return [
+        int(index)
+        for index in order
+        if executed[index] and analysis.ops[index].type not in UNCHAINED_OPS
+    ]
+
+
+def _chain(analysis: Analysis, order, tf_ops) -> None:
+    """Make the ops that run follow `order`: each waits for the one before it (lms/ordering.py)."""
+    chained = _chained_ops(analysis, order)
+    for previous, index in zip(chained, chained[1:], strict=False):
+        op = analysis.ops[index]
+        inputs = {analysis.tensors[t].producer for t in op.inputs}
+        if previous not in inputs and previous not in op.control_inputs:
+            _tf_private.add_control_input(tf_ops[index], tf_ops[previous])
 
 
 def _wait_for_swap_outs(analysis: Analysis, order, tf_ops, swap_outs) -> None:
@@ -112,17 +117,9 @@ def _wait_for_swap_outs(analysis: Analysis, order, tf_ops, swap_outs) -> None:
     the tensor's device buffer is then released where the simulation frees it, not whenever
     the copy gets to run (on the CPU the measured peak of one ordered plan varied by 1.4x from
     run to run while swap-outs lagged behind the chain)."""
-    executed = executed_ops(analysis)
-    position = {int(op): k for k, op in enumerate(order)}
-    unchained = [analysis.ops[int(op)].type in UNCHAINED_OPS for op in order]
-    following = [
-        int(op) for op, skip in zip(order, unchained, strict=True) if executed[op] and not skip
-    ]
-    rank = {op: k for k, op in enumerate(following)}
+    chained = _chained_ops(analysis, order)
+    following = dict(zip(chained, chained[1:], strict=False))
     for swap, swap_out in swap_outs:
-        producer = analysis.tensors[swap.tensor].producer
-        if producer not in rank:
-            continue
-        later = rank[producer] + 1
-        if later < len(following) and position[following[later]] > position[producer]:
-            _tf_private.add_control_input(tf_ops[following[later]], swap_out)
+        after = following.get(analysis.tensors[swap.tensor].producer)
+        if after is not None:
+            _tf_private.add_control_input(tf_ops[after], swap_out)

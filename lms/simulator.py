@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lms.analysis import Analysis
-from lms.ordering import positions
+from lms.ordering import order_positions
 from lms.planner import Plan
 
 # Op types whose kernels hold a temporary about as large as their largest input or output.
@@ -95,9 +95,7 @@ def schedule(analysis: Analysis, plan: Plan | None = None) -> tuple[np.ndarray, 
     run kernels one stream at a time, and the CPU executor's inter-op threads are few;
     concurrency is added back as the overlap term of `simulate`."""
     if plan is not None and plan.order is not None:
-        if "ordered_schedule" not in analysis.cache:
-            analysis.cache["ordered_schedule"] = (positions(plan.order), len(plan.order))
-        return analysis.cache["ordered_schedule"]
+        return order_positions(analysis), len(plan.order)
     if "schedule" not in analysis.cache:
         levels = execution_levels(analysis)
         order = np.lexsort((np.arange(len(levels)), levels))
@@ -120,6 +118,7 @@ class _Lifetimes:
     tensor_last: np.ndarray  # per tensor: its own last reader's step (-1: none)
     members: dict  # root -> tensors living in it (aliases), for roots with more than one
     index: dict  # root -> its position in the arrays
+    output_roots: frozenset  # roots of the step's outputs (live to the end)
     base: np.ndarray  # device bytes per step from these buffers (not cumulated), length steps+1
     overlap: np.ndarray  # bytes the next op allocates while this one runs
     transient: np.ndarray  # kernel temporaries per step
@@ -169,8 +168,19 @@ def _lifetimes(analysis: Analysis, plan: Plan | None = None) -> _Lifetimes:
     for t in np.flatnonzero(root_of != np.arange(count)):
         members.setdefault(int(root_of[t]), [int(root_of[t])]).append(int(t))
     index = {int(r): k for k, r in enumerate(roots)}
+    output_roots = frozenset(int(r) for r in root_of[analysis.outputs])
     result = _Lifetimes(
-        roots, sizes, first, last, tensor_last, members, index, base, overlap, transient[:steps]
+        roots,
+        sizes,
+        first,
+        last,
+        tensor_last,
+        members,
+        index,
+        output_roots,
+        base,
+        overlap,
+        transient[:steps],
     )
     analysis.cache[key] = result
     return result
@@ -233,7 +243,7 @@ def swap_lifetimes(analysis: Analysis, plan: Plan) -> SwapLifetimes:
             for consumer in tensors[member].consumers:
                 if consumer not in skip:
                     last = max(last, step_of[consumer[0]])
-        if static.last[k] == steps - 1 and any(tensors[t].buffer == root for t in analysis.outputs):
+        if root in static.output_roots:
             last = steps - 1
         new_last[root] = int(last)
     copies, host = [], []
