@@ -7,14 +7,17 @@ On the first call for a given input signature the step is traced, analysed, its 
 against the memory budget, and its graph rewritten with swaps; later calls run the rewritten step.
 """
 
+import functools
 import logging
+import os
 import time
 
 import keras
 import tensorflow as tf
 
+from lms.allocator import BestFitAllocator
 from lms.analysis import analyze
-from lms.budget import budget_bytes, gpu_memory_bytes
+from lms.budget import budget_bytes, gpu_memory_bytes, to_bytes
 from lms.errors import LMSError, NothingFitsError, ParameterError
 from lms.explain import explain_peak
 from lms.parameters import Parameters
@@ -26,10 +29,19 @@ from lms.tuner import Tuned, tune
 
 log = logging.getLogger("lms")
 MECHANISMS = ("auto", "host-store", "device-copy")
+ALLOCATOR_MODELS = ("bfc", None)
 
 
 def _has_gpu() -> bool:
     return bool(tf.config.list_physical_devices("GPU"))
+
+
+def _memory_growth() -> bool:
+    """Whether TensorFlow grows the first GPU's memory by regions (GPU only; False without one)."""
+    if os.environ.get("TF_FORCE_GPU_ALLOW_GROWTH", "").lower() == "true":
+        return True
+    gpus = tf.config.list_physical_devices("GPU")
+    return bool(gpus) and bool(tf.config.experimental.get_memory_growth(gpus[0]))
 
 
 def _ordered(tuned) -> bool:
@@ -134,6 +146,9 @@ class LMS(keras.callbacks.Callback):
         "host-store" or "device-copy".
     batch_size: substitutes an unknown leading dimension when sizing tensors.
     plot: path of a PNG of the simulated memory over the step, with and without LMS.
+    allocator: "bfc" (default) checks the plan with the chunks TensorFlow's BFC allocator would
+        give its allocations (lms/allocator.py; up to twice the bytes asked each) and tunes again
+        if that padding pushes it over the budget; None plans with the bytes asked only.
     """
 
     def __init__(
@@ -152,6 +167,7 @@ class LMS(keras.callbacks.Callback):
         mechanism="auto",
         batch_size=None,
         plot=None,
+        allocator="bfc",
     ):
         super().__init__()
         self.parameters = Parameters(
@@ -179,6 +195,12 @@ class LMS(keras.callbacks.Callback):
         ):
             raise ParameterError(f"batch_size must be an integer >= 1; received {batch_size!r}")
         self.mechanism_name = mechanism
+        if allocator not in ALLOCATOR_MODELS:
+            raise ParameterError(
+                f"allocator must be one of {ALLOCATOR_MODELS}; received {allocator!r}"
+            )
+        self.allocator_name = allocator
+        self.device_bytes = to_bytes(device_memory, "device_memory")
         self.batch_size, self.plot_path = batch_size, plot
         self.store = None
         self.report = None
@@ -186,6 +208,23 @@ class LMS(keras.callbacks.Callback):
     def wrap(self, function) -> LMSFunction:
         """The step `function` (a tf.function or a Python function of tensors) with LMS."""
         return LMSFunction(self, function)
+
+    def _allocator(self):
+        """A factory of the allocator model plans are checked with, or None (bytes asked only).
+        The emulated device's CPU allocator grows by regions; a GPU's holds all its memory in
+        one region unless memory growth is on (TensorFlow's default: off)."""
+        if self.allocator_name is None:
+            return None
+        growth = True
+        if self._mechanism_kind() == "device-copy":
+            growth = _memory_growth()
+        return functools.partial(BestFitAllocator, self.device_bytes, growth)
+
+    def _mechanism_kind(self) -> str:
+        name = self.mechanism_name
+        if name == "auto":
+            name = "device-copy" if _has_gpu() else "host-store"
+        return name
 
     def _mechanism(self):
         name = self.mechanism_name
@@ -253,12 +292,13 @@ class LMS(keras.callbacks.Callback):
         """Auto-tune when any parameter is -1; parameters all given are applied as they are
         (TFLMSv2's behaviour), with a warning when their simulated peak misses the budget."""
         if parameters.needs_tuning:
-            return tune(analysis, self.budget, parameters)
-        baseline = simulate(analysis)
+            return tune(analysis, self.budget, parameters, self._allocator())
+        allocator = self._allocator()
+        baseline = simulate(analysis, None, allocator)
         if parameters.ordering == -1:  # TFLMSv2's parameters all given: TFLMSv2's free order
             parameters = parameters.resolved(ordering=0)
         given = plan(analysis, parameters)
-        simulation = simulate(analysis, given)
+        simulation = simulate(analysis, given, allocator)
         if simulation.peak_bytes > self.budget:
             log.warning(
                 "The given LMS parameters give a simulated peak of %.3f GiB, above the budget "

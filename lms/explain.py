@@ -2,8 +2,9 @@
 large buffer there was not swapped out (issue: a user must see what limits reach).
 
 The peak decomposes into: variables and inputs (resident), buffers alive at the step, copies
-swapped back in, the running kernel's temporaries, and the next op's outputs (allocated while this
-one runs). Each buffer gets one reason: the running op reads or writes it, it is a step output,
+swapped back in, the running kernel's temporaries, the next op's outputs (allocated while this
+one runs) and, when simulated with the allocator's placement, its chunks' padding.
+Each buffer gets one reason: the running op reads or writes it, it is a step output,
 its op type or shape is never swapped, its readers are too close (within `swapout_threshold`
 levels), no op runs between its producer and reader to trigger a swap-in, or it was swapped and
 is still read by a near reader.
@@ -89,6 +90,7 @@ def explain_peak(
         )
     entries.sort(key=lambda e: -e["bytes"])
     serialized = plan is not None and analysis.ops[running].level in plan.serialized_levels
+    padding = simulation.padding
     return {
         "step": peak,
         "steps": steps,
@@ -98,6 +100,8 @@ def explain_peak(
         "buffer_bytes": int(sum(e["bytes"] for e in entries)),
         "kernel_temporary_bytes": int(static.transient[peak]),
         "next_op_in_flight_bytes": 0 if serialized else int(static.overlap[peak]),
+        # chunks of TensorFlow's allocator beyond the bytes asked (when simulated with one)
+        "allocator_padding_bytes": 0 if padding is None else int(padding[peak]),
         "largest_buffers": entries[:top],
         "other_buffers": {
             "count": max(0, len(entries) - top),

@@ -48,6 +48,7 @@ class Simulation:
     device: np.ndarray  # bytes per step
     host: np.ndarray  # bytes per step
     resident_bytes: int
+    padding: np.ndarray | None = None  # per step: the allocator's chunks beyond the bytes asked
 
     @property
     def steps(self) -> int:
@@ -192,7 +193,10 @@ def _group_max(groups: np.ndarray, values: np.ndarray, count: int) -> np.ndarray
     return result
 
 
-def simulate(analysis: Analysis, plan: Plan | None = None) -> Simulation:
+def simulate(analysis: Analysis, plan: Plan | None = None, allocator=None) -> Simulation:
+    """Device and host bytes per step. `allocator` (a callable making a fresh
+    `lms.allocator.BestFitAllocator`) adds what TensorFlow's allocator gives beyond the bytes
+    asked: each allocation's chunk as the allocator would place the step's allocations."""
     step_of, steps = schedule(analysis, plan)
     static = _lifetimes(analysis, plan)
     device = static.base.copy()
@@ -206,12 +210,16 @@ def simulate(analysis: Analysis, plan: Plan | None = None) -> Simulation:
         chained = [i for lv in plan.serialized_levels for i in analysis.levels[lv]]
         overlap[step_of[chained]] = 0
     device = np.cumsum(device)[:steps] + overlap + static.transient + analysis.resident_bytes
+    padding = None
+    if allocator is not None and steps:
+        padding = _padding(analysis, plan, steps, allocator(), overlap)
+        device = device + padding
     host = np.cumsum(host)[:steps]
     peak_step = int(np.argmax(device)) if steps else 0
     # one op per step: the op at the peak is the one scheduled there
     peak_op = analysis.ops[int(np.flatnonzero(step_of == peak_step)[0])].name if steps else ""
     peak = int(device[peak_step]) if steps else analysis.resident_bytes
-    return Simulation(peak, peak_step, peak_op, device, host, analysis.resident_bytes)
+    return Simulation(peak, peak_step, peak_op, device, host, analysis.resident_bytes, padding)
 
 
 @dataclass
@@ -280,3 +288,64 @@ def _add_swaps(analysis, plan, static, step_of, steps, device, host) -> None:
 
 def _buffer_bytes(analysis: Analysis, tensor: int) -> int:
     return analysis.tensors[analysis.tensors[tensor].buffer].bytes
+
+
+def buffers(analysis: Analysis, plan: Plan | None = None):
+    """Every device allocation of the step as arrays (first step, last step, bytes): buffers (with a
+    plan: swapped ones until their swap-out, and the swap-ins' copies) and kernel temporaries
+    (first == last), in the order an allocator sees them within a step: outputs, then the
+    temporary."""
+    step_of, steps = schedule(analysis, plan)
+    static = _lifetimes(analysis, plan)
+    first, last, sizes = static.first.copy(), static.last.copy(), static.sizes.copy()
+    extra = []
+    if plan:
+        moved = swap_lifetimes(analysis, plan)
+        for root, end in moved.device_last.items():
+            last[static.index[root]] = end
+        for tensor, begin, finish, _ in moved.copies:
+            extra.append((begin, finish, analysis.tensors[tensor].bytes))
+    temps = np.flatnonzero(static.transient)
+    extra += [(int(s), int(s), int(static.transient[s])) for s in temps]
+    if extra:
+        more = np.array(extra, dtype=np.int64)
+        first = np.concatenate([first, more[:, 0]])
+        last = np.concatenate([last, more[:, 1]])
+        sizes = np.concatenate([sizes, more[:, 2]])
+    return first, last, sizes, len(static.sizes)
+
+
+def _padding(analysis, plan, steps: int, allocator, overlap: np.ndarray) -> np.ndarray:
+    """Per step, the chunks' bytes beyond the bytes asked of the allocations alive then (and of
+    the next op's outputs, where ops overlap). The variables and inputs are placed first, as they
+    are allocated before the step."""
+    first, last, sizes, count = buffers(analysis, plan)
+    if analysis.resident_bytes:
+        allocator.allocate(analysis.resident_bytes)
+    extra = chunk_sizes(first, last, sizes, allocator) - sizes
+    curve = np.zeros(steps + 1, dtype=np.int64)
+    np.add.at(curve, first, extra)
+    np.add.at(curve, last + 1, -extra)
+    padding = np.cumsum(curve)[:steps]
+    if overlap.any():
+        following = np.zeros(steps + 1, dtype=np.int64)
+        np.add.at(following, first[:count], extra[:count])
+        padding += np.where(overlap > 0, np.append(following[1:steps], 0), 0)
+    return padding
+
+
+def chunk_sizes(first, last, sizes, allocator) -> np.ndarray:
+    """The chunk `allocator` gives each allocation when they come and go in step order (within a
+    step: allocations in order, then frees)."""
+    count = len(sizes)
+    order = np.lexsort((np.arange(count), first))
+    free_order = np.lexsort((np.arange(count), last))
+    chunks = np.zeros(count, dtype=np.int64)
+    handles = np.zeros(count, dtype=np.int64)
+    f = 0
+    for k in order:
+        while f < count and last[free_order[f]] < first[k]:
+            allocator.free(int(handles[free_order[f]]))
+            f += 1
+        handles[k], chunks[k] = allocator.allocate(int(sizes[k]))
+    return chunks

@@ -4,8 +4,9 @@
   the compute device. Only a GPU can exercise this path: on a CPU both copies are the same memory.
 - `HostStore` (the emulated device, DESIGN.md §2): the swap-out hands the tensor to a Python-side
   store outside TensorFlow's allocator (a `tf.numpy_function`) and returns an int64 handle; the
-  swap-in brings the array back. The allocator's measured peak really drops, so CPU tests and CI
-  check LMS for real.
+  swap-in brings the array back and copies it into a buffer of TensorFlow's allocator, as a GPU's
+  swap-in fills device memory. The allocator's measured peak really drops, so CPU tests and CI
+  check LMS for real, and it counts the swapped-in copies as a GPU would.
 
 A mechanism describes its ops as NodeDefs rather than creating them: the rewriter imports all swaps
 of a plan in one `import_graph_def`, which is several times faster than creating thousands of ops
@@ -23,14 +24,9 @@ ALIGNMENT = 64  # TensorFlow's buffers are 64-byte aligned (EIGEN_MAX_ALIGN_BYTE
 
 
 def aligned_copy(array: np.ndarray) -> np.ndarray:
-    """A copy of `array` in 64-byte aligned memory.
-
-    TensorFlow wraps arrays returned by a numpy_function without copying them; kernels then take
-    their aligned (vectorised) or unaligned code paths by the address, and the two round
-    differently. numpy's own allocations are only 16-byte aligned, so without this the rewritten
-    step's numbers would vary from run to run in the last bits (and batch norm's backward pass
-    amplifies that).
-    """
+    """A copy of `array` in 64-byte aligned memory: TensorFlow wraps such an array returned by a
+    numpy_function without copying it, and copies any other into a buffer of its allocator (an
+    allocation no op is named for, beside the swap-in's own copy)."""
     raw = np.empty(array.nbytes + ALIGNMENT, dtype=np.uint8)
     offset = -raw.ctypes.data % ALIGNMENT
     copy = raw[offset : offset + array.nbytes].view(array.dtype).reshape(array.shape)
@@ -146,10 +142,9 @@ class HostStore(SwapMechanism):
             self._readers[handle] -= 1
             if self._readers[handle] == 0:
                 del self._arrays[handle], self._readers[handle]
-                return array
-        # TensorFlow wraps the returned array without copying, and a consumer may then write
-        # into it in place (buffer forwarding): every reader but the last gets its own copy
-        return aligned_copy(array)
+        # TensorFlow wraps the returned (aligned) array without copying it; the swap-in's
+        # DeepCopy then copies it into the allocator, so no reader writes into the stored array
+        return array
 
     def _py_func_tokens(self) -> tuple[bytes, bytes]:
         """Register `_put` and `_get` with TensorFlow's py_func registry, once per store.
@@ -201,14 +196,24 @@ class HostStore(SwapMechanism):
             Tin=type_list_attr([tf.int64]),
             Tout=type_list_attr([tensor.dtype]),
         )
+        # TensorFlow wraps a numpy_function's result without copying it, outside its allocator:
+        # without this copy the emulated device would not count the swapped-in tensor at all
+        # (a GPU's swap-in is device memory).
+        copy = node(
+            f"{prefix}lms_swapin_copy",
+            "DeepCopy",
+            [swap_in.name],
+            tensor.device,
+            T=type_attr(tensor.dtype),
+        )
         # An EnsureShape gives Grappler the static shape a py_func cannot declare: without it the
         # arithmetic optimizer rewrites the far consumers wrongly (gradients off by up to 20 %).
         shape = node(
             f"{prefix}lms_swapin_shape",
             "EnsureShape",
-            [swap_in.name],
+            [copy.name],
             tensor.device,
             T=type_attr(tensor.dtype),
             shape=attr_value_pb2.AttrValue(shape=tensor.shape.as_proto()),
         )
-        return [swap_in, shape]
+        return [swap_in, copy, shape]

@@ -3,8 +3,13 @@
 TFLMSv2's order: the largest `swapout_threshold` that fits (fewest swaps), raising `sync_mode`
 when none does; then the largest `swapin_ahead` that still fits (earliest swap-ins, most overlap);
 then the largest `swapin_groupby` (fewest swap-ins). Parameters the user fixed are kept.
+
+The searches simulate the bytes asked. With an allocator model, the plan found is then simulated
+with the allocator's chunks (lms/allocator.py: one pass, too slow for every candidate), and when
+their padding pushes it over the budget, the search runs again for a budget lowered by the excess.
 """
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 
@@ -46,7 +51,49 @@ def _largest_fitting(low: int, high: int, fits) -> int | None:
     return low
 
 
-def tune(analysis: Analysis, budget_bytes: int, parameters: Parameters) -> Tuned:
+# searches at lowered budgets when the allocator's padding pushes a plan over (each lowers the
+# budget by the excess; the padding moves little between them)
+PADDING_ATTEMPTS = 4
+
+
+def tune(analysis: Analysis, budget_bytes: int, parameters: Parameters, allocator=None) -> Tuned:
+    """The parameters that fit `budget_bytes` with the fewest swaps. `allocator` (a callable that
+    makes a fresh `lms.allocator.BestFitAllocator`) checks the plan with the allocator's chunks."""
+    if allocator is None:
+        return _search(analysis, budget_bytes, parameters)
+    baseline = simulate(analysis, None, allocator)
+    target, tuned = budget_bytes, None
+    for _ in range(PADDING_ATTEMPTS):
+        try:
+            found = _search(analysis, target, parameters)
+        except NothingFitsError as error:
+            if tuned is None:
+                raise
+            raise _padding_error(tuned, budget_bytes, error) from None
+        checked = simulate(analysis, found.plan, allocator)
+        tuned = dataclasses.replace(found, simulation=checked, baseline=baseline)
+        if checked.peak_bytes <= budget_bytes:
+            return tuned
+        log.info(
+            "With the allocator's padding the plan's peak is %s, over the budget %s: tuning again",
+            format_size(checked.peak_bytes),
+            format_size(budget_bytes),
+        )
+        target -= checked.peak_bytes - budget_bytes
+    raise _padding_error(tuned, budget_bytes, None)
+
+
+def _padding_error(tuned: Tuned, budget_bytes: int, cause) -> NothingFitsError:
+    error = NothingFitsError(
+        f"no LMS parameters fit the budget of {format_size(budget_bytes)}: with the allocator's "
+        f"padding the closest plan's simulated peak is {format_size(tuned.simulation.peak_bytes)}"
+        + (f" ({cause})" if cause else "")
+    )
+    error.closest = tuned
+    return error
+
+
+def _search(analysis: Analysis, budget_bytes: int, parameters: Parameters) -> Tuned:
     baseline = simulate(analysis)
     count = 1
     if baseline.peak_bytes <= budget_bytes:

@@ -388,9 +388,11 @@ def test_swap_ops_sit_where_the_plan_put_them():
             trigger = analysis.ops[swap_in.trigger].name
             for consumer, position in swap_in.consumers:
                 reader = ops[analysis.ops[consumer].name].inputs[position].op
-                if reader.type == "EnsureShape":  # the swap-in's static shape, for Grappler
-                    reader = reader.inputs[0].op
-                assert "lms_swapin" in reader.name, (tensor.name, reader.name)
+                assert reader.type == "EnsureShape"  # the swap-in's static shape, for Grappler
+                copy = reader.inputs[0].op  # into the allocator, as a GPU's swap-in would be
+                assert copy.type == "DeepCopy" and "lms_swapin" in copy.name
+                reader = copy.inputs[0].op
+                assert "lms_swapin" in reader.name and reader.type == "PyFunc", reader.name
                 assert trigger in [c.name for c in reader.control_inputs]
                 # the swap-in reads the handle its tensor's swap-out produced
                 source = reader.inputs[0].op
@@ -480,18 +482,24 @@ def test_a_budget_nothing_can_meet_is_a_clear_error():
     assert "safety_ratio" not in str(raised.value)
 
 
-def test_auto_tuned_plan_fits_the_budget_simulated_and_measured(tmp_path):
-    """In a fresh process (tests/_lms_measure.py), so that the allocator's peak is this step's."""
+def run_child(script: str, *args):
+    """tests/`script` in a fresh process on the emulated device (so that the allocator's peak is
+    its own): the completed process and the JSON of its last line."""
     env = {**os.environ, "TF_CPU_ALLOCATOR_USE_BFC": "true"}
     completed = subprocess.run(
-        [sys.executable, str(HERE / "_lms_measure.py"), str(tmp_path / "memory.png")],
+        [sys.executable, str(HERE / script), *args],
         capture_output=True,
         text=True,
         env=env,
         timeout=600,
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
-    result = json.loads(completed.stdout.strip().splitlines()[-1])
+    return completed, json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+def test_auto_tuned_plan_fits_the_budget_simulated_and_measured(tmp_path):
+    """In a fresh process (tests/_lms_measure.py), so that the allocator's peak is this step's."""
+    completed, result = run_child("_lms_measure.py", str(tmp_path / "memory.png"))
     report, device_memory = result["report"], result["device_memory"]
     assert report["lms_needed"] and report["swapped_bytes"] > 0
     assert report["peak_bytes_with_lms"] <= result["budget"] < device_memory
