@@ -4,13 +4,15 @@ For each seed case, the training step is traced from TensorSpecs at full size (o
 allocated), then: the simulated peak without LMS, the best peak with everything swappable
 swapped in TensorFlow's own order (ordering=0) and in the enforced order (ordering=1), each as a
 multiple of the floor (largest op's inputs + outputs + resident variables and inputs), and what
-auto-tuning plans for the device at safety ratio 0.8, with analysis + tuning time against trace
-time.
+auto-tuning plans for the device at safety ratio 0.8 (checked with the BFC allocator's padding,
+one region of the device's memory as on a GPU without memory growth), with analysis + tuning
+time against trace time.
 
     python benchmarks/lms_reach.py [--case NAME ...]
 """
 
 import argparse
+import functools
 import sys
 import time
 from pathlib import Path
@@ -30,6 +32,7 @@ CASES = {
 
 def reach(workload: str, resolution: int, batch: int, precision: str, device_gib: float) -> list:
     import lms
+    from lms.allocator import BestFitAllocator
     from suite import data, training
     from suite.workloads import WORKLOADS, build_workload
 
@@ -50,7 +53,8 @@ def reach(workload: str, resolution: int, batch: int, precision: str, device_gib
     planning = time.perf_counter() - started
     started = time.perf_counter()
     try:
-        tuned = lms.tune(analysis, int(device_gib * GIB * 0.8), lms.Parameters())
+        gpu = functools.partial(BestFitAllocator, int(device_gib * GIB), False)
+        tuned = lms.tune(analysis, int(device_gib * GIB * 0.8), lms.Parameters(), gpu)
         verdict = "fits"
     except lms.NothingFitsError as error:
         tuned, verdict = error.closest, "does not fit"
