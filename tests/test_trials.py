@@ -206,7 +206,7 @@ def test_lms_trains_within_a_budget_the_plain_step_exceeds(tmp_path):
     params = {**spec.trials[0].params, "batch": 8, "steps": 2}
     plain = run_trial(params, 600, tmp_path / "plain.log")
     assert plain.outcome == "ok", plain.error
-    budget = int(plain.metrics["peak_memory_bytes"] * 0.75)
+    budget = int(plain.metrics["peak_memory_bytes"] * 0.85)
     with_budget = {**params, "memory_budget_bytes": budget}
     off = run_trial(with_budget, 600, tmp_path / "off.log")
     on_params = (
