@@ -8,6 +8,7 @@ and back so that what does not fit in device memory trains.
 Logging goes to the `lms` logger (TFLMSv2's messages).
 """
 
+from lms.allocator import BestFitAllocator
 from lms.analysis import Analysis, analyze
 from lms.api import LMS, LMSFunction
 from lms.errors import LMSError, NothingFitsError, ParameterError
@@ -24,6 +25,7 @@ __all__ = [
     "LMSError",
     "LMSFunction",
     "Analysis",
+    "BestFitAllocator",
     "DeviceCopy",
     "HostStore",
     "NothingFitsError",
