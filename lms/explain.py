@@ -14,7 +14,7 @@ import numpy as np
 
 from lms.analysis import NEVER_SWAP_OPS, Analysis
 from lms.planner import Plan, coordinates, find_trigger
-from lms.simulator import Simulation, _lifetimes, schedule, swap_lifetimes
+from lms.simulator import Simulation, _lifetimes, forwarded, schedule, swap_lifetimes
 
 
 def _reason(analysis, plan: Plan | None, tensor: int, running: int, swapped, outputs) -> str:
@@ -58,14 +58,18 @@ def explain_peak(
     peak = simulation.peak_step
     running = int(np.flatnonzero(step_of == peak)[0])
     last = static.last.copy()
-    copies, swapped = [], set()
+    copies, swapped, moved_copies = [], set(), ()
     if plan is not None:
         moved = swap_lifetimes(analysis, plan)
+        moved_copies = moved.copies
         for root, new_last in moved.device_last.items():
             last[static.index[root]] = new_last
         copies = [(t, s) for t, begin, finish, s in moved.copies if begin <= peak <= finish]
         swapped = {s.tensor for s in plan.swaps}
-    live = np.flatnonzero((static.first <= peak) & (last >= peak))
+    first = static.first.copy()
+    outputs, at, _ = forwarded(analysis, static, last, moved_copies, step_of)
+    first[outputs] = at + 1  # written into an input's buffer, counted as that one until then
+    live = np.flatnonzero((first <= peak) & (last >= peak))
     entries = [
         {
             "tensor": analysis.tensors[int(static.roots[k])].name,
@@ -99,7 +103,7 @@ def explain_peak(
         "resident_bytes": int(analysis.resident_bytes),
         "buffer_bytes": int(sum(e["bytes"] for e in entries)),
         "kernel_temporary_bytes": int(static.transient[peak]),
-        "next_op_in_flight_bytes": 0 if serialized else int(static.overlap[peak]),
+        "next_op_in_flight_bytes": 0 if serialized else int(simulation.in_flight[peak]),
         # chunks of TensorFlow's allocator beyond the bytes asked (when simulated with one)
         "allocator_padding_bytes": 0 if padding is None else int(padding[peak]),
         "largest_buffers": entries[:top],

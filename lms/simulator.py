@@ -21,6 +21,7 @@ import numpy as np
 
 from lms.analysis import Analysis
 from lms.ordering import order_positions
+from lms.padding import ADOPTING_OPS, REPLACING_OPS, Update, padding_curve
 from lms.planner import Plan
 
 # Op types whose kernels hold a temporary about as large as their largest input or output.
@@ -40,6 +41,20 @@ WORKSPACE_OPS = frozenset(
 )
 
 
+# Element-wise kernels that write their output into an input's buffer when nothing else holds
+# it (TensorFlow's forward_input_or_allocate_output): the input's last reader, of the output's
+# size. Measured (MobileNetV2, enforced order): batch norm's backward Mul chain at the peak.
+FORWARDING_OPS = frozenset(
+    {
+        "Abs", "Add", "AddN", "AddV2", "BiasAdd", "Div", "Elu", "EluGrad", "Erf", "Exp",
+        "LeakyRelu", "LeakyReluGrad", "Log", "Maximum", "Minimum", "Mul", "Neg", "Pow",
+        "RealDiv", "Relu", "Relu6", "Relu6Grad", "ReluGrad", "Rsqrt", "RsqrtGrad", "Selu",
+        "SeluGrad", "Sigmoid", "SigmoidGrad", "Softplus", "SoftplusGrad", "Sqrt", "SqrtGrad",
+        "Square", "SquaredDifference", "Sub", "Tanh", "TanhGrad",
+    }
+)  # fmt: skip
+
+
 @dataclass
 class Simulation:
     peak_bytes: int
@@ -49,6 +64,7 @@ class Simulation:
     host: np.ndarray  # bytes per step
     resident_bytes: int
     padding: np.ndarray | None = None  # per step: the allocator's chunks beyond the bytes asked
+    in_flight: np.ndarray | None = None  # per step: the next op's outputs, allocated meanwhile
 
     @property
     def steps(self) -> int:
@@ -123,6 +139,7 @@ class _Lifetimes:
     base: np.ndarray  # device bytes per step from these buffers (not cumulated), length steps+1
     overlap: np.ndarray  # bytes the next op allocates while this one runs
     transient: np.ndarray  # kernel temporaries per step
+    forwarding: tuple  # (step, output buffer, input buffer) arrays: who may write into what
 
 
 def _lifetimes(analysis: Analysis, plan: Plan | None = None) -> _Lifetimes:
@@ -170,6 +187,7 @@ def _lifetimes(analysis: Analysis, plan: Plan | None = None) -> _Lifetimes:
         members.setdefault(int(root_of[t]), [int(root_of[t])]).append(int(t))
     index = {int(r): k for k, r in enumerate(roots)}
     output_roots = frozenset(int(r) for r in root_of[analysis.outputs])
+    forwarding = _forwarding_candidates(analysis, step_of, index, sizes, output_roots)
     result = _Lifetimes(
         roots,
         sizes,
@@ -182,9 +200,63 @@ def _lifetimes(analysis: Analysis, plan: Plan | None = None) -> _Lifetimes:
         base,
         overlap,
         transient[:steps],
+        forwarding,
     )
     analysis.cache[key] = result
     return result
+
+
+def _forwarding_candidates(analysis, step_of, index, sizes, output_roots) -> tuple:
+    """Per forwarding op and input of its output's size (in the kernel's order of preference):
+    its step, its output's buffer and the input's buffer (positions in the lifetime arrays)."""
+    rows = []
+    tensors = analysis.tensors
+    for i, op in enumerate(analysis.ops):
+        if op.type not in FORWARDING_OPS or len(op.outputs) != 1:
+            continue
+        out = op.outputs[0]
+        if tensors[out].buffer != out or out not in index:
+            continue
+        roots = [tensors[t].buffer for t in op.inputs]
+        for root in roots:
+            k = index.get(root)
+            if k is None or root in output_roots or roots.count(root) > 1:
+                continue
+            if sizes[k] == sizes[index[out]]:
+                rows.append((step_of[i], index[out], k))
+    if not rows:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty
+    array = np.array(rows, dtype=np.int64)
+    return array[:, 0], array[:, 1], array[:, 2]
+
+
+def forwarded(analysis: Analysis, static: _Lifetimes, last: np.ndarray, copies=(), step_of=None):
+    """Which outputs are written into an input's buffer, given the buffers' last steps (and a
+    plan's swap-in copies with the schedule): the output buffers' positions, their steps, and
+    the allocations they take over (positions in the lifetime arrays; copies follow the buffers,
+    in the order given). An input forwards when this op is its last reader; the first counts."""
+    step, out, source = static.forwarding
+    usable = last[source] == step
+    chosen, first_row = np.unique(out[usable], return_index=True)
+    at, sources = step[usable][first_row], source[usable][first_row]
+    taken, more = set(chosen.tolist()), []
+    for position, (tensor, _, finish, swap_in) in enumerate(copies):
+        for consumer, _ in swap_in.consumers:
+            op = analysis.ops[consumer]
+            if step_of[consumer] != finish or op.type not in FORWARDING_OPS:
+                continue
+            k = static.index.get(op.outputs[0]) if len(op.outputs) == 1 else None
+            if k is None or k in taken or static.sizes[k] != analysis.tensors[tensor].bytes:
+                continue
+            taken.add(k)
+            more.append((k, finish, len(static.sizes) + position))
+    if more:
+        extra = np.array(more, dtype=np.int64)
+        chosen = np.concatenate([chosen, extra[:, 0]])
+        at = np.concatenate([at, extra[:, 1]])
+        sources = np.concatenate([sources, extra[:, 2]])
+    return chosen, at, sources
 
 
 def _group_max(groups: np.ndarray, values: np.ndarray, count: int) -> np.ndarray:
@@ -201,9 +273,17 @@ def simulate(analysis: Analysis, plan: Plan | None = None, allocator=None) -> Si
     static = _lifetimes(analysis, plan)
     device = static.base.copy()
     host = np.zeros(steps + 1, dtype=np.int64)
+    last, copies = static.last, ()
     if plan:
-        _add_swaps(analysis, plan, static, step_of, steps, device, host)
+        last, copies = _add_swaps(analysis, plan, static, step_of, steps, device, host)
+    outputs, at, _ = forwarded(analysis, static, last, copies, step_of)
+    # a forwarded output takes its input's buffer: one buffer instead of two at its step
+    np.subtract.at(device, at, static.sizes[outputs])
+    np.add.at(device, at + 1, static.sizes[outputs])
     overlap = static.overlap
+    if len(outputs) and overlap.any():
+        overlap = overlap.copy()
+        np.subtract.at(overlap, np.maximum(at - 1, 0), np.where(at > 0, static.sizes[outputs], 0))
     if plan and plan.serialized_levels and steps:
         # serialized ops are chained by control dependencies: nothing runs beside them
         overlap = overlap.copy()
@@ -219,7 +299,9 @@ def simulate(analysis: Analysis, plan: Plan | None = None, allocator=None) -> Si
     # one op per step: the op at the peak is the one scheduled there
     peak_op = analysis.ops[int(np.flatnonzero(step_of == peak_step)[0])].name if steps else ""
     peak = int(device[peak_step]) if steps else analysis.resident_bytes
-    return Simulation(peak, peak_step, peak_op, device, host, analysis.resident_bytes, padding)
+    return Simulation(
+        peak, peak_step, peak_op, device, host, analysis.resident_bytes, padding, overlap
+    )
 
 
 @dataclass
@@ -268,14 +350,17 @@ def swap_lifetimes(analysis: Analysis, plan: Plan) -> SwapLifetimes:
     return SwapLifetimes(new_last, copies, host)
 
 
-def _add_swaps(analysis, plan, static, step_of, steps, device, host) -> None:
-    """Shorten the swapped buffers' device lifetimes, add the swap-ins' copies and the host's."""
+def _add_swaps(analysis, plan, static, step_of, steps, device, host) -> tuple:
+    """Shorten the swapped buffers' device lifetimes, add the swap-ins' copies and the host's;
+    return the buffers' last steps on the device and the copies."""
     moved = swap_lifetimes(analysis, plan)
+    new_last = static.last.copy()
     for root, last in moved.device_last.items():
         k = static.index[root]
         size = static.sizes[k]
         device[static.last[k] + 1] += size
         device[last + 1] -= size
+        new_last[k] = last
     for tensor, begin, finish, _ in moved.copies:
         size = analysis.tensors[tensor].bytes
         device[begin] += size
@@ -284,6 +369,7 @@ def _add_swaps(analysis, plan, static, step_of, steps, device, host) -> None:
         size = analysis.tensors[tensor].bytes
         host[out_step] += size
         host[host_end + 1] -= size
+    return new_last, moved.copies
 
 
 def _buffer_bytes(analysis: Analysis, tensor: int) -> int:
@@ -291,20 +377,33 @@ def _buffer_bytes(analysis: Analysis, tensor: int) -> int:
 
 
 def buffers(analysis: Analysis, plan: Plan | None = None):
-    """Every device allocation of the step as arrays (first step, last step, bytes): buffers (with a
-    plan: swapped ones until their swap-out, and the swap-ins' copies) and kernel temporaries
-    (first == last), in the order an allocator sees them within a step: outputs, then the
-    temporary."""
+    """Every device allocation of the step as arrays (first step, last step, bytes, and the
+    allocation whose buffer it takes over, or -1): buffers (with a plan: swapped ones until their
+    swap-out, and the swap-ins' copies) and kernel temporaries (first == last), in the order an
+    allocator sees them within a step: outputs, then the temporary. A forwarded output starts the
+    step after its op, in its input's buffer (bytes 0 if it dies there); also returned: how many
+    of the allocations are op outputs."""
     step_of, steps = schedule(analysis, plan)
     static = _lifetimes(analysis, plan)
     first, last, sizes = static.first.copy(), static.last.copy(), static.sizes.copy()
-    extra = []
+    extra, copies = [], ()
     if plan:
         moved = swap_lifetimes(analysis, plan)
         for root, end in moved.device_last.items():
             last[static.index[root]] = end
-        for tensor, begin, finish, _ in moved.copies:
+        copies = moved.copies
+        for tensor, begin, finish, _ in copies:
             extra.append((begin, finish, analysis.tensors[tensor].bytes))
+    inherit = np.full(len(sizes), -1, dtype=np.int64)
+    outputs, at, sources = forwarded(analysis, static, last, copies, step_of)
+    if len(outputs):
+        inherit[outputs] = sources
+        first[outputs] = at + 1
+        dies = last[outputs] < at + 1
+        sizes[outputs[dies]] = 0
+        inherit[outputs[dies]] = -1
+        last[outputs[dies]] = at[dies]
+        first[outputs[dies]] = at[dies]
     temps = np.flatnonzero(static.transient)
     extra += [(int(s), int(s), int(static.transient[s])) for s in temps]
     if extra:
@@ -312,40 +411,34 @@ def buffers(analysis: Analysis, plan: Plan | None = None):
         first = np.concatenate([first, more[:, 0]])
         last = np.concatenate([last, more[:, 1]])
         sizes = np.concatenate([sizes, more[:, 2]])
-    return first, last, sizes, len(static.sizes)
+        inherit = np.concatenate([inherit, np.full(len(more), -1, dtype=np.int64)])
+    return first, last, sizes, inherit, len(static.sizes)
 
 
 def _padding(analysis, plan, steps: int, allocator, overlap: np.ndarray) -> np.ndarray:
-    """Per step, the chunks' bytes beyond the bytes asked of the allocations alive then (and of
-    the next op's outputs, where ops overlap). The variables and inputs are placed first, as they
-    are allocated before the step."""
-    first, last, sizes, count = buffers(analysis, plan)
-    if analysis.resident_bytes:
-        allocator.allocate(analysis.resident_bytes)
-    extra = chunk_sizes(first, last, sizes, allocator) - sizes
-    curve = np.zeros(steps + 1, dtype=np.int64)
-    np.add.at(curve, first, extra)
-    np.add.at(curve, last + 1, -extra)
-    padding = np.cumsum(curve)[:steps]
-    if overlap.any():
-        following = np.zeros(steps + 1, dtype=np.int64)
-        np.add.at(following, first[:count], extra[:count])
-        padding += np.where(overlap > 0, np.append(following[1:steps], 0), 0)
-    return padding
-
-
-def chunk_sizes(first, last, sizes, allocator) -> np.ndarray:
-    """The chunk `allocator` gives each allocation when they come and go in step order (within a
-    step: allocations in order, then frees)."""
-    count = len(sizes)
-    order = np.lexsort((np.arange(count), first))
-    free_order = np.lexsort((np.arange(count), last))
-    chunks = np.zeros(count, dtype=np.int64)
-    handles = np.zeros(count, dtype=np.int64)
-    f = 0
-    for k in order:
-        while f < count and last[free_order[f]] < first[k]:
-            allocator.free(int(handles[free_order[f]]))
-            f += 1
-        handles[k], chunks[k] = allocator.allocate(int(sizes[k]))
-    return chunks
+    """Per step, the chunks' bytes beyond the bytes asked (lms/padding.py)."""
+    first, last, sizes, inherit, count = buffers(analysis, plan)
+    step_of, _ = schedule(analysis, plan)
+    index = _lifetimes(analysis, plan).index
+    updates = []
+    for i in np.argsort(step_of, kind="stable"):
+        op = analysis.ops[i]
+        if op.type not in ADOPTING_OPS | REPLACING_OPS or len(op.inputs) < 2:
+            continue
+        value = analysis.tensors[op.inputs[1]]
+        size = analysis.tensors[value.buffer].bytes
+        if not size:
+            continue
+        k = index.get(value.buffer, -1)
+        adopts = op.type in ADOPTING_OPS and k >= 0 and last[k] == step_of[i]
+        variable = analysis.tensors[op.inputs[0]].buffer
+        updates.append(Update(int(step_of[i]), variable, size, k if adopts else -1))
+    return padding_curve(
+        (first, last, sizes, inherit),
+        count,
+        updates,
+        analysis.resident_bytes,
+        steps,
+        allocator,
+        overlap,
+    )

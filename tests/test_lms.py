@@ -554,6 +554,30 @@ def test_simulated_peak_drops_with_more_swapping():
     assert peaks[0] < lms.simulate(analysis).peak_bytes
 
 
+def test_an_element_wise_op_writes_into_its_input_when_it_is_the_last_reader():
+    """TensorFlow forwards the buffer of an input whose last reader an element-wise kernel is:
+    a chain of them holds one buffer, not two; an input read again later is not forwarded."""
+    spec = tf.TensorSpec((256, 1024), tf.float32)
+    size = 256 * 1024 * 4
+
+    @tf.function
+    def chain(x):
+        return tf.reduce_sum(tf.exp(tf.nn.relu(x * 2.0)))
+
+    @tf.function
+    def reread(x):
+        doubled = x * 2.0
+        return tf.reduce_sum(tf.exp(tf.nn.relu(doubled))) + tf.reduce_sum(doubled)
+
+    for function, buffers in ((chain, 1), (reread, 2)):
+        analysis = lms.analyze(function.get_concrete_function(spec).graph)
+        simulation = lms.simulate(analysis)
+        held = simulation.peak_bytes - analysis.resident_bytes
+        assert buffers * size <= held < buffers * size + 1024, function
+        explained = lms.explain_peak(analysis, simulation)
+        assert explained["buffer_bytes"] + explained["next_op_in_flight_bytes"] == held
+
+
 @pytest.mark.compat
 def test_report_timeline_is_pooled_and_keeps_the_peak():
     from lms.api import TIMELINE_POINTS, _pooled
