@@ -5,8 +5,9 @@ when none does; then the largest `swapin_ahead` that still fits (earliest swap-i
 then the largest `swapin_groupby` (fewest swap-ins). Parameters the user fixed are kept.
 
 The searches simulate the bytes asked. With an allocator model, the plan found is then simulated
-with the allocator's chunks (lms/allocator.py: one pass, too slow for every candidate), and when
-their padding pushes it over the budget, the search runs again for a budget lowered by the excess.
+with the allocator's chunks (lms/padding.py: too slow for every candidate), and when their
+padding pushes it over the budget, the search runs again for a budget below that plan's own peak
+by the excess.
 """
 
 import dataclasses
@@ -51,8 +52,8 @@ def _largest_fitting(low: int, high: int, fits) -> int | None:
     return low
 
 
-# searches at lowered budgets when the allocator's padding pushes a plan over (each lowers the
-# budget by the excess; the padding moves little between them)
+# searches at lowered budgets when the allocator's padding pushes a plan over (each asks for a
+# plan below the last one's own peak by the excess; the padding moves little between them)
 PADDING_ATTEMPTS = 4
 
 
@@ -79,7 +80,8 @@ def tune(analysis: Analysis, budget_bytes: int, parameters: Parameters, allocato
             format_size(checked.peak_bytes),
             format_size(budget_bytes),
         )
-        target -= checked.peak_bytes - budget_bytes
+        # below this plan's own (unpadded) peak by the excess, so that the search must move
+        target = min(target, found.simulation.peak_bytes) - (checked.peak_bytes - budget_bytes)
     raise _padding_error(tuned, budget_bytes, None)
 
 
