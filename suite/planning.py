@@ -19,8 +19,9 @@ def plan_trial(params: dict, device_memory=None, plot: Path | None = None) -> di
 
     info = get_workload(params["workload"])
     options = lms_options(params) or {"batch_size": params["batch"]}
-    if device_memory is not None:
+    if device_memory is not None:  # a GPU's memory: plan with a GPU's swaps and allocator
         options["device_memory"] = device_memory
+        options.setdefault("mechanism", "device-copy")
     elif not options.get("device_memory") and params.get("memory_budget_bytes"):
         options["device_memory"] = params["memory_budget_bytes"]
     try:
