@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from lms.analysis import Analysis, GiB
-from lms.ordering import depth_first_order, executed_ops, order_positions
+from lms.ordering import depth_first_order, order_positions, trigger_ops
 from lms.parameters import Parameters
 
 log = logging.getLogger("lms")
@@ -149,7 +149,7 @@ def _neighbours(analysis: Analysis, group) -> set:
 
 def _ordered_trigger(analysis, where, runs_before, group, tensor, ahead) -> int | None:
     """In an enforced order: the op `ahead` places before the group's first reader, after the
-    tensor's producer, one that runs (a pruned trigger would be made to run) and none the
+    tensor's producer, one that runs in its place (see `trigger_ops`) and none the
     readers could be fused with by a later graph pass (the swap-in would then sit between two
     halves of one op: TensorFlow rejects the graph, "nodes in a cycle")."""
     producer = where[analysis.tensors[tensor].producer]
@@ -187,8 +187,8 @@ def plan(analysis: Analysis, parameters: Parameters) -> Plan:
     order = depth_first_order(analysis) if parameters.ordered else None
     where = coordinates(analysis, order is not None)
     if order is not None:  # distances count ops of the order
-        runs = executed_ops(analysis)[order]
-        # the latest op that runs at or before each position (-1: none)
+        runs = trigger_ops(analysis)[order]
+        # the latest op that can trigger at or before each position (-1: none)
         latest = np.maximum.accumulate(np.where(runs, np.arange(len(order)), -1))
         runs_before = np.where(latest >= 0, order[np.maximum(latest, 0)], -1)
 

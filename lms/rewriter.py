@@ -15,7 +15,7 @@ from tensorflow.core.framework import graph_pb2
 
 from lms import _tf_private
 from lms.analysis import Analysis
-from lms.ordering import executed_ops
+from lms.ordering import UNCHAINED_OPS, executed_ops
 from lms.planner import Plan
 from lms.swap import SwapMechanism
 
@@ -84,11 +84,6 @@ def rewrite(concrete, analysis: Analysis, plan: Plan, mechanism: SwapMechanism):
         for before, after in zip(chain, chain[1:], strict=False):
             _tf_private.add_control_input(tf_ops[after], tf_ops[before])
     return _tf_private.concrete_function_from_graph(concrete, graph)
-
-
-# Left out of the chain: Grappler's dependency optimizer removes these and moves their control
-# edges to their neighbours, which made cycles of the chain (GoogLeNet: "1570 nodes in a cycle").
-UNCHAINED_OPS = frozenset({"Identity", "IdentityN", "NoOp"})
 
 
 def _chained_ops(analysis: Analysis, order) -> list:
