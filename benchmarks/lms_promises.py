@@ -5,7 +5,8 @@
    rewritten step's allocator peak is measured over `--steps` steps; repeated in `--runs` fresh
    processes, since the executor's op order (and so the peak) varies between them.
 2. Host memory is flat: `--host-steps` steps (default 1,000) of the rewritten step at the case's
-   size; the process's RSS after 100 steps and at the end, and what the host store holds.
+   size; the process's RSS after 100 steps and at the end, and what the host store holds; the
+   same for the plain step in its own process (TensorFlow's own growth, the baseline).
 
     python benchmarks/lms_promises.py [--case NAME ...] [--runs 3] [--host-steps 1000]
 
@@ -63,7 +64,9 @@ def budget_child(case: str, fraction: float, steps: int, ordering: int) -> dict:
     }
 
 
-def host_child(case: str, fraction: float, steps: int, ordering: int) -> dict:
+def host_child(case: str, fraction: float, steps: int, ordering: int, plain: bool = False) -> dict:
+    """RSS after 100 steps and at the end, with LMS or (`plain`) without: the baseline growth
+    TensorFlow itself shows over as many steps."""
     import keras
     import psutil
     import tensorflow as tf
@@ -73,9 +76,9 @@ def host_child(case: str, fraction: float, steps: int, ordering: int) -> dict:
     keras.utils.set_random_seed(0)
     step, images, labels = build_case(*CASES[case])
     float(step(images, labels))
-    plain = tf.config.experimental.get_memory_info("CPU:0")["peak"]
-    planner = lms.LMS(device_memory=int(plain * fraction), safety_ratio=1.0, ordering=ordering)
-    wrapped = planner.wrap(step)
+    peak = tf.config.experimental.get_memory_info("CPU:0")["peak"]
+    planner = lms.LMS(device_memory=int(peak * fraction), safety_ratio=1.0, ordering=ordering)
+    wrapped = step if plain else planner.wrap(step)
     process = psutil.Process()
     rss, started = {}, time.perf_counter()
     for index in range(1, steps + 1):
@@ -85,7 +88,7 @@ def host_child(case: str, fraction: float, steps: int, ordering: int) -> dict:
     return {
         "case": case,
         "steps": steps,
-        "swapped": planner.report["swapped_tensors"],
+        "swapped": 0 if plain else planner.report["swapped_tensors"],
         "rss_100": rss.get(100),
         "rss_end": rss[steps],
         "store_bytes": planner.store.held_bytes if planner.store else 0,
@@ -93,13 +96,14 @@ def host_child(case: str, fraction: float, steps: int, ordering: int) -> dict:
     }
 
 
-def _run_child(mode: str, case: str, args) -> dict | None:
+def _run_child(mode: str, case: str, args, plain: bool = False) -> dict | None:
     from suite.trial import TRIAL_ENVIRONMENT
 
     env = {**os.environ, **TRIAL_ENVIRONMENT, "PYTHONPATH": str(ROOT)}
     command = [sys.executable, __file__, f"--{mode}", case, "--fraction", str(args.fraction)]
     command += ["--ordering", str(args.ordering)]
     command += ["--steps", str(args.steps if mode == "budget-child" else args.host_steps)]
+    command += ["--plain"] if plain else []
     completed = subprocess.run(command, capture_output=True, text=True, env=env)
     if completed.returncode != 0:
         print(f"{case}: {mode} failed\n{completed.stderr[-2000:]}", flush=True)
@@ -117,12 +121,14 @@ def main() -> None:
     parser.add_argument("--ordering", type=int, default=-1, choices=(-1, 0, 1))
     parser.add_argument("--budget-child", help=argparse.SUPPRESS)
     parser.add_argument("--host-child", help=argparse.SUPPRESS)
+    parser.add_argument("--plain", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.budget_child:
         print(json.dumps(budget_child(args.budget_child, args.fraction, args.steps, args.ordering)))
         return
     if args.host_child:
-        print(json.dumps(host_child(args.host_child, args.fraction, args.steps, args.ordering)))
+        result = host_child(args.host_child, args.fraction, args.steps, args.ordering, args.plain)
+        print(json.dumps(result))
         return
     from tabulate import tabulate
 
@@ -133,6 +139,7 @@ def main() -> None:
         runs = [_run_child("budget-child", case, args) for _ in range(args.runs)]
         runs = [r for r in runs if r]
         host = _run_child("host-child", case, args) if args.host_steps else None
+        baseline = _run_child("host-child", case, args, plain=True) if args.host_steps else None
         if not runs:
             continue
         refused = [r for r in runs if "refused" in r]
@@ -142,12 +149,15 @@ def main() -> None:
             rows.append(
                 [case, f"{first['plain'] / mib:.0f}", f"{first['device_memory'] / mib:.0f}"]
                 + ["refused"] * 4
-                + [""] * 3
+                + [""] * 4
             )
             continue
         ratios = [r["measured"] / r["budget"] for r in runs]
         worst = max(worst, *(r["measured"] / r["device_memory"] for r in runs))
-        growth = (host["rss_end"] - host["rss_100"]) / mib if host and host["rss_100"] else None
+        growth, plain_growth = (
+            (h["rss_end"] - h["rss_100"]) / mib if h and h["rss_100"] else None
+            for h in (host, baseline)
+        )
         rows.append(
             [
                 case,
@@ -160,6 +170,7 @@ def main() -> None:
                 f"{first['swapped']} (ordering {first['ordering']})"
                 + (f", refused in {len(refused)} runs" if refused else ""),
                 f"{growth:+.1f}" if growth is not None else "",
+                f"{plain_growth:+.1f}" if plain_growth is not None else "",
                 f"{host['store_bytes']}" if host else "",
             ]
         )
@@ -177,6 +188,7 @@ def main() -> None:
                 "measured/budget max",
                 "swapped",
                 f"RSS growth MiB (100→{args.host_steps})",
+                "same, plain",
                 "store bytes",
             ],
             tablefmt="github",
