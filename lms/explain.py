@@ -14,7 +14,7 @@ import numpy as np
 
 from lms.analysis import NEVER_SWAP_OPS, Analysis
 from lms.planner import Plan, coordinates, find_trigger
-from lms.simulator import Simulation, _lifetimes, forwarded, schedule, swap_lifetimes
+from lms.simulator import Simulation, _lifetimes, placement, schedule
 
 
 def _reason(analysis, plan: Plan | None, tensor: int, running: int, swapped, outputs) -> str:
@@ -57,17 +57,10 @@ def explain_peak(
     static = _lifetimes(analysis, plan)
     peak = simulation.peak_step
     running = int(np.flatnonzero(step_of == peak)[0])
-    last = static.last.copy()
-    copies, swapped, moved_copies = [], set(), ()
-    if plan is not None:
-        moved = swap_lifetimes(analysis, plan)
-        moved_copies = moved.copies
-        for root, new_last in moved.device_last.items():
-            last[static.index[root]] = new_last
-        copies = [(t, s) for t, begin, finish, s in moved.copies if begin <= peak <= finish]
-        swapped = {s.tensor for s in plan.swaps}
+    last, moved_copies, (outputs, at, _) = placement(analysis, plan)
+    copies = [(t, s) for t, begin, finish, s in moved_copies if begin <= peak <= finish]
+    swapped = {s.tensor for s in plan.swaps} if plan is not None else set()
     first = static.first.copy()
-    outputs, at, _ = forwarded(analysis, static, last, moved_copies, step_of)
     first[outputs] = at + 1  # written into an input's buffer, counted as that one until then
     live = np.flatnonzero((first <= peak) & (last >= peak))
     entries = [

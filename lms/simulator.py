@@ -281,7 +281,8 @@ def simulate(analysis: Analysis, plan: Plan | None = None, allocator=None) -> Si
     last, copies = static.last, ()
     if plan:
         last, copies = _add_swaps(analysis, plan, static, step_of, steps, device, host)
-    outputs, at, _ = forwarded(analysis, static, last, copies, step_of)
+    forwarding = forwarded(analysis, static, last, copies, step_of)
+    outputs, at, _ = forwarding
     # a forwarded output takes its input's buffer: one buffer instead of two at its step
     np.subtract.at(device, at, static.sizes[outputs])
     np.add.at(device, at + 1, static.sizes[outputs])
@@ -297,7 +298,8 @@ def simulate(analysis: Analysis, plan: Plan | None = None, allocator=None) -> Si
     device = np.cumsum(device)[:steps] + overlap + static.transient + analysis.resident_bytes
     padding = None
     if allocator is not None and steps:
-        padding = _padding(analysis, plan, steps, allocator(), overlap)
+        placed = (last, copies, forwarding)  # computed above: not again for the replay
+        padding = _padding(analysis, plan, steps, allocator(), overlap, placed)
         device = device + padding
     host = np.cumsum(host)[:steps]
     peak_step = int(np.argmax(device)) if steps else 0
@@ -381,26 +383,32 @@ def _buffer_bytes(analysis: Analysis, tensor: int) -> int:
     return analysis.tensors[analysis.tensors[tensor].buffer].bytes
 
 
-def buffers(analysis: Analysis, plan: Plan | None = None):
-    """Every device allocation of the step as arrays (first step, last step, bytes, and the
-    allocation whose buffer it takes over, or -1): buffers (with a plan: swapped ones until their
-    swap-out, and the swap-ins' copies) and kernel temporaries (first == last), in the order an
-    allocator sees them within a step: outputs, then the temporary. A forwarded output starts the
-    step after its op, in its input's buffer (bytes 0 if it dies there); also returned: how many
-    of the allocations are op outputs."""
-    step_of, steps = schedule(analysis, plan)
+def placement(analysis: Analysis, plan: Plan | None = None) -> tuple:
+    """The buffers' last steps on the device once the plan's swaps are in, the swap-ins'
+    copies, and which outputs are forwarded (`forwarded`)."""
+    step_of, _ = schedule(analysis, plan)
     static = _lifetimes(analysis, plan)
-    first, last, sizes = static.first.copy(), static.last.copy(), static.sizes.copy()
-    extra, copies = [], ()
+    last, copies = static.last.copy(), ()
     if plan:
         moved = swap_lifetimes(analysis, plan)
         for root, end in moved.device_last.items():
             last[static.index[root]] = end
         copies = moved.copies
-        for tensor, begin, finish, _ in copies:
-            extra.append((begin, finish, analysis.tensors[tensor].bytes))
+    return last, copies, forwarded(analysis, static, last, copies, step_of)
+
+
+def buffers(analysis: Analysis, plan: Plan | None = None, placed=None):
+    """Every device allocation of the step as arrays (first step, last step, bytes, and the
+    allocation whose buffer it takes over, or -1): buffers (with a plan: swapped ones until their
+    swap-out, and the swap-ins' copies) and kernel temporaries (first == last), in the order an
+    allocator sees them within a step: outputs, then the temporary. A forwarded output starts the
+    step after its op, in its input's buffer (bytes 0 if it dies there); also returned: how many
+    of the allocations are op outputs. `placed`: `placement(analysis, plan)`, if at hand."""
+    static = _lifetimes(analysis, plan)
+    last, copies, (outputs, at, sources) = placed or placement(analysis, plan)
+    first, last, sizes = static.first.copy(), last.copy(), static.sizes.copy()
+    extra = [(begin, finish, analysis.tensors[t].bytes) for t, begin, finish, _ in copies]
     inherit = np.full(len(sizes), -1, dtype=np.int64)
-    outputs, at, sources = forwarded(analysis, static, last, copies, step_of)
     if len(outputs):
         inherit[outputs] = sources
         first[outputs] = at + 1
@@ -420,9 +428,9 @@ def buffers(analysis: Analysis, plan: Plan | None = None):
     return first, last, sizes, inherit, len(static.sizes)
 
 
-def _padding(analysis, plan, steps: int, allocator, overlap: np.ndarray) -> np.ndarray:
+def _padding(analysis, plan, steps: int, allocator, overlap: np.ndarray, placed) -> np.ndarray:
     """Per step, the chunks' bytes beyond the bytes asked (lms/padding.py)."""
-    first, last, sizes, inherit, count = buffers(analysis, plan)
+    first, last, sizes, inherit, count = buffers(analysis, plan, placed)
     step_of, _ = schedule(analysis, plan)
     index = _lifetimes(analysis, plan).index
     updates = []
