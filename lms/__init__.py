@@ -9,7 +9,7 @@ Logging goes to the `lms` logger (TFLMSv2's messages).
 """
 
 from lms.allocator import BestFitAllocator
-from lms.analysis import Analysis, analyze
+from lms.analysis import Analysis, analyze, cpu_paired_reads
 from lms.api import LMS, LMSFunction
 from lms.errors import LMSError, NothingFitsError, ParameterError
 from lms.explain import explain_peak
@@ -35,6 +35,7 @@ __all__ = [
     "Simulation",
     "Tuned",
     "analyze",
+    "cpu_paired_reads",
     "explain_peak",
     "plan",
     "simulate",

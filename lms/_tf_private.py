@@ -5,9 +5,11 @@
 - `Operation._set_device(device)`: place an op already in a graph.
 - `ConcreteFunction.from_func_graph(graph, function_type, attrs)`: a new callable from an edited
   FuncGraph, sharing the original's captured variables.
+- `_pywrap_util_port.IsMklEnabled()`: whether oneDNN's CPU kernels and graph passes are on.
 """
 
 from tensorflow.python.eager.polymorphic_function import concrete_function as _concrete
+from tensorflow.python.util import _pywrap_util_port
 
 
 def update_input(op, index: int, tensor) -> None:
@@ -27,3 +29,7 @@ def concrete_function_from_graph(original, graph):
     return _concrete.ConcreteFunction.from_func_graph(
         graph, original.function_type, original._attrs
     )
+
+
+def onednn_enabled() -> bool:
+    return bool(_pywrap_util_port.IsMklEnabled())

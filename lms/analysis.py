@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 import tensorflow as tf
 
+from lms import _tf_private
+
 log = logging.getLogger("lms")
 GiB, MiB = 2**30, 2**20
 
@@ -41,6 +43,13 @@ NON_DATA_DTYPES = (tf.resource, tf.variant, tf.string)
 # Ops that run another function's body: its own buffers are the call's temporaries.
 CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
 GROUPED_FILTER_GRADIENTS = frozenset({"Conv2DBackpropFilter", "Conv3DBackpropFilterV2"})
+# (op type, input position) reads that oneDNN's CPU kernels need from the forward op itself: a max
+# pool's gradient gets the fast kernel only when it reads its max pool's output directly (oneDNN
+# then pairs them through a workspace); fed a swap-in it falls back to TensorFlow's own kernel.
+# GoogLeNet 224² b4, everything swapped: 230 ms per step in MaxPoolGrad instead of 12 ms (the
+# step 1.7x slower than without LMS; 1.1x with these reads kept), and the 3D U-Net's gradients
+# differed by tie-breaking. On a GPU no kernel needs this.
+ONEDNN_PAIRED_READS = frozenset({("MaxPoolGrad", 1), ("MaxPool3DGrad", 1)})
 
 
 @dataclass
@@ -51,6 +60,7 @@ class TensorInfo:
     consumers: list = field(default_factory=list)  # [(op index, input position)]
     buffer: int = -1  # index of the tensor whose buffer this one lives in (itself if it allocates)
     swappable: bool = False
+    paired_with: str = ""  # the op type whose read keeps it on the device (ONEDNN_PAIRED_READS)
 
 
 @dataclass
@@ -168,11 +178,14 @@ def analyze(
     trainable_variables=None,
     host_device_marker: str | None = None,
     quiet: bool = False,
+    paired_reads=frozenset(),
 ) -> Analysis:
     """Analyse `graph` (a FuncGraph). `variables` default to the graph's captured variables.
 
     `host_device_marker`: ops whose device string contains it (e.g. "CPU" when computing on a GPU)
     are on the host: their tensors are never swapped.
+    `paired_reads`: (op type, input position) reads a swap-in must not feed (the tensor is then
+    not swapped); `cpu_paired_reads()` gives those of this TensorFlow's CPU kernels.
     """
     tf_ops = graph.get_operations()
     op_index = {op: i for i, op in enumerate(tf_ops)}
@@ -217,6 +230,9 @@ def analyze(
         info.swappable = (
             op.type not in NEVER_SWAP_OPS and info.bytes > 0 and not on_host and rank >= 2
         )
+        for consumer, position in info.consumers if paired_reads else ():
+            if (ops[consumer].type, position) in paired_reads:
+                info.swappable, info.paired_with = False, ops[consumer].type
     _fix_alias_buffers(ops, tensors)
 
     input_bytes = sum(
@@ -261,6 +277,12 @@ def analyze(
     if unknown:
         log.info("%d tensors have no static size and count as 0 bytes", unknown)
     return analysis
+
+
+def cpu_paired_reads() -> frozenset:
+    """The reads a swap-in must not feed when the step runs on this TensorFlow's CPU: oneDNN's
+    (ONEDNN_PAIRED_READS) when oneDNN is on (TF_ENABLE_ONEDNN_OPTS), none otherwise."""
+    return ONEDNN_PAIRED_READS if _tf_private.onednn_enabled() else frozenset()
 
 
 def dependencies(ops: list, tensors: list) -> tuple[list, list]:

@@ -16,13 +16,13 @@ import keras
 import tensorflow as tf
 
 from lms.allocator import BestFitAllocator
-from lms.analysis import analyze
+from lms.analysis import analyze, cpu_paired_reads
 from lms.budget import budget_bytes, gpu_memory_bytes, to_bytes
 from lms.errors import LMSError, NothingFitsError, ParameterError
 from lms.explain import explain_peak
 from lms.parameters import Parameters
 from lms.planner import log_plan, plan
-from lms.rewriter import rewrite
+from lms.rewriter import REWRITTEN_MARK, rewrite
 from lms.simulator import simulate
 from lms.swap import DeviceCopy, HostStore
 from lms.tuner import Tuned, tune
@@ -241,9 +241,17 @@ class LMS(keras.callbacks.Callback):
         the closest plan instead of NothingFitsError."""
         started = time.perf_counter()
         concrete = function.get_concrete_function(*args)
+        if getattr(concrete.graph, REWRITTEN_MARK, False):
+            # another LMS object rewrote this trace in place (one step wrapped twice, e.g. at two
+            # budgets): analysing it would plan on top of its swaps and order; trace afresh
+            concrete = tf.function(function.python_function).get_concrete_function(*args)
         traced = time.perf_counter()
+        on_cpu = self._mechanism_kind() == "host-store"  # the emulated device computes there
         analysis = analyze(
-            concrete.graph, self.batch_size, host_device_marker="CPU" if _has_gpu() else None
+            concrete.graph,
+            self.batch_size,
+            host_device_marker="CPU" if _has_gpu() else None,
+            paired_reads=cpu_paired_reads() if on_cpu else frozenset(),
         )
         analysed = time.perf_counter()
         try:

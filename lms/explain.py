@@ -29,6 +29,11 @@ def _reason(analysis, plan: Plan | None, tensor: int, running: int, swapped, out
     if tensor in outputs:
         return "a step output: lives to the end of the step"
     if not info.swappable:
+        if info.paired_with:
+            return (
+                f"unswappable: read by {info.paired_with}, which the CPU's oneDNN kernel pairs "
+                "with its forward op (a swap-in would make it fall back to a slow kernel)"
+            )
         if producer.type in NEVER_SWAP_OPS:
             return f"unswappable: {producer.type} outputs are never swapped"
         return "unswappable: scalars, vectors and host tensors are never swapped"

@@ -20,6 +20,7 @@ from lms.planner import Plan
 from lms.swap import SwapMechanism
 
 SCOPE = "lms"
+REWRITTEN_MARK = "_lms_rewritten"  # set on a FuncGraph once rewritten: its trace is no longer plain
 
 
 def swap_graph_def(analysis: Analysis, plan: Plan, mechanism: SwapMechanism, tensor_of):
@@ -83,6 +84,7 @@ def rewrite(concrete, analysis: Analysis, plan: Plan, mechanism: SwapMechanism):
         chain = analysis.levels[level]
         for before, after in zip(chain, chain[1:], strict=False):
             _tf_private.add_control_input(tf_ops[after], tf_ops[before])
+    setattr(graph, REWRITTEN_MARK, True)
     return _tf_private.concrete_function_from_graph(concrete, graph)
 
 

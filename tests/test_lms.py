@@ -789,3 +789,55 @@ def test_an_order_tensorflow_cannot_run_falls_back_to_its_own(monkeypatch, caplo
     explicit = lms.LMS(device_memory=device_memory, safety_ratio=1.0, ordering=1, allocator=None)
     with pytest.raises(lms.LMSError, match="ordering=1 cannot be enforced on this step"):
         explicit.wrap(tf.function(case.step.python_function))(case.images, case.labels)
+
+
+def test_a_max_pool_output_its_gradient_reads_is_not_swapped_on_a_onednn_cpu():
+    """oneDNN pairs a max pool's gradient with its forward op only when the gradient reads the
+    pool's output itself; fed a swap-in, it falls back to a kernel ~10x slower. On the CPU the
+    analysis keeps such reads direct (and says why at the peak); planned for a GPU, they swap."""
+    from lms.analysis import ONEDNN_PAIRED_READS
+    from lms.explain import _reason
+
+    case = unet_case()
+    graph = case.step.get_concrete_function(case.images, case.labels).graph
+    paired = lms.analyze(graph, paired_reads=ONEDNN_PAIRED_READS)
+    free = lms.analyze(graph)
+    pooled = [
+        t
+        for t, info in enumerate(paired.tensors)
+        if any(paired.ops[c].type == "MaxPool3DGrad" and p == 1 for c, p in info.consumers)
+    ]
+    assert pooled
+    assert all(paired.tensors[t].paired_with == "MaxPool3DGrad" for t in pooled)
+    assert not any(paired.tensors[t].swappable for t in pooled)
+    assert all(free.tensors[t].swappable for t in pooled)
+    everything = lms.Parameters(1, 1, 0, ordering=0)
+    assert not {s.tensor for s in lms.plan(paired, everything).swaps} & set(pooled)
+    assert set(pooled) <= {s.tensor for s in lms.plan(free, everything).swaps}
+    reason = _reason(paired, None, pooled[0], -1, set(), set(paired.outputs))
+    assert reason.startswith("unswappable: read by MaxPool3DGrad")
+    # LMS on the emulated device applies this TensorFlow's pairing (none with oneDNN off)
+    expected = lms.analyze(graph, paired_reads=lms.cpu_paired_reads())
+    planner = aggressive()
+    planner.wrap(case.step).prepare(case.images, case.labels)  # rewrites `graph` in place
+    ordering = planner.report["parameters"]["ordering"]
+    assert planner.report["swapped_tensors"] == (
+        lms.plan(expected, lms.Parameters(1, 1, 0, ordering=ordering)).swap_count
+    )
+
+
+def test_one_step_wrapped_twice_is_planned_from_its_plain_trace_both_times():
+    """The rewrite edits a trace in place; a second LMS object wrapping the same step must not
+    plan on top of the first one's swaps and order."""
+    case = Case(*small_cnn(resolution=48, batch=2))
+    reports = []
+    for _ in range(2):
+        planner = aggressive()
+        wrapped = planner.wrap(case.step)
+        wrapped.prepare(case.images, case.labels)
+        reports.append(planner.report)
+        float(wrapped(case.images, case.labels))
+    first, second = reports
+    assert first["swapped_tensors"] > 0
+    assert second["analysis"]["vertices"] == first["analysis"]["vertices"]
+    assert second["swapped_tensors"] == first["swapped_tensors"]

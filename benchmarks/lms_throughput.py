@@ -1,0 +1,193 @@
+"""Benchmark: what LMS costs in throughput on the emulated device, and where that time goes.
+
+Issue 11's goals, at the largest size that trains without LMS (device memory = the plain step's
+measured allocator peak): LMS auto-tuned (needed or not) >= 0.9 x the plain step's images/sec,
+everything swapped (TFLMSv2's 1/1/0, which runs in TensorFlow's own order) >= 0.6 x. Also
+measured: everything swapped in the enforced order (`ordering=1`), and the enforced order alone
+(no swaps), which is what auto-tuning adds when a few swaps suffice.
+
+Each fresh process times every variant in interleaved rounds (plain, auto, ..., plain, auto, ...)
+so the machine's load drifts over all of them alike; the ratio per process is median(plain) /
+median(variant); the table shows the median over `--runs` processes and their range. With
+`--profile`, one more process per case prints the step's time per op type (TensorFlow's profiler):
+PyFunc (the host store's hand-offs), DeepCopy (swap-in copies into the allocator) and the kernels.
+
+    python benchmarks/lms_throughput.py [--case NAME ...] [--runs 3] [--rounds 5] [--profile]
+"""
+
+import argparse
+import collections
+import glob
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from lms_emulated import CASES, build_case, measure  # noqa: E402
+
+DEFAULT_CASES = ["googlenet", "resnet50", "deeplabv3plus", "unet3d", "mobilenetv2", "transformer"]
+EVERYTHING = {"swapout_threshold": 1, "swapin_ahead": 1, "swapin_groupby": 0}
+VARIANTS = {  # name -> LMS keyword arguments (device_memory added: the plain peak)
+    "auto": {},
+    "ordered, no swaps": {
+        "swapout_threshold": 10**9,
+        "swapin_ahead": 1,
+        "swapin_groupby": 0,
+        "ordering": 1,
+    },
+    "everything swapped": EVERYTHING,
+    "everything swapped, ordered": {**EVERYTHING, "ordering": 1},
+}
+
+
+def _variants(case: str):
+    import keras
+
+    import lms
+
+    keras.utils.set_random_seed(0)
+    step, images, labels = build_case(*CASES[case])
+    plain_peak = measure(step, images, labels, 2)[0]
+    functions, planners = {"plain": step}, {}
+    for name, options in VARIANTS.items():
+        planners[name] = lms.LMS(device_memory=plain_peak, safety_ratio=1.0, **options)
+        if name == "auto":
+            planners[name] = lms.LMS(device_memory=plain_peak)  # the default safety ratio
+        functions[name] = planners[name].wrap(step)
+        functions[name].prepare(images, labels)
+    return functions, planners, images, labels
+
+
+def timing_child(case: str, rounds: int, steps: int) -> dict:
+    functions, planners, images, labels = _variants(case)
+    for function in functions.values():  # compile and warm up every variant first
+        float(function(images, labels))
+        float(function(images, labels))
+    seconds = {name: [] for name in functions}
+    for _ in range(rounds):
+        for name, function in functions.items():
+            started = time.perf_counter()
+            for _ in range(steps):
+                float(function(images, labels))
+            seconds[name].append((time.perf_counter() - started) / steps)
+    plain = statistics.median(seconds["plain"])
+    return {
+        "case": case,
+        "batch": CASES[case][3],
+        "seconds": seconds,
+        "ratio": {name: plain / statistics.median(s) for name, s in seconds.items()},
+        "swaps": {name: p.report["swapped_tensors"] for name, p in planners.items()},
+        "swapped_mib": {name: p.report["swapped_bytes"] / 2**20 for name, p in planners.items()},
+        "ordering": {name: p.report["parameters"]["ordering"] for name, p in planners.items()},
+    }
+
+
+def profile_child(case: str, steps: int) -> dict:
+    """Milliseconds per step by op type, per variant (the profiler's host-CPU plane)."""
+    import tensorflow as tf
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    functions, _, images, labels = _variants(case)
+    result = {}
+    for name, function in functions.items():
+        for _ in range(2):
+            float(function(images, labels))
+        with tempfile.TemporaryDirectory() as logdir:
+            tf.profiler.experimental.start(logdir)
+            for _ in range(steps):
+                float(function(images, labels))
+            tf.profiler.experimental.stop()
+            path = glob.glob(f"{logdir}/**/*.xplane.pb", recursive=True)[-1]
+            space = xplane_pb2.XSpace()
+            space.ParseFromString(Path(path).read_bytes())
+        plane = next(p for p in space.planes if p.name == "/host:CPU")
+        per_type = collections.Counter()
+        for line in plane.lines:
+            if not line.name.startswith("tf_Compute"):  # the executor's threads: op kernels
+                continue
+            for event in line.events:
+                label = plane.event_metadata[event.metadata_id].name
+                per_type[label.split(":")[-1]] += event.duration_ps / 1e9 / steps
+        result[name] = dict(per_type.most_common(8))
+    return {"case": case, "profile": result}
+
+
+def _run_child(flag: str, case: str, args) -> dict | None:
+    from suite.trial import TRIAL_ENVIRONMENT
+
+    env = {**os.environ, **TRIAL_ENVIRONMENT, "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, __file__, flag, case, "--rounds", str(args.rounds)]
+    command += ["--steps", str(args.steps)]
+    completed = subprocess.run(command, capture_output=True, text=True, env=env)
+    if completed.returncode != 0:
+        print(f"{case}: {flag} failed\n{completed.stderr[-2000:]}", flush=True)
+        return None
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--case", action="append", choices=sorted(CASES))
+    parser.add_argument("--runs", type=int, default=3, help="fresh processes per case")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per process")
+    parser.add_argument("--steps", type=int, default=3, help="steps per variant and round")
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--timing-child", help=argparse.SUPPRESS)
+    parser.add_argument("--profile-child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.timing_child:
+        print(json.dumps(timing_child(args.timing_child, args.rounds, args.steps)))
+        return
+    if args.profile_child:
+        print(json.dumps(profile_child(args.profile_child, args.steps)))
+        return
+    from tabulate import tabulate
+
+    cases = args.case or DEFAULT_CASES
+    rows, started = [], time.perf_counter()
+    for number, case in enumerate(cases, 1):
+        runs = []
+        for run in range(args.runs):
+            result = _run_child("--timing-child", case, args)
+            if result:
+                runs.append(result)
+            done = (number - 1) * args.runs + run + 1
+            eta = (time.perf_counter() - started) / done * (len(cases) * args.runs - done)
+            print(f"{case}: process {run + 1} of {args.runs} (ETA {eta / 60:.0f} min)", flush=True)
+        if not runs:
+            continue
+        first = runs[0]
+        plain_rate = statistics.median(
+            first["batch"] / statistics.median(r["seconds"]["plain"]) for r in runs
+        )
+        row = [case, f"{plain_rate:.1f}"]
+        for name in VARIANTS:
+            ratios = sorted(r["ratio"][name] for r in runs)
+            row.append(
+                f"{statistics.median(ratios):.2f} ({ratios[0]:.2f}-{ratios[-1]:.2f}); "
+                f"{first['swaps'][name]} swaps, {first['swapped_mib'][name]:.0f} MiB, "
+                f"ordering {first['ordering'][name]}"
+            )
+        rows.append(row)
+        if args.profile:
+            profiled = _run_child("--profile-child", case, args)
+            for name, per_type in (profiled or {}).get("profile", {}).items():
+                top = ", ".join(f"{op} {ms:.0f}" for op, ms in per_type.items())
+                print(f"  {case} / {name}: ms per step in {top}", flush=True)
+    headers = ["case", "plain images/s"] + [f"{name} / plain" for name in VARIANTS]
+    print(tabulate(rows, headers, tablefmt="github"))
+    print(
+        "ratio: median over processes of median(plain) / median(variant) over interleaved "
+        "rounds; (min-max over processes)"
+    )
+
+
+if __name__ == "__main__":
+    main()
