@@ -36,7 +36,7 @@ def child(case: str, mode: str, ordering: int) -> dict:
     keras.utils.set_random_seed(0)
     step, images, labels = build_case(*CASES[case])
     concrete = tf.function(step.python_function).get_concrete_function(images, labels)
-    analysis = lms.analyze(concrete.graph, quiet=True)
+    analysis = lms.analyze(concrete.graph, quiet=True, paired_reads=lms.cpu_paired_reads())
     plan, function = None, step
     if mode == "all":
         plan = lms.plan(analysis, lms.Parameters(1, 1, 0, ordering=ordering))

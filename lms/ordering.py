@@ -77,25 +77,10 @@ def trigger_ops(analysis: Analysis) -> np.ndarray:
 
 
 def executed_ops(analysis: Analysis) -> np.ndarray:
-    """Whether each op runs: it feeds the step's outputs or its control outputs (stateful ops
-    such as variable updates). The rest are pruned by TensorFlow; chaining them into the order
-    would make them run."""
+    """Whether each op runs (`OpInfo.runs`: TensorFlow prunes the rest; chaining them into the
+    order would make them run)."""
     if "executed" not in analysis.cache:
-        graph = analysis.graph
-        roots = {analysis.tensors[t].producer for t in analysis.outputs}
-        names = {op.name for op in getattr(graph, "control_outputs", None) or []}
-        if not hasattr(graph, "control_outputs"):
-            roots = set(range(len(analysis.ops)))  # not a function graph: keep every op
-        roots |= {i for i, op in enumerate(analysis.ops) if op.name in names}
-        executed = np.zeros(len(analysis.ops), dtype=bool)
-        stack = list(roots)
-        while stack:
-            index = stack.pop()
-            if executed[index]:
-                continue
-            executed[index] = True
-            op = analysis.ops[index]
-            stack.extend(analysis.tensors[t].producer for t in op.inputs)
-            stack.extend(op.control_inputs)
-        analysis.cache["executed"] = executed
+        analysis.cache["executed"] = np.fromiter(
+            (op.runs for op in analysis.ops), bool, len(analysis.ops)
+        )
     return analysis.cache["executed"]

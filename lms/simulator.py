@@ -183,7 +183,7 @@ def _lifetimes(analysis: Analysis, plan: Plan | None = None) -> _Lifetimes:
     transient = np.zeros(steps + 1, dtype=np.int64)
     for index, op in enumerate(ops):
         size = op.temp_bytes
-        if op.type in WORKSPACE_OPS:
+        if op.type in WORKSPACE_OPS and op.runs:
             size = max(size, *(_buffer_bytes(analysis, t) for t in op.inputs + op.outputs))
         if size:
             transient[step_of[index]] = max(transient[step_of[index]], size)
