@@ -114,7 +114,8 @@ def profile_child(case: str, steps: int) -> dict:
                 continue
             for event in line.events:
                 label = plane.event_metadata[event.metadata_id].name
-                per_type[label.split(":")[-1]] += event.duration_ps / 1e9 / steps
+                if ":" in label:  # "name:type" events are kernels ("Process" etc. are not)
+                    per_type[label.split(":")[-1]] += event.duration_ps / 1e9 / steps
         result[name] = dict(per_type.most_common(8))
     return {"case": case, "profile": result}
 
