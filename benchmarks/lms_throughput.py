@@ -114,7 +114,7 @@ def profile_child(case: str, steps: int) -> dict:
                 continue
             for event in line.events:
                 label = plane.event_metadata[event.metadata_id].name
-                if ":" in label:  # "name:type" events are kernels ("Process" etc. are not)
+                if ":" in label and not label.startswith("Process"):  # kernels: "name:type"
                     per_type[label.split(":")[-1]] += event.duration_ps / 1e9 / steps
         result[name] = dict(per_type.most_common(8))
     return {"case": case, "profile": result}

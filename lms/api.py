@@ -247,15 +247,21 @@ class LMS(keras.callbacks.Callback):
             concrete = tf.function(function.python_function).get_concrete_function(*args)
         traced = time.perf_counter()
         on_cpu = self._mechanism_kind() == "host-store"  # the emulated device computes there
-        analysis = analyze(
-            concrete.graph,
-            self.batch_size,
-            host_device_marker="CPU" if _has_gpu() else None,
-            paired_reads=cpu_paired_reads() if on_cpu else frozenset(),
-        )
+        analysis = self._analyse(concrete, cpu_paired_reads() if on_cpu else frozenset())
         analysed = time.perf_counter()
         try:
-            tuned = self._tune_or_apply(analysis, parameters or self.parameters)
+            try:
+                tuned = self._tune_or_apply(analysis, parameters or self.parameters)
+            except NothingFitsError:
+                if not any(t.paired_with for t in analysis.tensors):
+                    raise
+                # reach before speed: swap them too (their gradients take a slower kernel)
+                log.info(
+                    "Nothing fits with the max pool outputs oneDNN pairs with their gradients "
+                    "kept on the device; planning again with them swappable"
+                )
+                analysis = self._analyse(concrete, frozenset())
+                tuned = self._tune_or_apply(analysis, parameters or self.parameters)
         except NothingFitsError as error:
             if self.safety_ratio < 1:
                 error.args = (
@@ -275,6 +281,14 @@ class LMS(keras.callbacks.Callback):
         if tuned.plan is not None:
             log_plan(analysis, tuned.plan)
         return concrete, analysis, tuned, timings
+
+    def _analyse(self, concrete, paired_reads):
+        return analyze(
+            concrete.graph,
+            self.batch_size,
+            host_device_marker="CPU" if _has_gpu() else None,
+            paired_reads=paired_reads,
+        )
 
     def _record(self, analysis, tuned, timings) -> dict:
         self.report = build_report(analysis, tuned, self.budget, timings)

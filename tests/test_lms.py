@@ -871,3 +871,30 @@ def test_only_neutral_arithmetic_on_an_unbroadcast_input_is_an_alias():
     for op in arithmetic[:4]:
         output = analysis.tensors[op.outputs[0]]
         assert output.buffer == x and output.bytes == 0 and not output.swappable
+
+
+def test_max_pool_outputs_are_swapped_when_nothing_fits_without(caplog):
+    """Kept on the device for speed, oneDNN's paired pool outputs are still a lever: a budget
+    only swapping them meets gets a plan that swaps them."""
+    from lms.analysis import ONEDNN_PAIRED_READS
+
+    if not lms.cpu_paired_reads():
+        pytest.skip("oneDNN is off: nothing is paired")
+    case = unet_case()
+    graph = case.step.get_concrete_function(case.images, case.labels).graph
+    everything = lms.Parameters(1, 1, 0, ordering=1)
+    lowest = {}
+    for name, reads in (("paired", ONEDNN_PAIRED_READS), ("free", frozenset())):
+        analysis = lms.analyze(graph, paired_reads=reads)
+        lowest[name] = lms.simulate(analysis, lms.plan(analysis, everything)).peak_bytes
+    assert lowest["free"] < lowest["paired"]
+    planner = lms.LMS(
+        device_memory=(lowest["free"] + lowest["paired"]) // 2,
+        safety_ratio=1.0,
+        allocator=None,
+        ordering=1,
+    )
+    with caplog.at_level(logging.INFO, logger="lms"):
+        planner.wrap(case.step).prepare(case.images, case.labels)
+    assert "planning again with them swappable" in caplog.text
+    assert planner.report["fits"]
