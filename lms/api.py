@@ -250,18 +250,9 @@ class LMS(keras.callbacks.Callback):
         analysis = self._analyse(concrete, cpu_paired_reads() if on_cpu else frozenset())
         analysed = time.perf_counter()
         try:
-            try:
-                tuned = self._tune_or_apply(analysis, parameters or self.parameters)
-            except NothingFitsError:
-                if not any(t.paired_with for t in analysis.tensors):
-                    raise
-                # reach before speed: swap them too (their gradients take a slower kernel)
-                log.info(
-                    "Nothing fits with the max pool outputs oneDNN pairs with their gradients "
-                    "kept on the device; planning again with them swappable"
-                )
-                analysis = self._analyse(concrete, frozenset())
-                tuned = self._tune_or_apply(analysis, parameters or self.parameters)
+            analysis, tuned = self._tune_paired_first(
+                concrete, analysis, parameters or self.parameters
+            )
         except NothingFitsError as error:
             if self.safety_ratio < 1:
                 error.args = (
@@ -281,6 +272,33 @@ class LMS(keras.callbacks.Callback):
         if tuned.plan is not None:
             log_plan(analysis, tuned.plan)
         return concrete, analysis, tuned, timings
+
+    def _tune_paired_first(self, concrete, analysis, parameters):
+        """Tune with the reads oneDNN pairs kept direct (speed: `lms.cpu_paired_reads`); when that
+        plan misses the budget, tune again with them swappable (reach: their gradients then take
+        a slower kernel) and keep the better plan. Returns (analysis, tuned) of the one kept."""
+        if not any(t.paired_with for t in analysis.tensors):
+            return analysis, self._tune_or_apply(analysis, parameters)
+        try:
+            tuned = self._tune_or_apply(analysis, parameters)
+            if tuned.simulation.peak_bytes <= self.budget:
+                return analysis, tuned
+        except NothingFitsError:
+            tuned = None
+        log.info(
+            "The plan misses the budget with the max pool outputs oneDNN pairs with their "
+            "gradients kept on the device; planning again with them swappable"
+        )
+        unpaired = self._analyse(concrete, frozenset())
+        try:
+            second = self._tune_or_apply(unpaired, parameters)
+        except NothingFitsError:
+            if tuned is None:
+                raise
+            return analysis, tuned
+        if tuned is None or second.simulation.peak_bytes < tuned.simulation.peak_bytes:
+            return unpaired, second
+        return analysis, tuned
 
     def _analyse(self, concrete, paired_reads):
         return analyze(
