@@ -850,12 +850,13 @@ def test_one_step_wrapped_twice_is_planned_from_its_plain_trace_both_times():
 def test_pruned_ops_and_multiplications_by_one_allocate_nothing():
     """silu's gradient computes beta * x with a constant beta of 1 (Grappler forwards x) and a
     gradient for beta that nothing reads (TensorFlow prunes it). Simulated as written, a small
-    EfficientNet-like model's plain peak was ~50 % over the measured one; now within 10 %."""
+    EfficientNet-like model's plain peak was 55-65 % over the measured one; now within 4-11 %
+    (the measured peak moves by ~7 % between processes: TensorFlow's order)."""
     _, result = run_child("_silu_peak.py")
     assert result["pruned_ops"] > 0 and result["aliasing_ops"] > 0
     measured = result["measured"]
-    assert abs(result["simulated"] - measured) <= 0.10 * measured, result
-    assert result["simulated_naive"] > 1.2 * measured, result  # what this test guards
+    assert abs(result["simulated"] - measured) <= 0.2 * measured, result
+    assert result["simulated_naive"] > 1.35 * measured, result  # what this test guards
 
 
 def test_only_neutral_arithmetic_on_an_unbroadcast_input_is_an_alias():
