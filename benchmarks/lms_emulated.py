@@ -148,6 +148,20 @@ def child(case: str, fraction: float, steps: int, ordering: int) -> dict:
     }
 
 
+def run_json_child(script: str, arguments: list, label: str) -> dict | None:
+    """`script arguments` in a fresh process with the trials' environment (the emulated
+    device's allocator); the JSON of its last line, or None (printed) if it failed."""
+    from suite.trial import TRIAL_ENVIRONMENT
+
+    env = {**os.environ, **TRIAL_ENVIRONMENT, "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, script, *arguments]
+    completed = subprocess.run(command, capture_output=True, text=True, env=env)
+    if completed.returncode != 0:
+        print(f"{label} failed\n{completed.stderr[-2000:]}", flush=True)
+        return None
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", action="append", choices=sorted(CASES))

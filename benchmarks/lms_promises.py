@@ -16,9 +16,7 @@ models with weights=None, a Transformer written there).
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -26,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from lms_emulated import CASES, build_case, measure  # noqa: E402
+from lms_emulated import CASES, build_case, measure, run_json_child  # noqa: E402
 
 
 def _peak(function, images, labels, steps: int) -> int:
@@ -97,18 +95,11 @@ def host_child(case: str, fraction: float, steps: int, ordering: int, plain: boo
 
 
 def _run_child(mode: str, case: str, args, plain: bool = False) -> dict | None:
-    from suite.trial import TRIAL_ENVIRONMENT
-
-    env = {**os.environ, **TRIAL_ENVIRONMENT, "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, __file__, f"--{mode}", case, "--fraction", str(args.fraction)]
-    command += ["--ordering", str(args.ordering)]
-    command += ["--steps", str(args.steps if mode == "budget-child" else args.host_steps)]
-    command += ["--plain"] if plain else []
-    completed = subprocess.run(command, capture_output=True, text=True, env=env)
-    if completed.returncode != 0:
-        print(f"{case}: {mode} failed\n{completed.stderr[-2000:]}", flush=True)
-        return None
-    return json.loads(completed.stdout.strip().splitlines()[-1])
+    arguments = [f"--{mode}", case, "--fraction", str(args.fraction)]
+    arguments += ["--ordering", str(args.ordering)]
+    arguments += ["--steps", str(args.steps if mode == "budget-child" else args.host_steps)]
+    arguments += ["--plain"] if plain else []
+    return run_json_child(__file__, arguments, f"{case}: {mode}")
 
 
 def main() -> None:

@@ -19,9 +19,7 @@ import argparse
 import collections
 import glob
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,12 +28,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from lms_emulated import CASES, build_case, measure  # noqa: E402
+from lms_emulated import CASES, build_case, measure, run_json_child  # noqa: E402
 
 DEFAULT_CASES = ["googlenet", "resnet50", "deeplabv3plus", "unet3d", "mobilenetv2", "transformer"]
 EVERYTHING = {"swapout_threshold": 1, "swapin_ahead": 1, "swapin_groupby": 0}
 VARIANTS = {  # name -> LMS keyword arguments (device_memory added: the plain peak)
-    "auto": {},
+    "auto": {"safety_ratio": 0.8},  # the default; the others plan to the device memory itself
     "ordered, no swaps": {
         "swapout_threshold": 10**9,
         "swapin_ahead": 1,
@@ -57,9 +55,7 @@ def _variants(case: str):
     plain_peak = measure(step, images, labels, 2)[0]
     functions, planners = {"plain": step}, {}
     for name, options in VARIANTS.items():
-        planners[name] = lms.LMS(device_memory=plain_peak, safety_ratio=1.0, **options)
-        if name == "auto":
-            planners[name] = lms.LMS(device_memory=plain_peak)  # the default safety ratio
+        planners[name] = lms.LMS(device_memory=plain_peak, **{"safety_ratio": 1.0, **options})
         functions[name] = planners[name].wrap(step)
         functions[name].prepare(images, labels)
     return functions, planners, images, labels
@@ -121,16 +117,8 @@ def profile_child(case: str, steps: int) -> dict:
 
 
 def _run_child(flag: str, case: str, args) -> dict | None:
-    from suite.trial import TRIAL_ENVIRONMENT
-
-    env = {**os.environ, **TRIAL_ENVIRONMENT, "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, __file__, flag, case, "--rounds", str(args.rounds)]
-    command += ["--steps", str(args.steps)]
-    completed = subprocess.run(command, capture_output=True, text=True, env=env)
-    if completed.returncode != 0:
-        print(f"{case}: {flag} failed\n{completed.stderr[-2000:]}", flush=True)
-        return None
-    return json.loads(completed.stdout.strip().splitlines()[-1])
+    arguments = [flag, case, "--rounds", str(args.rounds), "--steps", str(args.steps)]
+    return run_json_child(__file__, arguments, f"{case}: {flag}")
 
 
 def main() -> None:

@@ -197,7 +197,8 @@ def _identity_input(op) -> int:
         value = constant.op.get_attr("value")
         if value.tensor_shape.dim and math.prod(d.size for d in value.tensor_shape.dim) > 1:
             continue  # only scalars and one-element tensors (the common case; cheap to read)
-        if tf.make_ndarray(value).size == 1 and tf.make_ndarray(value).item() == neutral:
+        number = tf.make_ndarray(value)
+        if number.size == 1 and number.item() == neutral:
             return 1 - position
     return -1
 
