@@ -53,13 +53,10 @@ def run(
     hosts=None,
 ):
     """Run a spec on this host (or on Docker hosts): trials, sweeps and limit searches."""
-    from suite.runner import run_spec
+    from suite.running.runner import run_spec
     from suite.specs import find_spec, load_spec
 
     overrides = {"resolution": resolution, "batch": batch, "steps": steps, "precision": precision}
-    overrides = {
-        k: int(v) if k != "precision" and v is not None else v for k, v in overrides.items()
-    }
     loaded = load_spec(spec or c.suite.spec, overrides)  # validated here, before any host
     if hosts:
         _run_on_hosts(c, find_spec(spec or c.suite.spec), hosts, overrides, force, results)
@@ -69,7 +66,7 @@ def run(
 
 
 def _run_on_hosts(c, spec_path, hosts, overrides, force, results):
-    from suite.hostrun import DockerHost, run_on_hosts
+    from suite.hosts.docker import DockerHost, run_on_hosts
 
     configured = c.suite.get("hosts") or {}
     chosen = []
@@ -104,7 +101,7 @@ def build(c, arch="both", base="local", extras="cpu"):
     """Build the suite image(s) from images/Dockerfile with the docker SDK (streamed log)."""
     import docker
 
-    from suite.imagebuild import build_image
+    from suite.hosts.images import build_image
 
     arches = ["x86_64", "ppc64le"] if arch == "both" else [arch]
     client = docker.from_env(timeout=600)
@@ -136,7 +133,7 @@ def _print_summary(summary) -> None:
 @_user_errors
 def search(c, spec, study=None, results=None, host=None, force=False):
     """Find the largest resolution or batch that trains, LMS off and on (limit searches)."""
-    from suite.runner import run_spec
+    from suite.running.runner import run_spec
     from suite.specs import load_spec
 
     loaded = load_spec(spec)
@@ -163,7 +160,7 @@ def search(c, spec, study=None, results=None, host=None, force=False):
 @_user_errors
 def report(c, results=None, output=None):
     """Render the Markdown report (tables and plots) from the stored records."""
-    from suite.report import render_report
+    from suite.reporting.report import render_report
 
     path = render_report(Path(results or c.suite.results), Path(output or c.suite.reports))
     print(f"report: {path}")
@@ -172,15 +169,15 @@ def report(c, results=None, output=None):
 @task(
     help={
         "reports": "directory of the rendered report (default: invoke.yaml suite.reports)",
-        "to": "publish directory (default: invoke.yaml suite.publish)",
+        "to": "publish directory (default: invoke.yaml suite.reporting.publish)",
     }
 )
 @_user_errors
 def publish(c, reports=None, to=None):
     """Copy the rendered report into a dated directory and update the index (newest first)."""
-    from suite.publish import publish as publish_report
+    from suite.reporting.publish import publish as publish_report
 
-    target = publish_report(Path(reports or c.suite.reports), Path(to or c.suite.publish))
+    target = publish_report(Path(reports or c.suite.reports), Path(to or c.suite.reporting.publish))
     print(f"published: {target} (index: {target.parent / 'index.md'})")
 
 
@@ -193,7 +190,7 @@ def publish(c, reports=None, to=None):
 @_user_errors
 def baseline(c, results=None, output=None):
     """Accept the newest run of every host and workload as the regression baseline."""
-    from suite.regress import make_baseline
+    from suite.reporting.regress import make_baseline
 
     path = Path(output or c.suite.baseline)
     accepted = make_baseline(Path(results or c.suite.results), path)
@@ -212,7 +209,7 @@ def baseline(c, results=None, output=None):
 @_user_errors
 def regress(c, results=None, baseline=None, tolerance=0.05, alpha=0.002, output=None):
     """Compare the newest runs with the baseline; exit 1 on a significant regression."""
-    from suite.regress import compare, load_baseline, table, write_regression
+    from suite.reporting.regress import compare, load_baseline, table, write_regression
 
     accepted = load_baseline(Path(baseline or c.suite.baseline))
     tolerance, alpha = float(tolerance), float(alpha)
@@ -297,15 +294,13 @@ def plan(c, spec=None, workload=None, resolution=None, batch=None, precision=Non
     """Print LMS's plan (JSON) for a spec's trials and plot their memory, without running."""
     import logging
 
-    from suite.planning import plan_spec
+    from suite.running.planning import plan_spec
 
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
     logging.getLogger("lms").setLevel(logging.INFO)  # TFLMSv2's messages, on stderr
     from suite.specs import load_spec
 
     overrides = {"resolution": resolution, "batch": batch, "precision": precision}
-    overrides = {k: int(v) if k != "precision" and v is not None else v
-                 for k, v in overrides.items()}  # fmt: skip
     loaded = load_spec(spec or c.suite.spec, overrides)
     reports = plan_spec(loaded, Path(output or c.suite.reports), workload, device_memory)
     print(json.dumps(reports, indent=1))
@@ -315,7 +310,7 @@ def plan(c, spec=None, workload=None, resolution=None, batch=None, precision=Non
 @_user_errors
 def hostinfo(c):
     """Print this host's description (JSON), as records reference it."""
-    from suite.hostinfo import capture_host_description
+    from suite.hosts.description import capture_host_description
 
     print(json.dumps(capture_host_description(), indent=1, sort_keys=True))
 

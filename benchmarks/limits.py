@@ -118,8 +118,8 @@ def main() -> None:
     cases = REACH_CASES if args.reach else CASES
     from tabulate import tabulate
 
-    from suite.report_limits import gain_text, rate_at_limit_text
-    from suite.runner import run_spec
+    from suite.reporting.limits_table import gain_text, rate_at_limit_text
+    from suite.running.runner import run_spec
     from suite.specs import parse_spec
 
     results = Path(args.results)

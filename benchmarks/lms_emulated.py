@@ -59,8 +59,7 @@ def transformer_classifier(length: int, batch: int, width=256, layers=4, heads=8
 def build_case(kind, name, resolution, batch):
     import keras
 
-    from suite import data, training
-    from suite.workloads import WORKLOADS, build_workload
+    from suite.workloads import WORKLOADS, build_workload, data, training
 
     if kind == "suite":
         model, loss_fn = build_workload(name, resolution, batch)
@@ -151,7 +150,7 @@ def child(case: str, fraction: float, steps: int, ordering: int) -> dict:
 def run_json_child(script: str, arguments: list, label: str) -> dict | None:
     """`script arguments` in a fresh process with the trials' environment (the emulated
     device's allocator); the JSON of its last line, or None (printed) if it failed."""
-    from suite.trial import TRIAL_ENVIRONMENT
+    from suite.environment import TRIAL_ENVIRONMENT
 
     env = {**os.environ, **TRIAL_ENVIRONMENT, "PYTHONPATH": str(ROOT)}
     command = [sys.executable, script, *arguments]
@@ -175,7 +174,7 @@ def main() -> None:
         return
     from tabulate import tabulate
 
-    from suite.trial import TRIAL_ENVIRONMENT
+    from suite.environment import TRIAL_ENVIRONMENT
 
     env = {**os.environ, **TRIAL_ENVIRONMENT, "PYTHONPATH": str(ROOT)}
     rows, errors, drops = [], [], []

@@ -33,8 +33,7 @@ CASES = {
 def reach(workload: str, resolution: int, batch: int, precision: str, device_gib: float) -> list:
     import lms
     from lms.allocator import BestFitAllocator
-    from suite import data, training
-    from suite.workloads import WORKLOADS, build_workload
+    from suite.workloads import WORKLOADS, build_workload, data, training
 
     info = WORKLOADS[workload]
     model, loss_fn = build_workload(workload, resolution, batch, precision, info.default_classes)

@@ -26,8 +26,7 @@ CASES = [  # (workload, resolution, batch, precision): the seeds' full sizes
 def measure(workload, resolution, batch, precision, device_memory):
     import lms
     from lms.rewriter import rewrite
-    from suite import data, training
-    from suite.workloads import build_workload, get_workload
+    from suite.workloads import build_workload, data, get_workload, training
 
     info = get_workload(workload)
     model, loss_fn = build_workload(workload, resolution, batch, precision)

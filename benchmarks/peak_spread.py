@@ -18,8 +18,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from suite.running.trial import run_trial  # noqa: E402
 from suite.specs import parse_spec  # noqa: E402
-from suite.trial import run_trial  # noqa: E402
 
 SPEC = """
 name = "peaks"

@@ -58,7 +58,7 @@ def main() -> None:
         return
     from tabulate import tabulate
 
-    from suite.trial import TRIAL_ENVIRONMENT
+    from suite.environment import TRIAL_ENVIRONMENT
 
     env = {**os.environ, **TRIAL_ENVIRONMENT, "PYTHONPATH": str(ROOT)}
     rows, errors = [], {"asked": [], "padded": []}

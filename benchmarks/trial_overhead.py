@@ -28,8 +28,8 @@ def plain_loop(params: dict) -> float:
     import keras
     import tensorflow as tf
 
-    from suite.data import synthetic_batch
     from suite.workloads import build_workload, get_workload
+    from suite.workloads.data import synthetic_batch
 
     keras.utils.set_random_seed(params["seed"])
     model, loss_fn = build_workload(
@@ -66,7 +66,7 @@ def plain_loop(params: dict) -> float:
 def run_plain(params: dict) -> float:
     import os
 
-    from suite.trial import TRIAL_ENVIRONMENT
+    from suite.environment import TRIAL_ENVIRONMENT
 
     env = {**os.environ, **TRIAL_ENVIRONMENT, "PYTHONPATH": str(ROOT)}
     with tempfile.NamedTemporaryFile("w", suffix=".json") as handle:
@@ -83,7 +83,7 @@ def run_plain(params: dict) -> float:
 
 
 def run_suite(params: dict, log: Path) -> float:
-    from suite.trial import run_trial
+    from suite.running.trial import run_trial
 
     result = run_trial(params, 3600, log)
     if result.outcome != "ok":

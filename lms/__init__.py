@@ -6,38 +6,51 @@ and back so that what does not fit in device memory trains.
     model.fit(data, callbacks=[lms.LMS(device_memory="16GiB")])  # Keras
 
 Logging goes to the `lms` logger (TFLMSv2's messages).
+
+Names are imported on first use, so `lms.check_options`, `lms.parse_size`, `lms.Parameters` and
+the errors cost no TensorFlow import: a program that only checks a configuration stays light.
 """
 
-from lms.allocator import BestFitAllocator
-from lms.analysis import Analysis, analyze, cpu_paired_reads
-from lms.api import LMS, LMSFunction
-from lms.errors import LMSError, NothingFitsError, ParameterError
-from lms.explain import explain_peak
-from lms.parameters import AUTO, Parameters
-from lms.planner import Plan, plan
-from lms.simulator import Simulation, simulate
-from lms.swap import DeviceCopy, HostStore
-from lms.tuner import Tuned, tune
+import importlib
 
-__all__ = [
-    "AUTO",
-    "LMS",
-    "LMSError",
-    "LMSFunction",
-    "Analysis",
-    "BestFitAllocator",
-    "DeviceCopy",
-    "HostStore",
-    "NothingFitsError",
-    "ParameterError",
-    "Parameters",
-    "Plan",
-    "Simulation",
-    "Tuned",
-    "analyze",
-    "cpu_paired_reads",
-    "explain_peak",
-    "plan",
-    "simulate",
-    "tune",
-]
+# public name -> the module that defines it
+_EXPORTS = {
+    "AUTO": "lms.parameters",
+    "Analysis": "lms.analysis",
+    "BestFitAllocator": "lms.allocator",
+    "DeviceCopy": "lms.swap",
+    "HostStore": "lms.swap",
+    "LMS": "lms.api",
+    "LMSError": "lms.errors",
+    "LMSFunction": "lms.api",
+    "NothingFitsError": "lms.errors",
+    "ParameterError": "lms.errors",
+    "Parameters": "lms.parameters",
+    "Plan": "lms.planner",
+    "Simulation": "lms.simulator",
+    "Tuned": "lms.tuner",
+    "analyze": "lms.analysis",
+    "check_options": "lms.options",
+    "cpu_paired_reads": "lms.analysis",
+    "explain_peak": "lms.explain",
+    "format_size": "lms.budget",
+    "gpu_memory_bytes": "lms.budget",
+    "parse_size": "lms.budget",
+    "plan": "lms.planner",
+    "simulate": "lms.simulator",
+    "tune": "lms.tuner",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'lms' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))

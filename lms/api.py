@@ -17,10 +17,10 @@ import tensorflow as tf
 
 from lms.allocator import BestFitAllocator
 from lms.analysis import analyze, cpu_paired_reads
-from lms.budget import budget_bytes, gpu_memory_bytes, to_bytes
+from lms.budget import budget_bytes, gpu_memory_bytes
 from lms.errors import LMSError, NothingFitsError, ParameterError
 from lms.explain import explain_peak
-from lms.parameters import Parameters
+from lms.options import check_options
 from lms.planner import log_plan, plan
 from lms.rewriter import REWRITTEN_MARK, rewrite
 from lms.simulator import simulate
@@ -28,8 +28,6 @@ from lms.swap import DeviceCopy, HostStore
 from lms.tuner import Tuned, tune
 
 log = logging.getLogger("lms")
-MECHANISMS = ("auto", "host-store", "device-copy")
-ALLOCATOR_MODELS = ("bfc", None)
 
 
 def _has_gpu() -> bool:
@@ -170,37 +168,36 @@ class LMS(keras.callbacks.Callback):
         allocator="bfc",
     ):
         super().__init__()
-        self.parameters = Parameters(
-            swapout_threshold,
-            swapin_ahead,
-            swapin_groupby,
-            sync_mode,
-            tuple(serialization) if not isinstance(serialization, str) else (serialization,),
-            serialization_by_size,
-            ordering,
+        checked = check_options(
+            device_memory,
+            swapout_threshold=swapout_threshold,
+            swapin_ahead=swapin_ahead,
+            swapin_groupby=swapin_groupby,
+            sync_mode=sync_mode,
+            serialization=serialization,
+            serialization_by_size=serialization_by_size,
+            ordering=ordering,
+            reserve=reserve,
+            safety_ratio=safety_ratio,
+            mechanism=mechanism,
+            batch_size=batch_size,
+            plot=plot,
+            allocator=allocator,
         )
-        if mechanism not in MECHANISMS:
-            raise ParameterError(f"mechanism must be one of {MECHANISMS}; received {mechanism!r}")
-        if device_memory is None:
-            device_memory = gpu_memory_bytes() if _has_gpu() else None
-            if device_memory is None:
+        self.parameters = checked["parameters"]
+        device_bytes = checked["device_bytes"]
+        if device_bytes is None:
+            device_bytes = gpu_memory_bytes() if _has_gpu() else None
+            if device_bytes is None:
                 raise ParameterError(
                     "device_memory is required without a readable GPU (on the emulated device it "
                     "is the memory budget), e.g. LMS(device_memory='2GiB')"
                 )
-        self.budget = budget_bytes(device_memory, reserve, safety_ratio)
+        self.budget = budget_bytes(device_bytes, reserve, safety_ratio)
         self.safety_ratio = safety_ratio
-        if batch_size is not None and (
-            not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1
-        ):
-            raise ParameterError(f"batch_size must be an integer >= 1; received {batch_size!r}")
         self.mechanism_name = mechanism
-        if allocator not in ALLOCATOR_MODELS:
-            raise ParameterError(
-                f"allocator must be one of {ALLOCATOR_MODELS}; received {allocator!r}"
-            )
         self.allocator_name = allocator
-        self.device_bytes = to_bytes(device_memory, "device_memory")
+        self.device_bytes = device_bytes
         self.batch_size, self.plot_path = batch_size, plot
         self.store = None
         self.report = None

@@ -19,19 +19,23 @@ _UNITS = {
 }
 
 
-def to_bytes(value, name: str) -> int:
-    """Bytes of 1073741824, "1GiB", "512 MiB" or "1.5GB"; a float alone means GiB."""
+def parse_size(value, name: str = "size") -> int:
+    """Bytes of 1073741824, "1GiB", "512 MiB" or "1.5GB" (binary and decimal units).
+
+    The one parser of sizes for the library and the suite. A bare number is bytes and must be an
+    integer: a float such as 1.5 could mean bytes or GiB, so it is refused with a hint to write
+    the unit."""
     wrong = ParameterError(
-        f"{name} must be a size like 16GiB, 512MiB or a number of bytes; received {value!r}"
+        f"{name} must be a size like 16GiB, 512MiB or an integer number of bytes; "
+        f"received {value!r}"
     )
     if isinstance(value, bool):
         raise wrong
     if isinstance(value, numbers.Integral):
         size = int(value)
     elif isinstance(value, numbers.Real):
-        if not math.isfinite(value):
-            raise wrong
-        size = int(value * 2**30)
+        hint = f" (write the unit, e.g. '{value:g}GiB')" if math.isfinite(value) else ""
+        raise ParameterError(f"{wrong}{hint}")
     elif isinstance(value, str):
         text = value.strip().lower().replace(" ", "")
         number = text.rstrip("abcdefghijklmnopqrstuvwxyz")
@@ -79,8 +83,8 @@ def budget_bytes(device_memory, reserve, safety_ratio: float) -> int:
     ratio_ok = isinstance(safety_ratio, numbers.Real) and not isinstance(safety_ratio, bool)
     if not ratio_ok or not 0 < safety_ratio <= 1:
         raise ParameterError(f"safety_ratio must be a number in (0, 1]; received {safety_ratio!r}")
-    memory = to_bytes(device_memory, "device_memory")
-    reserved = to_bytes(reserve, "reserve") if reserve else 0
+    memory = parse_size(device_memory, "device_memory")
+    reserved = parse_size(reserve, "reserve") if reserve else 0
     if reserved >= memory:
         raise ParameterError(
             f"reserve ({reserve}) leaves nothing of device_memory ({device_memory})"

@@ -1,11 +1,17 @@
-"""Result records: one JSON object per trial, one JSON-lines file per host, host descriptions
-stored once by content hash.
+"""The results directory, and the only module that reads or writes it:
+
+    <results>/<host>.jsonl              trial records, one JSON object per line
+    <results>/searches/<host>.jsonl     limit-search records
+    <results>/predictions/<host>.jsonl  the simulator's predicted limits (a cache of searches)
+    <results>/hosts/<ref>.json          host descriptions, stored once under their content hash
+    <results>/logs/<host>/<name>.log    each trial's and prediction's output
 
 Appends are a single `os.write` of one line to a file opened with O_APPEND, then fsync: a run
 killed at any moment leaves every earlier record intact and at worst one torn last line, which
 loading skips (with a warning) and the next append seals off with a newline.
 """
 
+import hashlib
 import json
 import logging
 import os
@@ -14,9 +20,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from suite.errors import RecordError
-from suite.trial import OUTCOMES
 
 SCHEMA_VERSION = 1
+# how a trial ended: it trained, ran out of (emulated) device memory, died, or did not finish
+OUTCOMES = ("ok", "out_of_memory", "crashed", "timed_out")
 log = logging.getLogger("suite.records")
 
 # field -> type(s) every record must carry (validated on write and on load)
@@ -53,6 +60,37 @@ def results_file(results_dir: Path, host: str) -> Path:
     return Path(results_dir) / f"{check_host_name(host)}.jsonl"
 
 
+def searches_file(results_dir: Path, host: str) -> Path:
+    return Path(results_dir) / "searches" / f"{check_host_name(host)}.jsonl"
+
+
+def predictions_file(results_dir: Path, host: str) -> Path:
+    return Path(results_dir) / "predictions" / f"{check_host_name(host)}.jsonl"
+
+
+def log_file(results_dir: Path, host: str, name: str) -> Path:
+    """Where the output of a trial (`name` = spec hash-repeat) or a prediction is kept."""
+    return Path(results_dir) / "logs" / check_host_name(host) / f"{name}.log"
+
+
+def shared_folders(host: str) -> tuple[str, ...]:
+    """Folders copied as they are when a host's results are merged into another directory."""
+    return ("hosts", f"logs/{check_host_name(host)}")
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Replace `path` with `text` so that a reader (or a crash) sees the old file or the new one,
+    never a part: written beside it, flushed to disk, then renamed over it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with open(tmp, "w") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
 def validate_record(record: dict, where: str) -> dict:
     """Raise RecordError naming `where` if `record` is not a schema-1 record."""
     if not isinstance(record, dict):
@@ -73,6 +111,33 @@ def validate_record(record: dict, where: str) -> dict:
         raise RecordError(f"{where}: outcome {record['outcome']!r} is not one of {OUTCOMES}")
     if record["outcome"] == "ok" and not record["metrics"]:
         raise RecordError(f"{where}: an 'ok' record must carry metrics")
+    return record
+
+
+SEARCH_REQUIRED = {
+    "schema": int,
+    "search_hash": str,
+    "limit_key": str,
+    "kind": str,
+    "mode": str,
+    "params": dict,
+    "host": str,
+    "trials": list,
+}
+
+
+def validate_search_record(record: dict, where: str) -> dict:
+    if not isinstance(record, dict) or record.get("schema") != SCHEMA_VERSION:
+        raise RecordError(f"{where}: not a schema-{SCHEMA_VERSION} search record")
+    for name, kind in SEARCH_REQUIRED.items():
+        if not isinstance(record.get(name), kind):
+            raise RecordError(f"{where}: search record lacks field {name!r} ({kind.__name__})")
+    return record
+
+
+def validate_prediction(record: dict, where: str) -> dict:
+    if not isinstance(record, dict) or not isinstance(record.get("search_hash"), str):
+        raise RecordError(f"{where}: not a prediction record")
     return record
 
 
@@ -127,20 +192,58 @@ def load_all_records(results_dir: Path) -> list[dict]:
     return records
 
 
+def load_search_records(results_dir: Path) -> list[dict]:
+    """Search records of every host in `results_dir`."""
+    records = []
+    for path in sorted((Path(results_dir) / "searches").glob("*.jsonl")):
+        records.extend(load_records(path, validate_search_record))
+    return records
+
+
+def load_predictions(results_dir: Path, host: str) -> list[dict]:
+    return load_records(predictions_file(results_dir, host), validate_prediction)
+
+
+def load_searches(results_dir: Path, host: str) -> list[dict]:
+    return load_records(searches_file(results_dir, host), validate_search_record)
+
+
+def host_ref(description: dict) -> str:
+    """Content hash of a description: records refer to it, identical hosts share it."""
+    text = json.dumps(description, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def store_host(results_dir: Path, description: dict) -> str:
     """Write a host description once under its content hash; return the hash."""
-    from suite.hostinfo import host_ref
-
+    _check_host_description(description, "host description")
     ref = host_ref(description)
     path = Path(results_dir) / "hosts" / f"{ref}.json"
     if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(description, indent=1, sort_keys=True))
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps(description, indent=1, sort_keys=True))
     return ref
 
 
 def load_host(results_dir: Path, ref: str) -> dict | None:
+    """The description stored under `ref`, checked against its hash; None if there is none."""
     path = Path(results_dir) / "hosts" / f"{ref}.json"
-    return json.loads(path.read_text()) if path.exists() else None
+    if not path.exists():
+        return None
+    try:
+        description = json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise RecordError(f"{path}: not valid JSON ({error.msg})") from None
+    _check_host_description(description, str(path))
+    if host_ref(description) != ref:
+        raise RecordError(
+            f"{path}: its content does not match its hash {ref} (edited or corrupted); "
+            "restore it, or delete it and re-run a trial on that host to describe it again"
+        )
+    return description
+
+
+def _check_host_description(description, where: str) -> None:
+    if not isinstance(description, dict):
+        raise RecordError(f"{where}: a host description must be a JSON object")
+    if not isinstance(description.get("architecture"), str):
+        raise RecordError(f"{where}: field 'architecture' must be a string")

@@ -2,7 +2,7 @@
 
 import pytest
 
-from suite.bracket import bracket_search
+from suite.running.bracket import bracket_search
 
 
 def search(count, boundary, predicted):

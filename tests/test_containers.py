@@ -14,9 +14,9 @@ import docker
 import pytest
 from sshd import start_sshd
 
-from suite.baseimage import base_tag, make_base_image
-from suite.hostrun import DockerHost, run_on_hosts
-from suite.imagebuild import build_image, suite_commit
+from suite.hosts.baseimage import base_tag, make_base_image
+from suite.hosts.docker import DockerHost, run_on_hosts
+from suite.hosts.images import build_image, suite_commit
 from suite.records import load_host, load_records, results_file
 from suite.specs import find_spec, load_spec
 
@@ -206,7 +206,7 @@ def test_the_ppc64le_base_is_a_ppc64le_system_under_emulation(client):
     completed = subprocess.run(
         ["docker", "run", "--rm", "--network", "none", "--platform", "linux/ppc64le",
          "-v", f"{root}:/suite:ro", "-e", "PYTHONPATH=/suite", tag, "sh", "-c",
-         "uname -m; python3 -c 'import json; from suite.hostinfo import describe_host; "
+         "uname -m; python3 -c 'import json; from suite.hosts.description import describe_host; "
          "print(json.dumps(describe_host()))'"],
         capture_output=True, text=True, timeout=900,
     )  # fmt: skip

@@ -18,10 +18,15 @@ from pathlib import Path
 
 import pytest
 
-from suite.limits import load_search_records, predictions_file, searches_file
-from suite.records import load_records, results_file
-from suite.report import render_report
-from suite.runner import run_spec
+from suite.records import (
+    load_records,
+    load_search_records,
+    predictions_file,
+    results_file,
+    searches_file,
+)
+from suite.reporting.report import render_report
+from suite.running.runner import run_spec
 from suite.specs import parse_spec
 
 pytestmark = pytest.mark.slow

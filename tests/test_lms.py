@@ -16,8 +16,7 @@ import tensorflow as tf
 
 import lms
 from lms.planner import Plan, Swap
-from suite import data, training
-from suite.workloads import WORKLOADS, build_workload
+from suite.workloads import WORKLOADS, build_workload, data, training
 
 pytestmark = pytest.mark.compat
 HERE = Path(__file__).resolve().parent
@@ -443,6 +442,7 @@ def test_analysis_sizes_levels_and_logged_messages(caplog):
         ({"device_memory": float("inf")}, "device_memory must be a size like 16GiB"),
         ({"device_memory": "1e400GiB"}, "received '1e400GiB'"),
         ({"device_memory": [1]}, "device_memory must be a size like 16GiB"),
+        ({"device_memory": 1.5}, "received 1.5 (write the unit, e.g. '1.5GiB')"),
         ({"safety_ratio": "x"}, "safety_ratio must be a number in (0, 1]; received 'x'"),
         ({"safety_ratio": float("nan")}, "safety_ratio must be a number in (0, 1]"),
         ({"batch_size": "x"}, "batch_size must be an integer >= 1; received 'x'"),
@@ -456,6 +456,20 @@ def test_bad_parameters_get_a_clear_error(kwargs, message):
     with pytest.raises(lms.ParameterError) as raised:
         lms.LMS(**kwargs)
     assert message in str(raised.value)
+    with pytest.raises(lms.ParameterError) as checked:  # the same check, without TensorFlow
+        lms.check_options(**kwargs)
+    assert str(checked.value) == str(raised.value)
+
+
+def test_checking_options_and_sizes_imports_no_tensorflow():
+    code = (
+        "import sys, lms; lms.check_options(device_memory='2GiB', swapout_threshold=3); "
+        "assert lms.parse_size('1.5 GB') == 1_500_000_000; "
+        "assert lms.parse_size(1024) == 1024; "
+        "print(sorted(m for m in ('tensorflow', 'keras') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 def test_device_memory_is_required_on_the_emulated_device():

@@ -34,13 +34,14 @@ resolution = 16
 batch = 1
 """
 
-# Installed on night 2 through PYTHONPATH: in trial processes only (python -m suite.trial_worker
-# params.json result.json), every timed step first sleeps 0.3 s.
+# Installed on night 2 through PYTHONPATH: in trial processes only
+# (python -m suite.running.trial_worker params.json result.json), every timed step first sleeps
+# 0.3 s.
 SLOWER = """
 import sys
 if sys.argv[1:2] and sys.argv[1].endswith("params.json"):
     import time
-    import suite.training as training
+    import suite.workloads.training as training
     measure = training.measure
 
     def slow_measure(train_step, next_batch, *args, **kwargs):

@@ -11,8 +11,8 @@ from test_report import HOST, record
 
 from suite.errors import SuiteError
 from suite.records import SCHEMA_VERSION, append_record, results_file, store_host
-from suite.regress import compare, load_baseline, make_baseline, write_regression
-from suite.report import render_report
+from suite.reporting.regress import compare, load_baseline, make_baseline, write_regression
+from suite.reporting.report import render_report
 from suite.stats import mann_whitney_p
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -178,7 +178,7 @@ def test_bad_baselines_get_clear_errors(tmp_path):
 
 
 def test_publish_keeps_earlier_reports_and_indexes_newest_first(accepted, tmp_path):
-    from suite.publish import publish
+    from suite.reporting.publish import publish
 
     results, _ = accepted
     report_dir = tmp_path / "report"

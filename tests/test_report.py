@@ -3,7 +3,7 @@
 import copy
 
 from suite.records import SCHEMA_VERSION, append_record, results_file, store_host
-from suite.report import render_report
+from suite.reporting.report import render_report
 
 HOST = {
     "architecture": "x86_64",

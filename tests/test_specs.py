@@ -1,9 +1,15 @@
 """Spec validation: every field's error names file, field, value and what is allowed."""
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from suite.errors import SpecError, SuiteError
 from suite.specs import available_specs, load_spec, parse_spec, trial_hash
+
+ROOT = Path(__file__).resolve().parents[1]
 
 BASE = """
 name = "t"
@@ -300,6 +306,31 @@ def test_overrides_change_the_hash_and_are_validated():
         parse_spec(BASE, "a.toml", {"precision": "fp64"})
     with pytest.raises(SpecError, match="'--resolution' = 12 .*at least 32"):
         parse_spec(BASE, "a.toml", {"resolution": 12})
+    # as they come from the command line: text
+    assert parse_spec(BASE, "a.toml", {"batch": "4"}).trials[0].params["batch"] == 4
+    with pytest.raises(SpecError, match="command line: field '--batch' = 'abc' is invalid"):
+        parse_spec(BASE, "a.toml", {"batch": "abc"})
+
+
+def test_an_override_meets_the_workloads_checks_in_every_kind_of_study():
+    """A search's fixed resolution from the command line is checked like the file's own."""
+    max_batch = (
+        'name = "t"\n[[study]]\nname = "s"\nkind = "max-batch"\nworkload = "unet3d"\n'
+        "resolution = 32\nstart = 1\nstop = 4\nstep = 1\n"
+    )
+    with pytest.raises(SpecError, match="command line: field '--resolution' = 7 is invalid"):
+        parse_spec(max_batch, "m.toml", {"resolution": 7})
+    search = parse_spec(max_batch, "m.toml", {"resolution": 48}).searches[0]
+    assert search.params["resolution"] == 48
+    sweep = (
+        'name = "t"\n[[study]]\nname = "s"\nkind = "sweep"\nworkload = "unet3d"\n'
+        "batch = 1\nresolutions = [16, 32]\n"
+    )
+    with pytest.raises(SpecError, match="'--resolution' = 20"):
+        parse_spec(sweep, "s.toml", {"resolution": 20})
+    assert [t.params["resolution"] for t in parse_spec(sweep, "s", {"resolution": 48}).trials] == [
+        48
+    ]
 
 
 def test_sweep_range_expands():
@@ -371,3 +402,16 @@ def test_switch_and_both_sweeps():
     fixed = parse_spec(SWEEP.format(mode="fixed"), "w.toml")
     assert {t.hash for t in fixed.trials} <= {t.hash for t in both.trials}
     assert sweep.trial(64, "off").hash in {t.hash for t in fixed.trials}
+
+
+def test_loading_a_spec_with_lms_imports_no_tensorflow():
+    """Specs are loaded by the parent of every trial, which must stay free of TensorFlow."""
+    code = (
+        "import sys; from suite.specs import load_spec; "
+        "spec = load_spec('resnet50-sweep'); "
+        "assert any(t.params.get('lms') for t in spec.plannable_trials()); "
+        "print(sorted(m for m in ('tensorflow', 'keras') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=ROOT)  # fmt: skip
+    assert out.stdout.strip() == "[]"

@@ -38,6 +38,14 @@ def test_user_error_is_one_line_without_traceback(tmp_path):
     )
 
 
+def test_an_override_that_is_not_a_number_is_one_line(tmp_path):
+    completed = inv("run", "--batch", "abc", "--results", str(tmp_path))
+    assert completed.returncode == 2
+    assert completed.stderr.strip() == (
+        "error: command line: field '--batch' = 'abc' is invalid; allowed: an integer >= 1"
+    )
+
+
 def test_models_prints_counts_and_largest_activation():
     completed = inv("models", "--workload", "resnet50", "--resolution", "224")
     assert completed.returncode == 0, completed.stderr

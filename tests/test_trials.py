@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from suite.data import write_tfrecords
 from suite.records import load_records, results_file
-from suite.runner import run_spec
+from suite.running.runner import run_spec
+from suite.running.trial import run_trial
 from suite.specs import parse_spec
-from suite.trial import run_trial
+from suite.workloads.data import write_tfrecords
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]

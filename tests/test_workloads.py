@@ -9,9 +9,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from suite import data, training
 from suite.errors import SuiteError
-from suite.workloads import WORKLOADS, build_workload
+from suite.workloads import WORKLOADS, build_workload, data, training
 from suite.workloads.summary import model_summary
 
 pytestmark = pytest.mark.compat

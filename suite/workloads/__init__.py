@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from suite.errors import SuiteError
 
 PRECISIONS = {"fp32": "float32", "fp16": "mixed_float16", "bf16": "mixed_bfloat16"}
-# Real-data TFRecord formats and the kind of labels each provides (see suite.data).
+# Real-data TFRecord formats and the kind of labels each provides (see suite.workloads.data).
 DATA_FORMATS = {"imagenet": "class", "voc": "mask"}
 
 

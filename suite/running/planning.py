@@ -6,24 +6,22 @@ step from TensorSpecs, and asks lms for the analysis, the tuned parameters and t
 
 from pathlib import Path
 
+import lms
+from suite import lms_seam
 from suite.errors import SuiteError
-from suite.lms_wiring import lms_options
+from suite.lms_seam import lms_options
 from suite.specs import Spec
-from suite.units import parse_bytes
 
 
 def plan_trial(params: dict, device_memory=None, plot: Path | None = None) -> dict:
-    import lms
-    from suite import data, training
-    from suite.workloads import build_workload, get_workload
+    from suite.workloads import build_workload, data, get_workload, training
 
     info = get_workload(params["workload"])
     options = lms_options(params) or {"batch_size": params["batch"]}
+    options["device_memory"] = lms_seam.device_memory(params)
     if device_memory is not None:  # a GPU's memory: plan with a GPU's swaps and allocator
         options["device_memory"] = device_memory
         options.setdefault("mechanism", "device-copy")
-    elif not options.get("device_memory") and params.get("memory_budget_bytes"):
-        options["device_memory"] = params["memory_budget_bytes"]
     try:
         planner = lms.LMS(plot=str(plot) if plot else None, **options)
     except lms.ParameterError as error:
@@ -59,9 +57,9 @@ def plan_spec(
     memory = None
     if device_memory is not None:
         try:
-            memory = parse_bytes(device_memory)
-        except ValueError as error:
-            raise SuiteError(f"--device-memory {device_memory!r}: {error}") from None
+            memory = lms.parse_size(device_memory, "--device-memory")
+        except lms.ParameterError as error:
+            raise SuiteError(str(error)) from None
     output_dir.mkdir(parents=True, exist_ok=True)
     reports = []
     for trial in trials:

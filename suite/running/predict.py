@@ -1,6 +1,6 @@
 """Predict a limit search's boundary with the LMS simulator, in a child process.
 
-`python -m suite.predict REQUEST.json ANSWER.json`: the request holds the candidates' trial
+`python -m suite.running.predict REQUEST.json ANSWER.json`: the request holds the candidates' trial
 parameters (ascending) and the mode; the child bisects over them, tracing each probed size from
 TensorSpecs (nothing runs, only weights are allocated) and asking lms whether it fits:
 - LMS off: the simulated peak without LMS within the device memory (the trial's memory budget,
@@ -14,19 +14,20 @@ import sys
 import time
 from pathlib import Path
 
-from suite.bracket import bracket_search
+from suite.records import write_atomic
+from suite.running.bracket import bracket_search
 
 
 def _fits(params: dict, mode: str) -> dict:
     import keras
 
-    from lms.budget import gpu_memory_bytes
+    import lms
     from suite.errors import SuiteError
-    from suite.lms_wiring import lms_options
-    from suite.planning import plan_trial
+    from suite.lms_seam import device_memory, lms_options
+    from suite.running.planning import plan_trial
 
     keras.backend.clear_session()
-    budget = params.get("memory_budget_bytes") or gpu_memory_bytes()
+    budget = device_memory(params) or lms.gpu_memory_bytes()
     if budget is None:
         raise SuiteError("no memory budget and no readable GPU: nothing to predict against")
     options = lms_options(params)
@@ -65,9 +66,7 @@ def main(argv: list[str]) -> int:
     request_path, answer_path = argv
     request = json.loads(Path(request_path).read_text())
     answer = predict(request["candidates"], request["mode"])
-    tmp = Path(f"{answer_path}.tmp")
-    tmp.write_text(json.dumps(answer))
-    tmp.replace(answer_path)
+    write_atomic(answer_path, json.dumps(answer))
     return 0
 
 

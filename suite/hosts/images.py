@@ -13,11 +13,11 @@ import time
 import tomllib
 from pathlib import Path
 
-from suite.baseimage import ARCHES, make_base_image
 from suite.errors import SuiteError
-from suite.hostinfo import BUILD_INFO, suite_version
+from suite.hosts.baseimage import ARCHES, make_base_image
+from suite.hosts.description import BUILD_INFO, suite_version
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "images" / "Dockerfile"
 SOURCES = ("lms", "suite", "tasks.py", "invoke.yaml", "pyproject.toml", "README.md")
 LABEL = "org.lms-suite"

@@ -1,23 +1,21 @@
-"""Entry point of one trial's process: `python -m suite.trial_worker PARAMS.json RESULT.json`.
+"""One trial's process: `python -m suite.running.trial_worker PARAMS.json RESULT.json`.
 
 Builds the workload, measures it, writes the result as JSON (atomically), exits 0. An out-of-memory
 (a real one from the allocator, or a measured peak above the trial's memory budget on the emulated
 device) is a result; any other exception is written as a crashed result and exits 1. A process
-that dies without writing a result is classified by the parent (`suite.trial`).
+that dies without writing a result is classified by the parent (`suite.running.trial`).
 """
 
 import json
-import os
 import sys
 import time
 import traceback
 
 
 def _write_json(path: str, payload: dict) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as handle:
-        json.dump(payload, handle)
-    os.replace(tmp, path)
+    from suite.records import write_atomic
+
+    write_atomic(path, json.dumps(payload))
 
 
 def _log(message: str) -> None:
@@ -29,8 +27,8 @@ def run(params: dict) -> dict:
     import tensorflow as tf
 
     import lms
-    from suite import data, lms_wiring, stats, training
-    from suite.workloads import build_workload, get_workload
+    from suite import lms_seam, stats
+    from suite.workloads import build_workload, data, get_workload, training
 
     info = get_workload(params["workload"])
     keras.utils.set_random_seed(params["seed"])
@@ -42,7 +40,7 @@ def run(params: dict) -> dict:
     model, loss_fn = build_workload(
         info.name, resolution, batch, params["precision"], params["classes"]
     )
-    planner = lms_wiring.make_planner(params)
+    planner = lms_seam.make_planner(params)
     train_step = training.make_train_step(
         model, loss_fn, training.make_optimizer(), params["precision"]
     )

@@ -7,7 +7,7 @@ every larger one run with LMS on. Trials are reused from the records, so a resum
 same decisions without re-running anything.
 """
 
-from suite.runner import TrialExecutor, format_eta
+from suite.running.executor import TrialExecutor, format_eta
 from suite.specs import Spec, SwitchSweep
 
 

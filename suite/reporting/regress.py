@@ -9,7 +9,6 @@ numbers. Comparisons pair equal spec hashes only.
 """
 
 import json
-import os
 import statistics
 from collections import defaultdict
 from pathlib import Path
@@ -17,10 +16,11 @@ from pathlib import Path
 from tabulate import tabulate
 
 from suite.errors import SuiteError
-from suite.records import load_all_records, utc_now
+from suite.records import load_all_records, utc_now, write_atomic
 from suite.stats import mann_whitney_p
 
 BASELINE_VERSION = 1
+REGRESSION_FILE = "regression.json"  # beside the report it is shown in
 TOLERANCE = 0.05
 ALPHA = 0.002
 
@@ -65,10 +65,7 @@ def make_baseline(results_dir: Path, path: Path) -> dict:
     if not entries:
         raise SuiteError(f"no trained records in {results_dir} to make a baseline of")
     baseline = {"version": BASELINE_VERSION, "accepted_at": utc_now(), "entries": entries}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(baseline, indent=1, sort_keys=True))
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(baseline, indent=1, sort_keys=True))
     return baseline
 
 
@@ -127,8 +124,28 @@ def table(rows: list[dict]) -> str:
 
 def write_regression(rows: list[dict], output_dir: Path, tolerance: float, alpha: float) -> Path:
     """The result the report's regression section is rendered from."""
-    path = Path(output_dir) / "regression.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = Path(output_dir) / REGRESSION_FILE
     payload = {"checked_at": utc_now(), "tolerance": tolerance, "alpha": alpha, "rows": rows}
-    path.write_text(json.dumps(payload, indent=1))
+    write_atomic(path, json.dumps(payload, indent=1))
     return path
+
+
+def load_regression(output_dir: Path) -> dict | None:
+    """The last `inv regress` result written into `output_dir`, checked; None if there is none."""
+    path = Path(output_dir) / REGRESSION_FILE
+    if not path.exists():
+        return None
+    try:
+        result = json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise SuiteError(f"{path}: not valid JSON ({error.msg}); run inv regress again") from None
+    fields = {"checked_at": str, "tolerance": (int, float), "alpha": (int, float), "rows": list}
+    for name, kind in fields.items():
+        if not isinstance(result, dict) or not isinstance(result.get(name), kind):
+            raise SuiteError(f"{path}: field {name!r} is missing or has the wrong type; "
+                             "run inv regress again")  # fmt: skip
+    for index, row in enumerate(result["rows"]):
+        if not isinstance(row, dict) or not {"host", "workload", "verdict"} <= set(row):
+            raise SuiteError(f"{path}: rows[{index}] lacks host, workload or verdict; "
+                             "run inv regress again")  # fmt: skip
+    return result

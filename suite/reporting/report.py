@@ -2,8 +2,9 @@
 
 Groups records by workload and spec hash: only records with the same hash describe the same
 workload. Per group and host: throughput (mean over repeats), pixels/voxels per second, peak
-memory, outcomes. Plus the limits found by searches (`suite.report_limits`), sweep plots
-(`suite.report_sweeps`), the host descriptions, the parameters behind each hash, and a bar chart.
+memory, outcomes. Plus the limits found by searches (`suite.reporting.limits_table`), sweep
+plots (`suite.reporting.sweep_plots`), the host descriptions, the parameters behind each hash,
+and a bar chart.
 """
 
 import statistics
@@ -14,14 +15,13 @@ from pathlib import Path
 import jinja2
 from tabulate import tabulate
 
-from suite.limits import load_search_records
-from suite.records import load_all_records, load_host, utc_now
-from suite.report_limits import limits_table
-from suite.report_memory import plot_timelines
-from suite.report_sweeps import plot_sweeps
+from suite.records import load_all_records, load_host, load_search_records, utc_now
+from suite.reporting.limits_table import limits_table
+from suite.reporting.memory_plots import plot_timelines
+from suite.reporting.sweep_plots import plot_sweeps
 from suite.units import format_bytes
 
-TEMPLATES = Path(__file__).resolve().parents[1] / "reports" / "templates"
+TEMPLATES = Path(__file__).resolve().parents[2] / "reports" / "templates"
 
 
 @dataclass
@@ -214,14 +214,11 @@ def _plot(groups: dict, path: Path) -> bool:
 
 def _regression(output_dir: Path) -> dict | None:
     """The last `inv regress` result written beside the report, as a table, if there is one."""
-    import json
+    from suite.reporting.regress import load_regression, table
 
-    from suite.regress import table
-
-    path = output_dir / "regression.json"
-    if not path.exists():
+    result = load_regression(output_dir)
+    if result is None:
         return None
-    result = json.loads(path.read_text())
     rows = result["rows"]
     return {
         "checked_at": result["checked_at"],

@@ -8,24 +8,22 @@ A study is one of:
   does not (seed 000), with `"both"` every resolution runs with LMS off and on;
 - `max-resolution` / `max-batch`: a limit search (batch or resolution fixed, the other searched
   from `start` up to `stop` in multiples of `step`), by default once with LMS off and once on
-  (`lms_mode = "both" | "off" | "on"`); `suite.limits` runs them.
+  (`lms_mode = "both" | "off" | "on"`); `suite.running.searches` runs them.
 Every trial's resolved parameters are hashed canonically (`trial_hash`): the same hash on two hosts
 means the same workload, which is what reports compare.
 """
 
-import copy
-import hashlib
-import json
 import re
 import tomllib
-from dataclasses import dataclass, field
 from pathlib import Path
 
+import lms
 from suite.errors import SpecError, SuiteError
-from suite.units import parse_bytes
+from suite.lms_seam import LMS_FIELDS, OPTIONAL_LMS_FIELDS, check_lms_table
+from suite.specs.model import Search, Spec, SwitchSweep, Trial, _with_lms
 from suite.workloads import DATA_FORMATS, PRECISIONS, WORKLOADS
 
-SPEC_DIR = Path(__file__).parent / "specs"
+SPEC_DIR = Path(__file__).parent
 STUDY_KINDS = ("throughput", "sweep", "max-resolution", "max-batch")
 RUNNABLE_KINDS = ("throughput", "sweep")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
@@ -43,21 +41,6 @@ TRIAL_DEFAULTS = {
     "seed": 0,
     "lms": False,  # false, true (auto-tuned), or a table of LMS parameters
 }
-# What an `lms` table may hold: lms.LMS's parameters (-1 auto-tunes) and the memory it plans for.
-LMS_FIELDS = {
-    "swapout_threshold": -1,
-    "swapin_ahead": -1,
-    "swapin_groupby": -1,
-    "sync_mode": 0,
-    "serialization": [],
-    "serialization_by_size": 0.0,
-    "device_memory": None,  # default: the trial's memory_budget, or the GPU's memory
-    "safety_ratio": 0.8,  # of the memory the plan may fill (lms.LMS's default)
-}
-PLAN_ONLY_FIELDS = ("device_memory", "safety_ratio")  # LMS settings that are not lms.Parameters
-# Accepted in an `lms` table but resolved (and hashed) only when given, so that the hashes of
-# LMS trials recorded before the field existed still match: lms.Parameters' default applies.
-OPTIONAL_LMS_FIELDS = ("ordering",)
 STUDY_FIELDS = {  # required
     "throughput": {"resolution", "batch"},
     "sweep": {"batch", "resolutions"},
@@ -72,122 +55,6 @@ LMS_MODES = {
     "max-batch": (("both", "off", "on"), "both"),
 }
 OVERRIDABLE = ("resolution", "batch", "steps", "precision")
-
-
-@dataclass(frozen=True)
-class Trial:
-    """One runnable trial: resolved parameters (hashed) plus how to run it (not hashed)."""
-
-    spec: str
-    study: str
-    params: dict
-    repeats: int
-    timeout_s: float
-
-    @property
-    def hash(self) -> str:
-        return trial_hash(self.params)
-
-    def describe(self) -> str:
-        p = self.params
-        return (
-            f"{p['workload']} {p['resolution']}px batch {p['batch']} {p['precision']} "
-            f"({self.study})"
-        )
-
-
-def _with_lms(params: dict, mode: str, lms_settings: dict) -> dict:
-    """`params` (LMS off) as they are for `mode`: "off", or "on" with `lms_settings`."""
-    return {**params, "lms": lms_settings} if mode == "on" else dict(params)
-
-
-@dataclass(frozen=True)
-class Search:
-    """A limit search: the largest `searched` value in start..stop (by step) that trains."""
-
-    spec: str
-    study: str
-    kind: str
-    params: dict  # resolved like a trial's (LMS off), the searched dimension None
-    start: int
-    stop: int
-    step: int
-    modes: tuple = ("off", "on")
-    lms: dict = field(default_factory=dict)  # the LMS settings of mode "on"
-    timeout_s: float = 3600.0
-
-    @property
-    def searched(self) -> str:
-        return "resolution" if self.kind == "max-resolution" else "batch"
-
-    @property
-    def candidates(self) -> list[int]:
-        return list(range(self.start, self.stop + 1, self.step))
-
-    def trial(self, value: int, mode: str) -> Trial:
-        params = _with_lms({**self.params, self.searched: value}, mode, self.lms)
-        return Trial(self.spec, self.study, params, 1, self.timeout_s)
-
-    @property
-    def limit_key(self) -> str:
-        """The same for the LMS-off and LMS-on searches of one study: what reports pair."""
-        return trial_hash(
-            {"kind": self.kind, "params": self.params, "range": [self.start, self.stop, self.step]}
-        )
-
-    def hash(self, mode: str) -> str:
-        lms = self.lms if mode == "on" else None
-        return trial_hash({"limit": self.limit_key, "mode": mode, "lms": lms})
-
-    def describe(self, mode: str) -> str:
-        p = self.params
-        fixed = f"batch {p['batch']}" if self.searched == "resolution" else f"{p['resolution']}px"
-        return f"{self.kind} {p['workload']} {fixed} {p['precision']}, LMS {mode}"
-
-
-@dataclass(frozen=True)
-class SwitchSweep:
-    """A sweep that runs LMS off while the model fits and on from the first size it does not."""
-
-    spec: str
-    study: str
-    params: dict  # resolved, LMS off, resolution None
-    resolutions: tuple
-    lms: dict
-    repeats: int
-    timeout_s: float
-
-    def trial(self, resolution: int, mode: str) -> Trial:
-        params = _with_lms({**self.params, "resolution": resolution}, mode, self.lms)
-        return Trial(self.spec, self.study, params, self.repeats, self.timeout_s)
-
-
-@dataclass
-class Spec:
-    name: str
-    description: str
-    source: str
-    trials: list[Trial] = field(default_factory=list)
-    searches: list[Search] = field(default_factory=list)
-    switch_sweeps: list[SwitchSweep] = field(default_factory=list)
-
-    def plannable_trials(self) -> list[Trial]:
-        """Every trial known before running: static ones, and switch sweeps' LMS-on trials."""
-        swept = [s.trial(r, "on") for s in self.switch_sweeps for r in s.resolutions]
-        return self.trials + swept
-
-
-def trial_hash(params: dict) -> str:
-    """Canonical hash of resolved parameters: sorted-key JSON, SHA-256, 16 hex digits.
-
-    A TFRecord path is host-specific, so only its format and final component enter the hash.
-    """
-    canonical = copy.deepcopy(params)
-    data = canonical.get("data", {})
-    if "path" in data:
-        data["name"] = Path(data.pop("path")).name
-    text = json.dumps(canonical, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def available_specs() -> list[str]:
@@ -269,10 +136,7 @@ class _Checker:
                 self.fail(name, value, "a number of seconds > 0")
             return value
         if key == "memory_budget":
-            try:
-                return parse_bytes(value)
-            except ValueError as error:
-                self.fail(name, value, str(error))
+            return self.size(name, value)
         if key == "data":
             return self.data(name, value)
         if key == "lms":
@@ -288,25 +152,20 @@ class _Checker:
         if not isinstance(value, dict):
             self.fail(name, value, "false, true, or a table of LMS parameters")
         self.known_keys(name, value, set(LMS_FIELDS) | set(OPTIONAL_LMS_FIELDS))
-        resolved = {**LMS_FIELDS, **value}
-        if resolved["device_memory"] is not None:
-            try:
-                resolved["device_memory"] = parse_bytes(resolved["device_memory"])
-            except ValueError as error:
-                self.fail(f"{name}.device_memory", value["device_memory"], str(error))
-        ratio = resolved["safety_ratio"]
-        if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0 < ratio <= 1:
-            self.fail(f"{name}.safety_ratio", ratio, "a number in (0, 1]")
-        from lms.errors import ParameterError
-        from lms.parameters import Parameters
-
         try:
-            Parameters(**{k: v for k, v in resolved.items() if k not in PLAN_ONLY_FIELDS})
-        except (ParameterError, TypeError) as error:
+            return check_lms_table(value)
+        except (lms.ParameterError, TypeError) as error:
             fields = (*LMS_FIELDS, *OPTIONAL_LMS_FIELDS)
-            field_name = next((k for k in fields if k in str(error)), "")
-            self.fail(f"{name}.{field_name}" if field_name else name, value, str(error))
-        return resolved
+            key = next((k for k in fields if str(error).startswith(k)), None)
+            key = key or next((k for k in fields if k in str(error)), None)
+            shown = value.get(key) if key else value
+            self.fail(f"{name}.{key}" if key else name, shown, str(error))
+
+    def size(self, name, value):
+        try:
+            return lms.parse_size(value, name)
+        except lms.ParameterError:
+            self.fail(name, value, "a size like 16GiB, 512MiB or an integer number of bytes")
 
     def data(self, name, value):
         if value == "synthetic":
@@ -413,6 +272,7 @@ def parse_spec(text: str, source: str, overrides: dict | None = None) -> Spec:
         for key in STUDY_FIELDS[kind]:
             if key not in study:
                 check.fail(f"{where}.{key}", None, f"required in a {kind} study")
+        study = _apply_overrides(study, kind, workload, overrides)
         modes, default_mode = LMS_MODES[kind]
         lms_mode = check.choice(f"{where}.lms_mode", study.get("lms_mode", default_mode), modes)
         settings = {**defaults, **{k: v for k, v in study.items() if k in TRIAL_DEFAULTS}}
@@ -420,20 +280,16 @@ def parse_spec(text: str, source: str, overrides: dict | None = None) -> Spec:
             if key in overrides:
                 settings[key] = overrides[key]
         resolved = _resolve_params(check, where, settings, workload)
-        _add_study(
-            spec, check, where, study, study_name, kind, workload, resolved, overrides, lms_mode
-        )
+        _add_study(spec, check, where, study, study_name, kind, workload, resolved, lms_mode)
     return spec
 
 
-def _add_study(
-    spec, check, where, study, study_name, kind, workload, resolved, overrides, lms_mode
-):
+def _add_study(spec, check, where, study, study_name, kind, workload, resolved, lms_mode):
     batch = study.get("batch")
     # what "LMS on" means where a mode turns it on: the study's `lms` table, else auto-tuned
     lms_on = resolved["lms"] or dict(LMS_FIELDS)
     if batch is not None:
-        batch = overrides.get("batch", check.integer(f"{where}.batch", batch, 1))
+        batch = check.integer(f"{where}.batch", batch, 1)
     if kind in RUNNABLE_KINDS:
         if kind == "throughput":
             resolutions = [check.resolution(f"{where}.resolution", study["resolution"], workload)]
@@ -441,9 +297,6 @@ def _add_study(
             resolutions = _resolutions(
                 check, f"{where}.resolutions", study["resolutions"], workload
             )
-        if "resolution" in overrides:
-            resolutions = [overrides["resolution"]]
-            _Checker("command line").resolution("--resolution", resolutions[0], workload)
         repeats, timeout = resolved["repeats"], resolved["timeout"]
         if lms_mode == "switch":
             params = _trial_params(workload, None, batch, {**resolved, "lms": None})
@@ -481,7 +334,7 @@ def _add_study(
         params = _trial_params(workload, None, batch, off)
     else:
         resolution = check.resolution(f"{where}.resolution", study["resolution"], workload)
-        params = _trial_params(workload, overrides.get("resolution", resolution), None, off)
+        params = _trial_params(workload, resolution, None, off)
     modes = ("off", "on") if lms_mode == "both" else (lms_mode,)
     spec.searches.append(
         Search(
@@ -500,6 +353,7 @@ def _add_study(
 
 
 def _checked_overrides(overrides: dict) -> dict:
+    """The command line's overrides, parsed (they arrive as text) and checked; None: not given."""
     check = _Checker("command line")
     result = {}
     for key, value in overrides.items():
@@ -509,9 +363,31 @@ def _checked_overrides(overrides: dict) -> dict:
             raise AssertionError(key)
         if key == "precision":
             result[key] = check.choice(f"--{key}", value, tuple(PRECISIONS))
-        else:
-            result[key] = check.integer(f"--{key}", value, 1)
+            continue
+        if isinstance(value, str):
+            try:
+                value = int(value.strip())
+            except ValueError:
+                check.fail(f"--{key}", value, "an integer >= 1")
+        result[key] = check.integer(f"--{key}", value, 1)
     return result
+
+
+def _apply_overrides(study: dict, kind: str, workload: str, overrides: dict) -> dict:
+    """The study's table with the command line's resolution and batch in place, each checked
+    against this study's workload as its own value would be. A search keeps its searched
+    dimension (`--resolution` does not change a max-resolution search, nor `--batch` a
+    max-batch one)."""
+    study = dict(study)
+    if "resolution" in overrides and kind != "max-resolution":
+        value = _Checker("command line").resolution("--resolution", overrides["resolution"],
+                                                    workload)  # fmt: skip
+        study["resolutions" if kind == "sweep" else "resolution"] = (
+            [value] if kind == "sweep" else value
+        )
+    if "batch" in overrides and kind != "max-batch":
+        study["batch"] = overrides["batch"]
+    return study
 
 
 def load_spec(name_or_path: str, overrides: dict | None = None) -> Spec:

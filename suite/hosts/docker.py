@@ -21,14 +21,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from suite.errors import SuiteError
-from suite.hostinfo import IMAGE_DIGEST_VARIABLE
-from suite.limits import (
+from suite.hosts.description import IMAGE_DIGEST_VARIABLE
+from suite.records import (
+    append_record,
+    check_host_name,
+    load_records,
     predictions_file,
+    results_file,
     searches_file,
+    shared_folders,
     validate_prediction,
     validate_search_record,
 )
-from suite.records import append_record, check_host_name, load_records, results_file
 
 CONTAINER_RESULTS = "/results"
 CONTAINER_USER = "1000:1000"  # the image's `lms` user
@@ -115,7 +119,7 @@ def merge_results(source: Path, results_dir: Path, host: str) -> int:
                 append_record(ours, record, validate)
                 known.add(key(record))
                 added += locate is results_file
-    for folder in ("hosts", f"logs/{host}"):
+    for folder in shared_folders(host):
         if (source / folder).is_dir():
             shutil.copytree(source / folder, results_dir / folder, dirs_exist_ok=True)
     return added

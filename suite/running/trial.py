@@ -1,8 +1,9 @@
 """Run one trial in its own process with a timeout, and classify how it ended.
 
 One process per trial because TensorFlow never gives device memory back inside a process, and an
-out-of-memory, a crash or a hang must not take the sweep down. The child is `suite.trial_worker`;
-its output goes to a log file kept beside the results so a crash can be read afterwards.
+out-of-memory, a crash or a hang must not take the sweep down. The child is
+`suite.running.trial_worker`; its output goes to a log file kept beside the results so a crash
+can be read afterwards.
 """
 
 import json
@@ -15,11 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-OUTCOMES = ("ok", "out_of_memory", "crashed", "timed_out")
-
-# What every trial process gets, whatever the parent's environment: allocator statistics on the
-# CPU (the emulated device) and TensorFlow's C++ logging quiet enough to read the trial log.
-TRIAL_ENVIRONMENT = {"TF_CPU_ALLOCATOR_USE_BFC": "true", "TF_CPP_MIN_LOG_LEVEL": "2"}
+from suite.environment import child_environment
 
 
 @dataclass
@@ -46,15 +43,6 @@ def _signal_name(returncode: int) -> str:
         return f"signal {-returncode}"
 
 
-def child_environment(extra_env: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment of the suite's child processes (trials, predictions, host description):
-    this one's, TRIAL_ENVIRONMENT, `extra_env`, and the checkout first on PYTHONPATH."""
-    env = {**os.environ, **TRIAL_ENVIRONMENT, **(extra_env or {})}
-    repo_root = str(Path(__file__).resolve().parents[1])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (repo_root, env.get("PYTHONPATH")) if p)
-    return env
-
-
 def run_trial(
     params: dict, timeout_s: float, log_path: Path, extra_env: dict[str, str] | None = None
 ) -> TrialResult:
@@ -69,7 +57,13 @@ def run_trial(
         params_file, result_file = Path(scratch, "params.json"), Path(scratch, "result.json")
         params_file.write_text(json.dumps(params))
         process = subprocess.Popen(
-            [sys.executable, "-m", "suite.trial_worker", str(params_file), str(result_file)],
+            [
+                sys.executable,
+                "-m",
+                "suite.running.trial_worker",
+                str(params_file),
+                str(result_file),
+            ],
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

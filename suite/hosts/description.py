@@ -6,7 +6,6 @@ fields as a checklist). Anything not known for sure is None, never guessed.
 that the trials need.
 """
 
-import hashlib
 import json
 import os
 import platform
@@ -17,7 +16,7 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 # Identifies the container image a run used; set by the container runner, None natively.
 IMAGE_DIGEST_VARIABLE = "SUITE_IMAGE_DIGEST"
 BUILD_INFO = "BUILD_INFO.json"  # the suite's commit, in an image (no .git there)
@@ -210,19 +209,13 @@ def describe_host() -> dict:
     }
 
 
-def host_ref(description: dict) -> str:
-    """Content hash of a description: records refer to it, identical hosts share it."""
-    text = json.dumps(description, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
 def capture_host_description(timeout_s: float = 600) -> dict:
     """describe_host() run in a fresh process (see the module docstring)."""
-    from suite.trial import child_environment
+    from suite.environment import child_environment
 
     env = child_environment()
     completed = subprocess.run(
-        [sys.executable, "-m", "suite.hostinfo"],
+        [sys.executable, "-m", "suite.hosts.description"],
         capture_output=True,
         text=True,
         env=env,

@@ -1,8 +1,9 @@
 """Limit searches: the largest resolution (batch fixed) or batch (resolution fixed) that trains,
 with LMS off or on, found with few real trials.
 
-1. Bracket with the simulator (`suite.predict`, a child process): where should the boundary be?
-2. Confirm and refine with real, isolated trials (`suite.bracket`): the prediction and its
+1. Bracket with the simulator (`suite.running.predict`, a child process): where should the
+   boundary be?
+2. Confirm and refine with real, isolated trials (`suite.running.bracket`): the prediction and its
    neighbour, then gallop and bisect if the prediction was off. A trial that is not `ok` (out of
    memory, crash, time-out) marks "does not train here"; it is recorded like any trial.
 3. Append one search record: the largest value that trained, the smallest that did not, every trial
@@ -18,53 +19,22 @@ import sys
 import tempfile
 from pathlib import Path
 
-from suite.bracket import bracket_search
-from suite.errors import RecordError
-from suite.records import SCHEMA_VERSION, append_record, check_host_name, load_records, utc_now
-from suite.runner import TrialExecutor, format_eta
+from suite.environment import child_environment
+from suite.records import (
+    SCHEMA_VERSION,
+    append_record,
+    load_predictions,
+    load_searches,
+    log_file,
+    predictions_file,
+    searches_file,
+    utc_now,
+    validate_prediction,
+    validate_search_record,
+)
+from suite.running.bracket import bracket_search
+from suite.running.executor import TrialExecutor, format_eta
 from suite.specs import Search, Spec
-from suite.trial import child_environment
-
-SEARCH_REQUIRED = {
-    "schema": int,
-    "search_hash": str,
-    "limit_key": str,
-    "kind": str,
-    "mode": str,
-    "params": dict,
-    "host": str,
-    "trials": list,
-}
-
-
-def searches_file(results_dir: Path, host: str) -> Path:
-    return Path(results_dir) / "searches" / f"{check_host_name(host)}.jsonl"
-
-
-def predictions_file(results_dir: Path, host: str) -> Path:
-    return Path(results_dir) / "predictions" / f"{check_host_name(host)}.jsonl"
-
-
-def validate_search_record(record: dict, where: str) -> dict:
-    if not isinstance(record, dict) or record.get("schema") != SCHEMA_VERSION:
-        raise RecordError(f"{where}: not a schema-{SCHEMA_VERSION} search record")
-    for name, kind in SEARCH_REQUIRED.items():
-        if not isinstance(record.get(name), kind):
-            raise RecordError(f"{where}: search record lacks field {name!r} ({kind.__name__})")
-    return record
-
-
-def validate_prediction(record: dict, where: str) -> dict:
-    if not isinstance(record, dict) or not isinstance(record.get("search_hash"), str):
-        raise RecordError(f"{where}: not a prediction record")
-    return record
-
-
-def load_search_records(results_dir: Path) -> list[dict]:
-    records = []
-    for path in sorted((Path(results_dir) / "searches").glob("*.jsonl")):
-        records.extend(load_records(path, validate_search_record))
-    return records
 
 
 def predict_boundary(search: Search, mode: str, executor: TrialExecutor) -> dict:
@@ -72,11 +42,11 @@ def predict_boundary(search: Search, mode: str, executor: TrialExecutor) -> dict
     search_hash = search.hash(mode)
     path = predictions_file(executor.results_dir, executor.host)
     if not executor.force:
-        for record in load_records(path, validate_prediction):
+        for record in load_predictions(executor.results_dir, executor.host):
             if record["search_hash"] == search_hash:
                 return record
     candidates = [search.trial(value, mode).params for value in search.candidates]
-    log_path = executor.results_dir / "logs" / executor.host / f"predict-{search_hash}.log"
+    log_path = log_file(executor.results_dir, executor.host, f"predict-{search_hash}")
     log_path.parent.mkdir(parents=True, exist_ok=True)
     env = child_environment(executor.extra_env)
     with tempfile.TemporaryDirectory(prefix="suite-predict-") as tmp:
@@ -85,7 +55,7 @@ def predict_boundary(search: Search, mode: str, executor: TrialExecutor) -> dict
         with open(log_path, "w") as log:
             try:
                 completed = subprocess.run(
-                    [sys.executable, "-m", "suite.predict", str(request), str(answer)],
+                    [sys.executable, "-m", "suite.running.predict", str(request), str(answer)],
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     env=env,
@@ -110,7 +80,7 @@ def run_search(search: Search, mode: str, spec: Spec, executor: TrialExecutor) -
     search_hash = search.hash(mode)
     path = searches_file(executor.results_dir, executor.host)
     if not executor.force:
-        for record in load_records(path, validate_search_record):
+        for record in load_searches(executor.results_dir, executor.host):
             if record["search_hash"] == search_hash:
                 echo(f"search {search.study} ({search.describe(mode)}): recorded [{search_hash}]")
                 return record

@@ -1,0 +1,64 @@
+"""The checks of `LMS(...)`'s keyword arguments, without TensorFlow: a program that only
+validates a configuration (a spec loader, a CLI) imports this and stays light."""
+
+from lms.budget import budget_bytes, parse_size
+from lms.errors import ParameterError
+from lms.parameters import Parameters
+
+MECHANISMS = ("auto", "host-store", "device-copy")
+ALLOCATOR_MODELS = ("bfc", None)
+
+
+def check_options(
+    device_memory=None,
+    *,
+    swapout_threshold=-1,
+    swapin_ahead=-1,
+    swapin_groupby=-1,
+    sync_mode=0,
+    serialization=(),
+    serialization_by_size=0.0,
+    ordering=-1,
+    reserve=None,
+    safety_ratio=0.8,
+    mechanism="auto",
+    batch_size=None,
+    plot=None,
+    allocator="bfc",
+) -> dict:
+    """`LMS`'s arguments checked and normalized: `parameters` (an lms.Parameters),
+    `device_bytes` (None: the GPU's, read when the LMS object is made), and the rest as given.
+    Raises ParameterError naming the argument and what it allows."""
+    parameters = Parameters(
+        swapout_threshold,
+        swapin_ahead,
+        swapin_groupby,
+        sync_mode,
+        tuple(serialization) if not isinstance(serialization, str) else (serialization,),
+        serialization_by_size,
+        ordering,
+    )
+    if mechanism not in MECHANISMS:
+        raise ParameterError(f"mechanism must be one of {MECHANISMS}; received {mechanism!r}")
+    if allocator not in ALLOCATOR_MODELS:
+        raise ParameterError(f"allocator must be one of {ALLOCATOR_MODELS}; received {allocator!r}")
+    if batch_size is not None and (
+        not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1
+    ):
+        raise ParameterError(f"batch_size must be an integer >= 1; received {batch_size!r}")
+    device_bytes = None
+    if device_memory is not None:
+        device_bytes = parse_size(device_memory, "device_memory")
+        budget_bytes(device_bytes, reserve, safety_ratio)  # checks reserve and safety_ratio
+    else:
+        budget_bytes(2**62, reserve, safety_ratio)  # the same checks before the GPU is read
+    return {
+        "parameters": parameters,
+        "device_bytes": device_bytes,
+        "reserve": reserve,
+        "safety_ratio": safety_ratio,
+        "mechanism": mechanism,
+        "batch_size": batch_size,
+        "plot": plot,
+        "allocator": allocator,
+    }

@@ -1,0 +1,57 @@
+"""The one seam between the suite and `lms`: what a trial's `lms` table means to the library.
+
+Only `lms`'s public names are used. Importing `lms` costs no TensorFlow until a planner is made,
+so loading and checking a spec stays light (a trial's parent process never holds TensorFlow).
+"""
+
+import lms
+
+# What an `lms` table may hold: lms.LMS's parameters (-1 auto-tunes) and the memory it plans for.
+LMS_FIELDS = {
+    "swapout_threshold": -1,
+    "swapin_ahead": -1,
+    "swapin_groupby": -1,
+    "sync_mode": 0,
+    "serialization": [],
+    "serialization_by_size": 0.0,
+    "device_memory": None,  # default: the trial's memory_budget, or the GPU's memory
+    "safety_ratio": 0.8,  # of the memory the plan may fill (lms.LMS's default)
+}
+# Accepted in an `lms` table but resolved (and hashed) only when given, so that the hashes of
+# LMS trials recorded before the field existed still match: lms.Parameters' default applies.
+OPTIONAL_LMS_FIELDS = ("ordering",)
+
+
+def check_lms_table(table: dict) -> dict:
+    """`table` (an `lms` table of a spec) resolved with the defaults and checked by lms itself;
+    raises lms.ParameterError, whose message names the parameter."""
+    resolved = {**LMS_FIELDS, **table}
+    if resolved["device_memory"] is not None:
+        resolved["device_memory"] = lms.parse_size(resolved["device_memory"], "device_memory")
+    lms.check_options(**{k: v for k, v in resolved.items() if v is not None})
+    return resolved
+
+
+def device_memory(params: dict) -> int | None:
+    """The memory of a trial's device, which LMS plans for and the simulator checks against:
+    the spec's lms.device_memory, else the trial's memory budget (the emulated device), else
+    None: the GPU's, which lms reads."""
+    settings = params.get("lms") or {}
+    return settings.get("device_memory") or params.get("memory_budget_bytes")
+
+
+def lms_options(params: dict) -> dict | None:
+    """Keyword arguments of lms.LMS for a trial, or None when the trial runs without LMS."""
+    settings = params.get("lms")
+    if not settings:
+        return None
+    options = {k: v for k, v in settings.items() if k != "device_memory"}
+    options["serialization"] = tuple(options.get("serialization", ()))
+    options["device_memory"] = device_memory(params)
+    options["batch_size"] = params["batch"]
+    return options
+
+
+def make_planner(params: dict, plot=None) -> "lms.LMS | None":
+    options = lms_options(params)
+    return None if options is None else lms.LMS(plot=plot, **options)

@@ -1,0 +1,1 @@
+"""Reports from records: tables, plots, statistics, regressions, publishing."""

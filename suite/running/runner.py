@@ -1,0 +1,89 @@
+"""Run a spec on this host, natively: its trials, switch sweeps and limit searches.
+
+Every trial is looked up in the host's records first (by spec hash and repeat) and only run when
+missing, so an interrupted run resumes where it stopped and trials shared between studies run
+once. Progress lines say trial k of n and an ETA.
+"""
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from suite.errors import SuiteError
+from suite.running.executor import TrialExecutor, format_eta
+from suite.running.searches import run_search
+from suite.running.sweeps import run_switch_sweep
+from suite.specs import Spec
+
+
+@dataclass
+class RunSummary:
+    results: Path
+    planned: int
+    skipped: int
+    outcomes: dict = field(default_factory=dict)  # of the trials run now
+    searches: list = field(default_factory=list)
+
+
+def run_trials(spec: Spec, executor: TrialExecutor, summary: RunSummary) -> None:
+    planned = [(trial, repeat) for trial in spec.trials for repeat in range(trial.repeats)]
+    todo = [(t, r) for t, r in planned if executor.done(t, r) is None]
+    summary.planned, summary.skipped = len(planned), len(planned) - len(todo)
+    executor.echo(
+        f"spec {spec.name}: {len(planned)} trials; {summary.skipped} already recorded in "
+        f"{executor.path}; {len(todo)} to run"
+    )
+    for index, (trial, repeat) in enumerate(todo, start=1):
+        mean = executor.mean_trial_s()
+        remaining = mean * (len(todo) - index + 1) if mean else None
+        executor.echo(
+            f"[trial {index}/{len(todo)}] {trial.describe()} repeat {repeat + 1}/"
+            f"{trial.repeats} [{trial.hash}] {format_eta(remaining)}"
+        )
+        executor.run(trial, repeat, spec)
+
+
+def run_spec(
+    spec: Spec,
+    results_dir: Path,
+    host: str | None = None,
+    force: bool = False,
+    echo=print,
+    extra_env: dict | None = None,
+    studies: tuple | None = None,
+) -> RunSummary:
+    """Run `spec` (only `studies` if given): trials, then switch sweeps, then limit searches."""
+    executor = TrialExecutor(results_dir, host, force, echo, extra_env)
+    if studies is not None:
+        spec = select_studies(spec, studies)
+    summary = RunSummary(executor.path, 0, 0, executor.outcomes)
+    if spec.trials:
+        run_trials(spec, executor, summary)
+    for sweep in spec.switch_sweeps:
+        run_switch_sweep(sweep, spec, executor)
+    for search in spec.searches:
+        for mode in search.modes:
+            summary.searches.append(run_search(search, mode, spec, executor))
+    return summary
+
+
+def select_studies(spec: Spec, studies: tuple) -> Spec:
+    """`spec` with only the named studies; an unknown name is an error listing the known ones."""
+    known = [t.study for t in spec.trials] + [s.study for s in spec.switch_sweeps]
+    known += [s.study for s in spec.searches]
+    for name in studies:
+        if name not in known:
+            raise SuiteError(
+                f"spec {spec.name} ({spec.source}) has no study {name!r}; its studies: "
+                f"{', '.join(dict.fromkeys(known))}"
+            )
+    return Spec(
+        spec.name,
+        spec.description,
+        spec.source,
+        [t for t in spec.trials if t.study in studies],
+        [s for s in spec.searches if s.study in studies],
+        [s for s in spec.switch_sweeps if s.study in studies],
+    )
+
+
+__all__ = ["RunSummary", "run_spec", "select_studies"]

@@ -1,0 +1,17 @@
+"""Specs: the TOML files beside this module (the suite's own studies), how they are loaded and
+validated (`loader`), and what a resolved spec is (`model`)."""
+
+from suite.specs.loader import available_specs, find_spec, load_spec, parse_spec
+from suite.specs.model import Search, Spec, SwitchSweep, Trial, trial_hash
+
+__all__ = [
+    "Search",
+    "Spec",
+    "SwitchSweep",
+    "Trial",
+    "available_specs",
+    "find_spec",
+    "load_spec",
+    "parse_spec",
+    "trial_hash",
+]
