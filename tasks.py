@@ -40,85 +40,45 @@ def _user_errors(function):
     }
 )
 @_user_errors
-def run(
-    c,
-    spec=None,
-    results=None,
-    host=None,
-    resolution=None,
-    batch=None,
-    steps=None,
-    precision=None,
-    force=False,
-    hosts=None,
-):
+def run(c, spec=None, results=None, host=None, resolution=None, batch=None, steps=None,
+        precision=None, force=False, hosts=None):  # fmt: skip
     """Run a spec on this host (or on Docker hosts): trials, sweeps and limit searches."""
-    from suite.running.runner import run_spec
+    from suite.hosts.docker import choose_hosts, outcome_line, run_arguments, run_on_hosts
+    from suite.running.runner import run_spec, summary_lines
     from suite.specs import find_spec, load_spec
 
     overrides = {"resolution": resolution, "batch": batch, "steps": steps, "precision": precision}
-    loaded = load_spec(spec or c.suite.spec, overrides)  # validated here, before any host
+    spec = spec or c.suite.spec
+    loaded = load_spec(spec, overrides)  # validated here, before any host
     if hosts:
-        _run_on_hosts(c, find_spec(spec or c.suite.spec), hosts, overrides, force, results)
+        chosen = choose_hosts(hosts, c.suite.get("hosts") or {}, c.suite.image)
+        outcomes = run_on_hosts(chosen, find_spec(spec), run_arguments(overrides, force),
+                                Path(results or c.suite.results))  # fmt: skip
+        print("\n".join(outcome_line(o) for o in outcomes))
+        if not all(o.ok for o in outcomes):
+            raise Exit(f"error: {sum(not o.ok for o in outcomes)} of {len(outcomes)} hosts "
+                       "failed", code=1)  # fmt: skip
         return
     summary = run_spec(loaded, Path(results or c.suite.results), host, force)
-    _print_summary(summary)
-
-
-def _run_on_hosts(c, spec_path, hosts, overrides, force, results):
-    from suite.hosts.docker import DockerHost, run_on_hosts
-
-    configured = c.suite.get("hosts") or {}
-    chosen = []
-    for name in [h.strip() for h in hosts.split(",") if h.strip()]:
-        if name not in configured and not name.startswith("ssh://"):
-            known = ", ".join(configured) or "none"
-            raise SuiteError(
-                f"host {name!r} is not in invoke.yaml suite.hosts (known: {known}) "
-                "and is not an ssh:// URL"
-            )
-        chosen.append(DockerHost.from_config(name, configured.get(name), c.suite.image))
-    args = [f"--{k}={v}" for k, v in overrides.items() if v is not None]
-    args += ["--force"] if force else []
-    outcomes = run_on_hosts(chosen, spec_path, args, Path(results or c.suite.results))
-    for o in outcomes:
-        state = "ok" if o.ok else f"FAILED: {o.reason}"
-        print(f"host {o.host}: {state} ({o.records} new records, {o.seconds:.0f}s)")
-    if not all(o.ok for o in outcomes):
-        raise Exit(f"error: {sum(not o.ok for o in outcomes)} of {len(outcomes)} hosts failed",
-                   code=1)  # fmt: skip
+    print("\n".join(summary_lines(summary)))
 
 
 @task(
     help={
-        "arch": "x86_64, ppc64le or both (default)",
+        "arch": "x86_64, ppc64le or both (default: invoke.yaml suite.build.arch)",
         "base": "'local' (debootstrap + docker import here, cached) or a base image name",
-        "extras": "TensorFlow from PyPI: cpu (default), gpu, or none (ppc64le always none)",
+        "extras": "TensorFlow from PyPI: cpu, gpu, or none (ppc64le always none)",
     }
 )
 @_user_errors
-def build(c, arch="both", base="local", extras="cpu"):
+def build(c, arch=None, base=None, extras=None):
     """Build the suite image(s) from images/Dockerfile with the docker SDK (streamed log)."""
-    import docker
+    from suite.hosts.images import build_images, facts_line
 
-    from suite.hosts.images import build_image
-
-    arches = ["x86_64", "ppc64le"] if arch == "both" else [arch]
-    client = docker.from_env(timeout=600)
-    for name in arches:
-        facts = build_image(client, name, base, "none" if name == "ppc64le" else extras)
-        print(f"image {facts['tag']} {facts['id']} {facts['size_bytes'] / 2**30:.2f} GiB "
-              f"in {facts['seconds']:.0f}s")  # fmt: skip
-
-
-def _print_summary(summary) -> None:
-    print(f"records: {summary.results} ({summary.outcomes or 'nothing new'})")
-    for search in summary.searches:
-        print(
-            f"limit {search['spec']['study']} LMS {search['mode']}: {search['searched']} "
-            f"{search['largest_ok']} trains, {search['smallest_failed'] or 'none'} does not "
-            f"({len(search['trials'])} trials)"
-        )
+    settings = c.suite.build
+    for facts in build_images(arch or settings.arch, base or settings.base,
+                              extras or settings.extras):  # fmt: skip
+        print(facts_line(facts))
 
 
 @task(
@@ -133,22 +93,13 @@ def _print_summary(summary) -> None:
 @_user_errors
 def search(c, spec, study=None, results=None, host=None, force=False):
     """Find the largest resolution or batch that trains, LMS off and on (limit searches)."""
-    from suite.running.runner import run_spec
+    from suite.running.runner import run_spec, search_studies, summary_lines
     from suite.specs import load_spec
 
     loaded = load_spec(spec)
-    names = tuple(s.study for s in loaded.searches)
-    if study is not None:
-        names = (study,)
-    if not names:
-        raise SuiteError(f"spec {loaded.name} ({loaded.source}) has no limit search study")
-    if study is not None and study not in {s.study for s in loaded.searches}:
-        raise SuiteError(
-            f"{loaded.source}: study {study!r} is not a max-resolution or max-batch study; "
-            f"those are: {', '.join(s.study for s in loaded.searches) or 'none'}"
-        )
-    summary = run_spec(loaded, Path(results or c.suite.results), host, force, studies=names)
-    _print_summary(summary)
+    studies = search_studies(loaded, study)
+    summary = run_spec(loaded, Path(results or c.suite.results), host, force, studies=studies)
+    print("\n".join(summary_lines(summary)))
 
 
 @task(
@@ -169,7 +120,7 @@ def report(c, results=None, output=None):
 @task(
     help={
         "reports": "directory of the rendered report (default: invoke.yaml suite.reports)",
-        "to": "publish directory (default: invoke.yaml suite.reporting.publish)",
+        "to": "publish directory (default: invoke.yaml suite.publish)",
     }
 )
 @_user_errors
@@ -177,7 +128,7 @@ def publish(c, reports=None, to=None):
     """Copy the rendered report into a dated directory and update the index (newest first)."""
     from suite.reporting.publish import publish as publish_report
 
-    target = publish_report(Path(reports or c.suite.reports), Path(to or c.suite.reporting.publish))
+    target = publish_report(Path(reports or c.suite.reports), Path(to or c.suite.publish))
     print(f"published: {target} (index: {target.parent / 'index.md'})")
 
 
@@ -201,18 +152,21 @@ def baseline(c, results=None, output=None):
     help={
         "results": "results directory to read",
         "baseline": "baseline file; default: invoke.yaml suite.baseline",
-        "tolerance": "smallest relative change that counts (default 0.05)",
-        "alpha": "significance level of the Mann–Whitney test (default 0.002, asv's)",
+        "tolerance": "smallest relative change that counts (default: invoke.yaml "
+        "suite.regress.tolerance)",
+        "alpha": "significance level of the Mann–Whitney test (default: invoke.yaml "
+        "suite.regress.alpha, asv's 0.002)",
         "output": "report directory the regression section is written to",
     }
 )
 @_user_errors
-def regress(c, results=None, baseline=None, tolerance=0.05, alpha=0.002, output=None):
+def regress(c, results=None, baseline=None, tolerance=None, alpha=None, output=None):
     """Compare the newest runs with the baseline; exit 1 on a significant regression."""
-    from suite.reporting.regress import compare, load_baseline, table, write_regression
+    from suite.reporting.regress import compare, load_baseline, table, thresholds, write_regression
 
+    tolerance, alpha = thresholds(tolerance or c.suite.regress.tolerance,
+                                  alpha or c.suite.regress.alpha)  # fmt: skip
     accepted = load_baseline(Path(baseline or c.suite.baseline))
-    tolerance, alpha = float(tolerance), float(alpha)
     rows = compare(accepted, Path(results or c.suite.results), tolerance, alpha)
     print(table(rows))
     path = write_regression(rows, Path(output or c.suite.reports), tolerance, alpha)
@@ -232,48 +186,13 @@ def regress(c, results=None, baseline=None, tolerance=0.05, alpha=0.002, output=
     }
 )
 @_user_errors
-def models(c, resolution=None, batch=1, precision="fp32", workload=None):
+def models(c, resolution=None, batch=None, precision=None, workload=None):
     """Print each workload's parameter count and largest activation at a resolution."""
-    from tabulate import tabulate
+    from suite.workloads.summary import models_table
 
-    from suite.units import format_bytes
-    from suite.workloads import WORKLOADS, get_workload
-    from suite.workloads.summary import model_summary
-
-    names = [get_workload(workload).name] if workload else list(WORKLOADS)
-    rows = []
-    for name in names:
-        size = int(resolution) if resolution else WORKLOADS[name].reference_resolution
-        s = model_summary(name, size, int(batch), precision)
-        largest = s["largest_activation"]
-        rows.append(
-            [
-                name,
-                size,
-                s["batch"],
-                s["precision"],
-                f"{s['parameters']:,}",
-                largest["layer"],
-                "x".join(map(str, largest["shape"])),
-                format_bytes(largest["bytes"]),
-            ]
-        )
-    print(
-        tabulate(
-            rows,
-            [
-                "workload",
-                "resolution",
-                "batch",
-                "precision",
-                "parameters",
-                "largest activation",
-                "shape",
-                "size",
-            ],
-            tablefmt="simple",
-        )
-    )
+    settings = c.suite.models
+    print(models_table(workload, resolution, batch or settings.batch,
+                       precision or settings.precision))  # fmt: skip
 
 
 @task(
@@ -292,14 +211,10 @@ def models(c, resolution=None, batch=1, precision="fp32", workload=None):
 def plan(c, spec=None, workload=None, resolution=None, batch=None, precision=None,
          device_memory=None, output=None):  # fmt: skip
     """Print LMS's plan (JSON) for a spec's trials and plot their memory, without running."""
-    import logging
-
-    from suite.running.planning import plan_spec
-
-    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
-    logging.getLogger("lms").setLevel(logging.INFO)  # TFLMSv2's messages, on stderr
+    from suite.running.planning import plan_spec, show_lms_messages
     from suite.specs import load_spec
 
+    show_lms_messages()
     overrides = {"resolution": resolution, "batch": batch, "precision": precision}
     loaded = load_spec(spec or c.suite.spec, overrides)
     reports = plan_spec(loaded, Path(output or c.suite.reports), workload, device_memory)
@@ -316,17 +231,12 @@ def hostinfo(c):
 
 
 @task
+@_user_errors
 def specs(c):
     """List the suite's specs: trials, switch sweeps and limit searches."""
-    from suite.specs import available_specs, load_spec
+    from suite.specs import describe_specs
 
-    for name in available_specs():
-        spec = load_spec(name)
-        print(
-            f"{name}: {len(spec.trials)} trials, {len(spec.switch_sweeps)} switch sweeps, "
-            f"{len(spec.searches)} searches — "
-            f"{spec.description.splitlines()[0]}"
-        )
+    print("\n".join(describe_specs()))
 
 
 @task(
@@ -360,16 +270,4 @@ def test(c, compat=True, lint=True, docker=True, k=None):
 namespace = Collection(
     build, run, search, report, baseline, regress, publish, models, plan, hostinfo, specs, test
 )
-namespace.configure(
-    {
-        "suite": {
-            "spec": "smoke",
-            "results": "results",
-            "reports": "reports/generated",
-            "baseline": "baselines/baseline.json",
-            "publish": "reports/published",
-            "image": "lms-suite:x86_64-cpu",
-            "hosts": {"local": {"url": "local"}},
-        }
-    }
-)
+# defaults: invoke.yaml (suite.*), the only place they are written

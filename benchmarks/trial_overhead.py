@@ -84,8 +84,9 @@ def run_plain(params: dict) -> float:
 
 def run_suite(params: dict, log: Path) -> float:
     from suite.running.trial import run_trial
+    from suite.specs import TrialParams
 
-    result = run_trial(params, 3600, log)
+    result = run_trial(TrialParams.from_dict(params), 3600, log)
     if result.outcome != "ok":
         raise SystemExit(f"suite trial failed: {result.outcome}: {result.error}")
     return result.metrics["images_per_sec"]["total"]

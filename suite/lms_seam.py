@@ -5,6 +5,7 @@ so loading and checking a spec stays light (a trial's parent process never holds
 """
 
 import lms
+from suite.specs.model import TrialParams
 
 # What an `lms` table may hold: lms.LMS's parameters (-1 auto-tunes) and the memory it plans for.
 LMS_FIELDS = {
@@ -32,26 +33,26 @@ def check_lms_table(table: dict) -> dict:
     return resolved
 
 
-def device_memory(params: dict) -> int | None:
+def device_memory(params: TrialParams) -> int | None:
     """The memory of a trial's device, which LMS plans for and the simulator checks against:
     the spec's lms.device_memory, else the trial's memory budget (the emulated device), else
     None: the GPU's, which lms reads."""
-    settings = params.get("lms") or {}
-    return settings.get("device_memory") or params.get("memory_budget_bytes")
+    settings = params.lms or {}
+    return settings.get("device_memory") or params.memory_budget_bytes
 
 
-def lms_options(params: dict) -> dict | None:
+def lms_options(params: TrialParams) -> dict | None:
     """Keyword arguments of lms.LMS for a trial, or None when the trial runs without LMS."""
-    settings = params.get("lms")
+    settings = params.lms
     if not settings:
         return None
     options = {k: v for k, v in settings.items() if k != "device_memory"}
     options["serialization"] = tuple(options.get("serialization", ()))
     options["device_memory"] = device_memory(params)
-    options["batch_size"] = params["batch"]
+    options["batch_size"] = params.batch
     return options
 
 
-def make_planner(params: dict, plot=None) -> "lms.LMS | None":
+def make_planner(params: TrialParams, plot=None) -> "lms.LMS | None":
     options = lms_options(params)
     return None if options is None else lms.LMS(plot=plot, **options)

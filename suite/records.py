@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from suite.errors import RecordError
+from suite.specs.model import TrialParams
 
 SCHEMA_VERSION = 1
 # how a trial ended: it trained, ran out of (emulated) device memory, died, or did not finish
@@ -139,6 +140,15 @@ def validate_prediction(record: dict, where: str) -> dict:
     if not isinstance(record, dict) or not isinstance(record.get("search_hash"), str):
         raise RecordError(f"{where}: not a prediction record")
     return record
+
+
+def record_params(record: dict) -> TrialParams:
+    """A trial's or search's record's parameters, typed; RecordError if they are not a trial's."""
+    try:
+        return TrialParams.from_dict(record["params"])
+    except (TypeError, ValueError) as error:
+        where = f"record {record.get('spec_hash') or record.get('search_hash')}"
+        raise RecordError(f"{where} of host {record.get('host')}: {error}") from None
 
 
 def append_record(path: Path, record: dict, validate=None) -> None:

@@ -26,13 +26,13 @@ def summarize_rates(step_seconds: list[float], items_per_step: float) -> dict:
 
 
 def throughput_metrics(
-    step_seconds: list[float], batch: int, elements_per_sample: int, spatial_dims: int
+    step_seconds: list[float], batch: int, elements_per_sample: int, rate_key: str
 ) -> dict:
-    """images/sec (samples/sec) and pixels/sec (voxels/sec for 3D) summaries of one trial."""
-    unit = "voxels_per_sec" if spatial_dims == 3 else "pixels_per_sec"
+    """images/sec (samples/sec) and pixels/sec (voxels/sec for 3D: the workload's `rate_key`)
+    summaries of one trial."""
     return {
         "images_per_sec": summarize_rates(step_seconds, batch),
-        unit: summarize_rates(step_seconds, batch * elements_per_sample),
+        rate_key: summarize_rates(step_seconds, batch * elements_per_sample),
         "step_time_s": {
             "median": statistics.median(step_seconds),
             "min": min(step_seconds),

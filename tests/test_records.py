@@ -8,8 +8,10 @@ from suite.records import (
     append_record,
     load_host,
     load_records,
+    record_params,
     store_host,
     validate_record,
+    write_atomic,
 )
 
 
@@ -84,3 +86,44 @@ def test_host_descriptions_are_stored_once_by_content(tmp_path):
     assert store_host(tmp_path, {"architecture": "x86_64"}) == ref
     assert store_host(tmp_path, {"architecture": "ppc64le"}) != ref
     assert load_host(tmp_path, ref) == {"architecture": "x86_64"}
+
+
+def test_a_host_description_that_does_not_match_its_hash_is_refused(tmp_path):
+    ref = store_host(tmp_path, {"architecture": "x86_64", "cpu": {"cores": 2}})
+    path = tmp_path / "hosts" / f"{ref}.json"
+    path.write_text(json.dumps({"architecture": "x86_64", "cpu": {"cores": 64}}))
+    with pytest.raises(RecordError, match=f"{ref}.json: its content does not match its hash"):
+        load_host(tmp_path, ref)
+    path.write_text("[1, 2")
+    with pytest.raises(RecordError, match="not valid JSON"):
+        load_host(tmp_path, ref)
+    with pytest.raises(RecordError, match="'architecture' must be a string"):
+        store_host(tmp_path, {"cpu": {}})
+
+
+def test_write_atomic_replaces_the_whole_file_and_leaves_no_temporary(tmp_path):
+    path = tmp_path / "deep" / "file.json"
+    write_atomic(path, "first")
+    write_atomic(path, "second")
+    assert path.read_text() == "second"
+    assert sorted(p.name for p in path.parent.iterdir()) == ["file.json"]
+
+
+def test_record_params_are_typed_and_a_foreign_shape_is_a_record_error():
+    params = {
+        "workload": "googlenet",
+        "resolution": 64,
+        "batch": 2,
+        "precision": "fp32",
+        "classes": 10,
+        "steps": 3,
+        "warmup_steps": 1,
+        "data": {"kind": "synthetic"},
+        "memory_budget_bytes": None,
+        "seed": 0,
+    }
+    typed = record_params(make_record(params=params))
+    assert (typed.workload, typed.batch, typed.lms) == ("googlenet", 2, None)
+    assert typed.to_dict() == params  # the canonical form round-trips: the hash is unchanged
+    with pytest.raises(RecordError, match="record 0123456789abcdef of host h1: .*missing"):
+        record_params(make_record(params={"workload": "googlenet"}))

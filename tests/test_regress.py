@@ -193,3 +193,15 @@ def test_publish_keeps_earlier_reports_and_indexes_newest_first(accepted, tmp_pa
     assert [e.split("]")[0][3:] for e in entries] == ["2026-11-21-2", "2026-11-21", "2026-11-20"]
     with pytest.raises(SuiteError, match="inv report"):
         publish(tmp_path / "nothing", tmp_path / "pub")
+
+
+def test_a_damaged_regression_file_is_one_clear_error(tmp_path):
+    from suite.reporting.regress import load_regression
+
+    assert load_regression(tmp_path) is None
+    (tmp_path / "regression.json").write_text('{"checked_at": "x", "rows": []}')
+    with pytest.raises(SuiteError, match="regression.json: field 'tolerance' is missing"):
+        load_regression(tmp_path)
+    (tmp_path / "regression.json").write_text("{")
+    with pytest.raises(SuiteError, match="not valid JSON"):
+        load_regression(tmp_path)

@@ -45,20 +45,20 @@ def test_shipped_specs_load():
 def test_seed_parameters():
     (trial,) = load_spec("googlenet-enlarged").trials
     assert (
-        trial.params["resolution"],
-        trial.params["batch"],
-        trial.params["precision"],
-        trial.params["steps"],
-        trial.params["classes"],
+        trial.params.resolution,
+        trial.params.batch,
+        trial.params.precision,
+        trial.params.steps,
+        trial.params.classes,
     ) == (2240, 15, "fp16", 500, 1001)
     deeplab = load_spec("deeplab-v3plus")
-    assert {t.params["batch"] for t in deeplab.trials} == {16}
-    assert {t.params["steps"] for t in deeplab.trials} == {1000}
+    assert {t.params.batch for t in deeplab.trials} == {16}
+    assert {t.params.steps for t in deeplab.trials} == {1000}
     kinds = {s.kind: s for s in deeplab.searches}
-    assert kinds["max-resolution"].params["batch"] == 1
-    assert kinds["max-batch"].params["resolution"] == 1400
+    assert kinds["max-resolution"].params.batch == 1
+    assert kinds["max-batch"].params.resolution == 1400
     smoke = load_spec("smoke")
-    assert sorted(t.params["workload"] for t in smoke.trials) == [
+    assert sorted(t.params.workload for t in smoke.trials) == [
         "deeplabv3plus",
         "googlenet",
         "resnet50",
@@ -206,7 +206,9 @@ def test_unknown_spec_lists_choices():
 def test_hash_is_stable_and_changes_with_every_parameter():
     first = parse_spec(BASE, "a.toml").trials[0]
     again = parse_spec(BASE + "\n# a comment changes nothing\n", "b.toml").trials[0]
-    assert first.hash == again.hash == trial_hash(dict(reversed(list(first.params.items()))))
+    assert (
+        first.hash == again.hash == trial_hash(dict(reversed(list(first.params.to_dict().items()))))
+    )
     variants = [
         BASE.replace("resolution = 64", "resolution = 96"),
         BASE.replace("batch = 2", "batch = 3"),
@@ -273,13 +275,13 @@ def test_lms_on_changes_the_hash_and_off_keeps_it():
     off = parse_spec(spec_with(defaults_extra="lms = false"), "a.toml").trials[0]
     on = parse_spec(spec_with(defaults_extra="lms = true"), "a.toml").trials[0]
     tuned = parse_spec(spec_with(defaults_extra="lms = {swapout_threshold = 3}"), "a").trials[0]
-    assert off.hash == plain.hash and "lms" not in off.params
+    assert off.hash == plain.hash and off.params.lms is None
     assert len({plain.hash, on.hash, tuned.hash}) == 3
-    assert on.params["lms"]["swapout_threshold"] == -1
-    assert tuned.params["lms"]["swapout_threshold"] == 3
+    assert on.params.lms["swapout_threshold"] == -1
+    assert tuned.params.lms["swapout_threshold"] == 3
     # ordering enters a trial (and its hash) only when the spec gives it
     ordered = parse_spec(spec_with(defaults_extra="lms = {ordering = 1}"), "a").trials[0]
-    assert "ordering" not in on.params["lms"] and ordered.params["lms"]["ordering"] == 1
+    assert "ordering" not in on.params.lms and ordered.params.lms["ordering"] == 1
     assert ordered.hash not in {plain.hash, on.hash, tuned.hash}
 
 
@@ -299,7 +301,7 @@ def test_overrides_change_the_hash_and_are_validated():
     plain = parse_spec(BASE, "a.toml").trials[0]
     for key, value in (("resolution", 96), ("batch", 4), ("steps", 9), ("precision", "bf16")):
         trial = parse_spec(BASE, "a.toml", {key: value}).trials[0]
-        assert trial.params[key] == value and trial.hash != plain.hash
+        assert getattr(trial.params, key) == value and trial.hash != plain.hash
     with pytest.raises(SpecError, match="command line: field '--batch' = 0"):
         parse_spec(BASE, "a.toml", {"batch": 0})
     with pytest.raises(SpecError, match="'--precision'"):
@@ -307,7 +309,7 @@ def test_overrides_change_the_hash_and_are_validated():
     with pytest.raises(SpecError, match="'--resolution' = 12 .*at least 32"):
         parse_spec(BASE, "a.toml", {"resolution": 12})
     # as they come from the command line: text
-    assert parse_spec(BASE, "a.toml", {"batch": "4"}).trials[0].params["batch"] == 4
+    assert parse_spec(BASE, "a.toml", {"batch": "4"}).trials[0].params.batch == 4
     with pytest.raises(SpecError, match="command line: field '--batch' = 'abc' is invalid"):
         parse_spec(BASE, "a.toml", {"batch": "abc"})
 
@@ -321,16 +323,14 @@ def test_an_override_meets_the_workloads_checks_in_every_kind_of_study():
     with pytest.raises(SpecError, match="command line: field '--resolution' = 7 is invalid"):
         parse_spec(max_batch, "m.toml", {"resolution": 7})
     search = parse_spec(max_batch, "m.toml", {"resolution": 48}).searches[0]
-    assert search.params["resolution"] == 48
+    assert search.params.resolution == 48
     sweep = (
         'name = "t"\n[[study]]\nname = "s"\nkind = "sweep"\nworkload = "unet3d"\n'
         "batch = 1\nresolutions = [16, 32]\n"
     )
     with pytest.raises(SpecError, match="'--resolution' = 20"):
         parse_spec(sweep, "s.toml", {"resolution": 20})
-    assert [t.params["resolution"] for t in parse_spec(sweep, "s", {"resolution": 48}).trials] == [
-        48
-    ]
+    assert [t.params.resolution for t in parse_spec(sweep, "s", {"resolution": 48}).trials] == [48]
 
 
 def test_sweep_range_expands():
@@ -338,7 +338,7 @@ def test_sweep_range_expands():
         'name = "t"\n[[study]]\nname = "s"\nkind = "sweep"\nworkload = "unet3d"\n'
         "batch = 1\nresolutions = {start = 16, stop = 48, step = 16}\n"
     )
-    assert [t.params["resolution"] for t in parse_spec(text, "s").trials] == [16, 32, 48]
+    assert [t.params.resolution for t in parse_spec(text, "s").trials] == [16, 32, 48]
 
 
 SEARCH = """
@@ -361,8 +361,8 @@ def test_a_search_runs_lms_off_and_on_with_shared_limit_key():
     (search,) = parse_spec(SEARCH.format(extra=""), "s.toml").searches
     assert search.modes == ("off", "on") and search.candidates == [64, 96, 128, 160, 192, 224, 256]
     off, on = search.trial(128, "off"), search.trial(128, "on")
-    assert "lms" not in off.params and on.params["lms"]["swapout_threshold"] == -1
-    assert off.params["resolution"] == 128 and off.params["memory_budget_bytes"] == 200 * 2**20
+    assert off.params.lms is None and on.params.lms["swapout_threshold"] == -1
+    assert off.params.resolution == 128 and off.params.memory_budget_bytes == 200 * 2**20
     assert search.hash("off") != search.hash("on")
     (only_on,) = parse_spec(SEARCH.format(extra='lms_mode = "on"'), "s.toml").searches
     assert only_on.modes == ("on",) and only_on.limit_key == search.limit_key
@@ -393,11 +393,13 @@ def test_switch_and_both_sweeps():
     switch = parse_spec(SWEEP.format(mode="switch"), "w.toml")
     (sweep,) = switch.switch_sweeps
     assert not switch.trials and sweep.resolutions == (64, 96, 128)
-    assert "lms" in sweep.trial(96, "on").params and "lms" not in sweep.trial(96, "off").params
+    assert (
+        sweep.trial(96, "on").params.lms is not None and sweep.trial(96, "off").params.lms is None
+    )
     assert len(switch.plannable_trials()) == 3
     both = parse_spec(SWEEP.format(mode="both"), "w.toml")
     assert len(both.trials) == 6
-    assert sum("lms" in t.params for t in both.trials) == 3
+    assert sum(t.params.lms is not None for t in both.trials) == 3
     # an LMS-off trial of a sweep is the same trial (hash) as in a plain sweep
     fixed = parse_spec(SWEEP.format(mode="fixed"), "w.toml")
     assert {t.hash for t in fixed.trials} <= {t.hash for t in both.trials}
@@ -409,7 +411,7 @@ def test_loading_a_spec_with_lms_imports_no_tensorflow():
     code = (
         "import sys; from suite.specs import load_spec; "
         "spec = load_spec('resnet50-sweep'); "
-        "assert any(t.params.get('lms') for t in spec.plannable_trials()); "
+        "assert any(t.params.lms for t in spec.plannable_trials()); "
         "print(sorted(m for m in ('tensorflow', 'keras') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,

@@ -3,6 +3,7 @@ import math
 import pytest
 
 from suite.stats import summarize_rates, throughput_metrics
+from suite.workloads import WORKLOADS
 
 
 def test_rates_mean_stderr_jitter_total():
@@ -17,8 +18,12 @@ def test_rates_mean_stderr_jitter_total():
 
 
 def test_pixels_and_voxels_units():
-    assert "pixels_per_sec" in throughput_metrics([1.0], 2, 100, 2)
-    voxels = throughput_metrics([2.0], 1, 1000, 3)
+    """The workload chooses the unit (WorkloadInfo.rate_key), once for records, tables and plots."""
+    googlenet, unet3d = WORKLOADS["googlenet"], WORKLOADS["unet3d"]
+    assert (googlenet.rate_key, googlenet.rate_unit) == ("pixels_per_sec", "Mpixels/sec")
+    assert (unet3d.rate_key, unet3d.side_label) == ("voxels_per_sec", "cube side (voxels)")
+    assert "pixels_per_sec" in throughput_metrics([1.0], 2, 100, googlenet.rate_key)
+    voxels = throughput_metrics([2.0], 1, unet3d.elements_per_sample(10), unet3d.rate_key)
     assert voxels["voxels_per_sec"]["mean"] == pytest.approx(500)
 
 

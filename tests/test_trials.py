@@ -203,11 +203,11 @@ def test_resume_after_sigkill_loses_at_most_the_trial_in_flight(tmp_path):
 def test_lms_trains_within_a_budget_the_plain_step_exceeds(tmp_path):
     """The emulated device for real: same budget, LMS off is out of memory, LMS on trains."""
     spec = parse_spec(TINY.format(resolutions="[224]", defaults=""), "t.toml")
-    params = {**spec.trials[0].params, "batch": 8, "steps": 2}
+    params = spec.trials[0].params.replace(batch=8, steps=2)
     plain = run_trial(params, 600, tmp_path / "plain.log")
     assert plain.outcome == "ok", plain.error
     budget = int(plain.metrics["peak_memory_bytes"] * 0.85)
-    with_budget = {**params, "memory_budget_bytes": budget}
+    with_budget = params.replace(memory_budget_bytes=budget)
     off = run_trial(with_budget, 600, tmp_path / "off.log")
     on_params = (
         parse_spec(
@@ -216,7 +216,7 @@ def test_lms_trains_within_a_budget_the_plain_step_exceeds(tmp_path):
         .trials[0]
         .params
     )
-    on = run_trial({**on_params, "batch": 8, "steps": 2}, 600, tmp_path / "on.log")
+    on = run_trial(on_params.replace(batch=8, steps=2), 600, tmp_path / "on.log")
     assert off.outcome == "out_of_memory"
     assert on.outcome == "ok", on.error
     plan = on.metrics["lms"]

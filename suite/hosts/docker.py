@@ -67,6 +67,26 @@ class DockerHost:
         return docker.DockerClient(base_url=self.url, timeout=120)
 
 
+def choose_hosts(names: str, configured: dict, default_image: str) -> list[DockerHost]:
+    """The hosts of `inv run --hosts a,b,...`: names in invoke.yaml suite.hosts, or ssh:// URLs."""
+    chosen = []
+    for name in [h.strip() for h in names.split(",") if h.strip()]:
+        if name not in configured and not name.startswith("ssh://"):
+            known = ", ".join(configured) or "none"
+            raise SuiteError(f"host {name!r} is not in invoke.yaml suite.hosts (known: {known}) "
+                             "and is not an ssh:// URL")  # fmt: skip
+        chosen.append(DockerHost.from_config(name, configured.get(name), default_image))
+    if not chosen:
+        raise SuiteError(f"--hosts {names!r} names no host")
+    return chosen
+
+
+def run_arguments(overrides: dict, force: bool) -> list[str]:
+    """`inv run`'s arguments inside each container: the same overrides, so the same hashes."""
+    args = [f"--{k}={v}" for k, v in overrides.items() if v is not None]
+    return args + (["--force"] if force else [])
+
+
 @dataclass
 class HostOutcome:
     host: str
@@ -186,6 +206,11 @@ def run_on_host(host: DockerHost, spec_text: str, run_args: list[str], results_d
             client.close()
     outcome.seconds = time.monotonic() - started
     return outcome
+
+
+def outcome_line(outcome: HostOutcome) -> str:
+    state = "ok" if outcome.ok else f"FAILED: {outcome.reason}"
+    return f"host {outcome.host}: {state} ({outcome.records} new records, {outcome.seconds:.0f}s)"
 
 
 def run_on_hosts(hosts: list[DockerHost], spec_path: Path, run_args: list[str],

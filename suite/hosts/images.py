@@ -113,6 +113,24 @@ def labels(arch: str, extras: str, base_image: str) -> dict:
     }
 
 
+def build_images(arch: str, base: str, extras: str, echo=print) -> list[dict]:
+    """`inv build`: the image of `arch` ("both": x86_64 and ppc64le; ppc64le without TensorFlow,
+    which PyPI lacks) on the local daemon. Returns each image's facts."""
+    import docker
+
+    arches = list(ARCHES) if arch == "both" else [arch]
+    client = docker.from_env(timeout=600)
+    return [
+        build_image(client, name, base, "none" if name == "ppc64le" else extras, echo)
+        for name in arches
+    ]
+
+
+def facts_line(facts: dict) -> str:
+    return (f"image {facts['tag']} {facts['id']} {facts['size_bytes'] / 2**30:.2f} GiB "
+            f"in {facts['seconds']:.0f}s")  # fmt: skip
+
+
 def build_image(client, arch: str, base: str, extras: str, echo=print) -> dict:
     """Build the suite image for `arch`; `base` is "local" or an image name. Returns its facts."""
     if arch not in ARCHES:

@@ -6,8 +6,8 @@ from collections import defaultdict
 
 from tabulate import tabulate
 
+from suite.records import record_params
 from suite.units import format_bytes
-from suite.workloads import WORKLOADS
 
 
 def _limit_text(record: dict | None) -> str:
@@ -36,9 +36,8 @@ def gain_text(off: dict | None, on: dict | None) -> str:
         return "only with LMS"
     ratio = on["largest_ok"] / off["largest_ok"]
     if on["searched"] == "resolution":
-        dims = WORKLOADS[on["params"]["workload"]].spatial_dims
-        unit = "voxels" if dims == 3 else "pixels"
-        text = f"{ratio**dims:.2f}× {unit}"
+        info = record_params(on).info
+        text = f"{ratio**info.spatial_dims:.2f}× {info.element}"
     else:
         text = f"{ratio:.2f}× batch"
     return text + (" (at least)" if on["stop_reached"] else "")
@@ -48,12 +47,11 @@ def rate_at_limit_text(record: dict | None) -> str:
     rate = _rate_at_limit(record)
     if rate is None:
         return "-"
-    params, value = record["params"], record["largest_ok"]
-    info = WORKLOADS[params["workload"]]
-    resolution = value if record["searched"] == "resolution" else params["resolution"]
+    params, value = record_params(record), record["largest_ok"]
+    info = params.info
+    resolution = value if record["searched"] == "resolution" else params.resolution
     elements = rate * info.elements_per_sample(resolution) / 1e6
-    unit = "Mvox/s" if info.spatial_dims == 3 else "Mpx/s"
-    return f"{rate:.3g} img/s, {elements:.3g} {unit}"
+    return f"{rate:.3g} img/s, {elements:.3g} {info.rate_unit}"
 
 
 def limits_table(search_records: list[dict]) -> str | None:
@@ -66,22 +64,18 @@ def limits_table(search_records: list[dict]) -> str | None:
     rows = []
     for (_, host), modes in sorted(pairs.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         any_record = modes.get("off") or modes.get("on")
-        p = any_record["params"]
+        p = record_params(any_record)
         fixed = (
-            f"batch {p['batch']}"
-            if any_record["searched"] == "resolution"
-            else (f"{p['resolution']}px")
+            f"batch {p.batch}" if any_record["searched"] == "resolution" else f"{p.resolution}px"
         )
         off, on = modes.get("off"), modes.get("on")
         trials = "/".join(str(len(m["trials"])) if m else "-" for m in (off, on))
         rows.append(
             [
-                p["workload"],
-                f"max {any_record['searched']} ({fixed}, {p['precision']})",
+                p.workload,
+                f"max {any_record['searched']} ({fixed}, {p.precision})",
                 host,
-                format_bytes(p.get("memory_budget_bytes"))
-                if p.get("memory_budget_bytes")
-                else "device",
+                format_bytes(p.memory_budget_bytes) if p.memory_budget_bytes else "device",
                 _limit_text(off),
                 _limit_text(on),
                 gain_text(off, on),

@@ -4,6 +4,8 @@ budget (from the plan each LMS trial records; pooled to a few hundred points, pe
 
 from pathlib import Path
 
+from suite.records import record_params
+
 GiB = 2**30
 
 
@@ -21,8 +23,7 @@ def plot_timelines(records: list[dict], output_dir: Path) -> list[dict]:
         if not timeline or record["spec_hash"] in seen:
             continue
         seen.add(record["spec_hash"])
-        p = record["params"]
-        title = f"{p['workload']} {p['resolution']}px batch {p['batch']} {p['precision']}"
+        title = record_params(record).describe()
         figure, axis = plt.subplots(figsize=(8, 3.5))
         without = [v / GiB for v in timeline["device_bytes_without_lms"]]
         axis.plot(without, color="tab:red", label="device, without LMS")

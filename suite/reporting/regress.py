@@ -16,7 +16,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from suite.errors import SuiteError
-from suite.records import load_all_records, utc_now, write_atomic
+from suite.records import load_all_records, record_params, utc_now, write_atomic
 from suite.stats import mann_whitney_p
 
 BASELINE_VERSION = 1
@@ -26,7 +26,7 @@ ALPHA = 0.002
 
 
 def _rates(record: dict) -> list[float]:
-    batch = record["params"]["batch"]
+    batch = record_params(record).batch
     return [batch / s for s in (record["metrics"] or {}).get("step_times_s", []) if s > 0]
 
 
@@ -43,6 +43,20 @@ def newest_runs(records: list[dict]) -> dict:
     return newest
 
 
+def thresholds(tolerance, alpha) -> tuple[float, float]:
+    """`inv regress`'s --tolerance and --alpha (text from the command line), checked."""
+    checked = []
+    for name, value in (("tolerance", tolerance), ("alpha", alpha)):
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            number = -1.0
+        if not 0 < number < 1:
+            raise SuiteError(f"--{name} {value!r}: a number between 0 and 1")
+        checked.append(number)
+    return checked[0], checked[1]
+
+
 def make_baseline(results_dir: Path, path: Path) -> dict:
     """Accept the newest run of every (host, spec hash) that trained as the baseline."""
     entries = {}
@@ -54,9 +68,9 @@ def make_baseline(results_dir: Path, path: Path) -> dict:
         entries[f"{host}/{spec_hash}"] = {
             "host": host,
             "spec_hash": spec_hash,
-            "workload": ok[0]["params"]["workload"],
-            "resolution": ok[0]["params"]["resolution"],
-            "batch": ok[0]["params"]["batch"],
+            "workload": record_params(ok[0]).workload,
+            "resolution": record_params(ok[0]).resolution,
+            "batch": record_params(ok[0]).batch,
             "run": ok[0].get("run"),
             "repeats": len(ok),
             "images_per_sec": statistics.fmean(rates),

@@ -15,7 +15,13 @@ from pathlib import Path
 import jinja2
 from tabulate import tabulate
 
-from suite.records import load_all_records, load_host, load_search_records, utc_now
+from suite.records import (
+    load_all_records,
+    load_host,
+    load_search_records,
+    record_params,
+    utc_now,
+)
 from suite.reporting.limits_table import limits_table
 from suite.reporting.memory_plots import plot_timelines
 from suite.reporting.sweep_plots import plot_sweeps
@@ -68,7 +74,7 @@ def _group(records: list[dict]) -> dict:
     """{workload: {spec_hash: {host: HostResult}}}"""
     groups = defaultdict(lambda: defaultdict(dict))
     for record in records:
-        workload, spec_hash = record["params"]["workload"], record["spec_hash"]
+        workload, spec_hash = record_params(record).workload, record["spec_hash"]
         entry = groups[workload][spec_hash].setdefault(
             record["host"], HostResult(record["host"], [])
         )
@@ -86,14 +92,13 @@ def _throughput_table(by_host: dict) -> str:
     )
     compare = len(by_host) > 1 and reference is not None
     for host, result in sorted(by_host.items()):
-        params = result.records[-1]["params"]
-        unit_key = "voxels_per_sec" if params["workload"] == "unet3d" else "pixels_per_sec"
+        info = record_params(result.records[-1]).info
         rows.append(
             [
                 host,
                 result.outcomes(),
                 _fmt_rate(result.rate("images_per_sec")),
-                _fmt_rate(result.rate(unit_key), 1e6),
+                _fmt_rate(result.rate(info.rate_key), 1e6),
                 format_bytes(result.peak()),
                 result.records[-1]["device"] or "-",
                 len(result.records),
@@ -102,8 +107,7 @@ def _throughput_table(by_host: dict) -> str:
         if compare:
             rate = result.rate("images_per_sec")
             rows[-1].insert(3, f"{rate[0] / reference[0]:.2f}×" if rate else "-")
-    unit = "Mvoxels/sec" if "voxels" in unit_key else "Mpixels/sec"
-    headers = ["host", "outcomes", "images/sec", unit, "peak memory", "device", "records"]
+    headers = ["host", "outcomes", "images/sec", info.rate_unit, "peak memory", "device", "records"]
     if compare:
         headers.insert(3, "ratio")
     return tabulate(rows, headers, tablefmt="github", disable_numparse=True)
@@ -189,8 +193,8 @@ def _plot(groups: dict, path: Path) -> bool:
             for host, result in sorted(by_host.items()):
                 rate = result.rate("images_per_sec")
                 if rate:
-                    p = result.records[-1]["params"]
-                    bars.append((f"{workload}\n{p['resolution']}px b{p['batch']}", host, *rate))
+                    p = record_params(result.records[-1])
+                    bars.append((f"{workload}\n{p.resolution}px b{p.batch}", host, *rate))
     if not bars:
         return False
     hosts = sorted({b[1] for b in bars})

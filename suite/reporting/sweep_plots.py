@@ -9,13 +9,13 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from suite.specs import trial_hash
-from suite.workloads import WORKLOADS
+from suite.records import record_params
+from suite.specs import TrialParams
 
 
-def _series_key(params: dict) -> str:
-    rest = {k: v for k, v in params.items() if k not in ("resolution", "lms")}
-    return trial_hash(rest)
+def _series_key(params: TrialParams) -> str:
+    """Equal for trials that differ only in resolution and LMS."""
+    return params.replace(resolution=None, lms=None).hash
 
 
 def sweep_series(records: list[dict]) -> dict:
@@ -23,11 +23,11 @@ def sweep_series(records: list[dict]) -> dict:
     series = defaultdict(list)
     for record in records:
         if "search" not in record["spec"]:
-            series[_series_key(record["params"])].append(record)
+            series[_series_key(record_params(record))].append(record)
     return {
         key: group
         for key, group in series.items()
-        if len({r["params"]["resolution"] for r in group}) >= 2
+        if len({record_params(r).resolution for r in group}) >= 2
     }
 
 
@@ -35,8 +35,8 @@ def switch_points(group: list[dict]) -> dict:
     """{host: the smallest resolution whose LMS-off trial did not train}."""
     points = {}
     for record in group:
-        if "lms" not in record["params"] and record["outcome"] != "ok":
-            host, resolution = record["host"], record["params"]["resolution"]
+        if not record_params(record).lms and record["outcome"] != "ok":
+            host, resolution = record["host"], record_params(record).resolution
             points[host] = min(points.get(host, resolution), resolution)
     return points
 
@@ -50,15 +50,15 @@ def plot_sweeps(records: list[dict], output_dir: Path) -> list[dict]:
 
     plots = []
     for key, group in sorted(sweep_series(records).items()):
-        params = group[0]["params"]
-        info = WORKLOADS[params["workload"]]
-        unit_key = "voxels_per_sec" if info.spatial_dims == 3 else "pixels_per_sec"
+        params = record_params(group[0])
+        info = params.info
         lines = defaultdict(lambda: defaultdict(list))
         for record in group:
-            if record["outcome"] == "ok" and unit_key in record["metrics"]:
-                mode = "LMS on" if "lms" in record["params"] else "LMS off"
-                rate = record["metrics"][unit_key]["mean"] / 1e6
-                lines[(record["host"], mode)][record["params"]["resolution"]].append(rate)
+            if record["outcome"] == "ok" and info.rate_key in record["metrics"]:
+                trial = record_params(record)
+                mode = "LMS on" if trial.lms else "LMS off"
+                rate = record["metrics"][info.rate_key]["mean"] / 1e6
+                lines[(record["host"], mode)][trial.resolution].append(rate)
         if not lines:
             continue
         figure, axis = plt.subplots(figsize=(7, 4))
@@ -78,14 +78,13 @@ def plot_sweeps(records: list[dict], output_dir: Path) -> list[dict]:
                 ha="right",
                 fontsize=8,
             )
-        side = "cube side (voxels)" if info.spatial_dims == 3 else "image side (pixels)"
-        axis.set_xlabel(side)
-        axis.set_ylabel("Mvoxels/sec" if info.spatial_dims == 3 else "Mpixels/sec")
-        title = f"{params['workload']}, batch {params['batch']}, {params['precision']}"
+        axis.set_xlabel(info.side_label)
+        axis.set_ylabel(info.rate_unit)
+        title = f"{params.workload}, batch {params.batch}, {params.precision}"
         axis.set_title(f"Data rate across resolutions: {title}")
         axis.legend(fontsize=8)
         figure.tight_layout()
-        name = f"sweep-{params['workload']}-{key[:8]}.png"
+        name = f"sweep-{params.workload}-{key[:8]}.png"
         output_dir.mkdir(parents=True, exist_ok=True)
         figure.savefig(output_dir / name, dpi=100)
         plt.close(figure)

@@ -99,7 +99,7 @@ class TrialExecutor:
                 **(extra or {}),
             },
             "spec_hash": trial.hash,
-            "params": trial.params,
+            "params": trial.params.to_dict(),
             "repeat": repeat,
             "host": self.host,
             "host_ref": self.host_ref,

@@ -10,14 +10,22 @@ import lms
 from suite import lms_seam
 from suite.errors import SuiteError
 from suite.lms_seam import lms_options
-from suite.specs import Spec
+from suite.specs import Spec, TrialParams
 
 
-def plan_trial(params: dict, device_memory=None, plot: Path | None = None) -> dict:
-    from suite.workloads import build_workload, data, get_workload, training
+def show_lms_messages() -> None:
+    """TFLMSv2's messages (the `lms` logger at INFO) on stderr, as `inv plan` shows them."""
+    import logging
 
-    info = get_workload(params["workload"])
-    options = lms_options(params) or {"batch_size": params["batch"]}
+    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+    logging.getLogger("lms").setLevel(logging.INFO)
+
+
+def plan_trial(params: TrialParams, device_memory=None, plot: Path | None = None) -> dict:
+    from suite.workloads import build_workload, data, training
+
+    info = params.info
+    options = lms_options(params) or {"batch_size": params.batch}
     options["device_memory"] = lms_seam.device_memory(params)
     if device_memory is not None:  # a GPU's memory: plan with a GPU's swaps and allocator
         options["device_memory"] = device_memory
@@ -26,20 +34,20 @@ def plan_trial(params: dict, device_memory=None, plot: Path | None = None) -> di
         planner = lms.LMS(plot=str(plot) if plot else None, **options)
     except lms.ParameterError as error:
         raise SuiteError(f"{error} (give --device-memory, e.g. --device-memory 16GiB)") from None
-    model, loss_fn = build_workload(info.name, params["resolution"], params["batch"],
-                                    params["precision"], params["classes"])  # fmt: skip
-    step = training.make_train_step(model, loss_fn, training.make_optimizer(), params["precision"])
-    specs = data.batch_specs(info, params["resolution"], params["batch"], params["classes"])
+    model, loss_fn = build_workload(info.name, params.resolution, params.batch, params.precision,
+                                    params.classes)  # fmt: skip
+    step = training.make_train_step(model, loss_fn, training.make_optimizer(), params.precision)
+    specs = data.batch_specs(info, params.resolution, params.batch, params.classes)
     try:
         report = planner.plan_only(step, *specs)
     except lms.NothingFitsError as error:
-        raise SuiteError(f"{info.name} {params['resolution']}px batch {params['batch']}: "
+        raise SuiteError(f"{info.name} {params.resolution}px batch {params.batch}: "
                          f"{error}") from None  # fmt: skip
     return {
         "workload": info.name,
-        "resolution": params["resolution"],
-        "batch": params["batch"],
-        "precision": params["precision"],
+        "resolution": params.resolution,
+        "batch": params.batch,
+        "precision": params.precision,
         "plot": str(plot) if plot else None,
         **report,
     }
@@ -49,9 +57,9 @@ def plan_spec(
     spec: Spec, output_dir: Path, workload: str | None = None, device_memory: str | None = None
 ) -> list[dict]:
     """Plans of the trials of `spec` (of one workload if given); plots go to `output_dir`."""
-    trials = [t for t in spec.plannable_trials() if workload in (None, t.params["workload"])]
+    trials = [t for t in spec.plannable_trials() if workload in (None, t.params.workload)]
     if not trials:
-        choices = sorted({t.params["workload"] for t in spec.plannable_trials()})
+        choices = sorted({t.params.workload for t in spec.plannable_trials()})
         raise SuiteError(f"spec {spec.name} has no trial of workload {workload!r}; it has: "
                          f"{', '.join(choices)}")  # fmt: skip
     memory = None
@@ -64,7 +72,7 @@ def plan_spec(
     reports = []
     for trial in trials:
         p = trial.params
-        plot = output_dir / f"plan-{p['workload']}-{p['resolution']}px-b{p['batch']}.png"
+        plot = output_dir / f"plan-{p.workload}-{p.resolution}px-b{p.batch}.png"
         report = plan_trial(p, memory, plot)
         report.pop("timeline", None)  # drawn in the plot; hundreds of numbers in JSON
         reports.append({"spec_hash": trial.hash, **report})

@@ -16,9 +16,10 @@ from pathlib import Path
 
 from suite.records import write_atomic
 from suite.running.bracket import bracket_search
+from suite.specs.model import TrialParams
 
 
-def _fits(params: dict, mode: str) -> dict:
+def _fits(params: "TrialParams", mode: str) -> dict:
     import keras
 
     import lms
@@ -51,7 +52,7 @@ def predict(candidates: list[dict], mode: str) -> dict:
     probes = {}
 
     def probe(index: int) -> bool:
-        probes[index] = _fits(candidates[index], mode)
+        probes[index] = _fits(TrialParams.from_dict(candidates[index]), mode)
         return probes[index]["fits"]
 
     bracket = bracket_search(len(candidates), probe, predicted=len(candidates) // 4)

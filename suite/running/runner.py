@@ -24,6 +24,33 @@ class RunSummary:
     searches: list = field(default_factory=list)
 
 
+def summary_lines(summary: RunSummary) -> list[str]:
+    """What `inv run` prints at the end: where the records are, and each search's limit."""
+    lines = [f"records: {summary.results} ({summary.outcomes or 'nothing new'})"]
+    for search in summary.searches:
+        lines.append(
+            f"limit {search['spec']['study']} LMS {search['mode']}: {search['searched']} "
+            f"{search['largest_ok']} trains, {search['smallest_failed'] or 'none'} does not "
+            f"({len(search['trials'])} trials)"
+        )
+    return lines
+
+
+def search_studies(spec: Spec, study: str | None) -> tuple:
+    """The limit-search studies `inv search` runs: `study`, or all of the spec's."""
+    names = tuple(s.study for s in spec.searches)
+    if not names:
+        raise SuiteError(f"spec {spec.name} ({spec.source}) has no limit search study")
+    if study is None:
+        return names
+    if study not in names:
+        raise SuiteError(
+            f"{spec.source}: study {study!r} is not a max-resolution or max-batch study; "
+            f"those are: {', '.join(names)}"
+        )
+    return (study,)
+
+
 def run_trials(spec: Spec, executor: TrialExecutor, summary: RunSummary) -> None:
     planned = [(trial, repeat) for trial in spec.trials for repeat in range(trial.repeats)]
     todo = [(t, r) for t, r in planned if executor.done(t, r) is None]

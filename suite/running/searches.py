@@ -45,7 +45,7 @@ def predict_boundary(search: Search, mode: str, executor: TrialExecutor) -> dict
         for record in load_predictions(executor.results_dir, executor.host):
             if record["search_hash"] == search_hash:
                 return record
-    candidates = [search.trial(value, mode).params for value in search.candidates]
+    candidates = [search.trial(value, mode).params.to_dict() for value in search.candidates]
     log_path = log_file(executor.results_dir, executor.host, f"predict-{search_hash}")
     log_path.parent.mkdir(parents=True, exist_ok=True)
     env = child_environment(executor.extra_env)
@@ -140,7 +140,7 @@ def run_search(search: Search, mode: str, spec: Spec, executor: TrialExecutor) -
         "limit_key": search.limit_key,
         "mode": mode,
         "spec": {"name": spec.name, "study": search.study, "source": spec.source},
-        "params": search.params,
+        "params": search.params.to_dict(),
         "lms": search.lms if mode == "on" else None,
         "searched": search.searched,
         "range": [search.start, search.stop, search.step],

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from suite.environment import child_environment
+from suite.specs.model import TrialParams
 
 
 @dataclass
@@ -44,7 +45,7 @@ def _signal_name(returncode: int) -> str:
 
 
 def run_trial(
-    params: dict, timeout_s: float, log_path: Path, extra_env: dict[str, str] | None = None
+    params: TrialParams, timeout_s: float, log_path: Path, extra_env: dict[str, str] | None = None
 ) -> TrialResult:
     """Run the trial `params` in a fresh Python process; never raises for the trial's failures.
 
@@ -55,7 +56,7 @@ def run_trial(
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="trial-") as scratch, open(log_path, "wb") as log:
         params_file, result_file = Path(scratch, "params.json"), Path(scratch, "result.json")
-        params_file.write_text(json.dumps(params))
+        params_file.write_text(json.dumps(params.to_dict()))
         process = subprocess.Popen(
             [
                 sys.executable,

@@ -10,6 +10,10 @@ import json
 import sys
 import time
 import traceback
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from suite.specs.model import TrialParams
 
 
 def _write_json(path: str, payload: dict) -> None:
@@ -22,33 +26,31 @@ def _log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def run(params: dict) -> dict:
+def run(params: "TrialParams") -> dict:
     import keras
     import tensorflow as tf
 
     import lms
     from suite import lms_seam, stats
-    from suite.workloads import build_workload, data, get_workload, training
+    from suite.workloads import build_workload, data, training
 
-    info = get_workload(params["workload"])
-    keras.utils.set_random_seed(params["seed"])
+    info = params.info
+    keras.utils.set_random_seed(params.seed)
     device = "GPU:0" if tf.config.list_physical_devices("GPU") else "CPU:0"
-    resolution, batch = params["resolution"], params["batch"]
-    budget = params.get("memory_budget_bytes")
+    resolution, batch = params.resolution, params.batch
+    budget = params.memory_budget_bytes
 
     started = time.perf_counter()
-    model, loss_fn = build_workload(
-        info.name, resolution, batch, params["precision"], params["classes"]
-    )
+    model, loss_fn = build_workload(info.name, resolution, batch, params.precision, params.classes)
     planner = lms_seam.make_planner(params)
     train_step = training.make_train_step(
-        model, loss_fn, training.make_optimizer(), params["precision"]
+        model, loss_fn, training.make_optimizer(), params.precision
     )
-    source = params["data"]
+    source = params.data
     with tf.device(device):
         if source["kind"] == "synthetic":
             batch_tensors = data.synthetic_batch(
-                info, resolution, batch, params["classes"], params["seed"]
+                info, resolution, batch, params.classes, params.seed
             )
 
             def next_batch():
@@ -65,7 +67,7 @@ def run(params: dict) -> dict:
     _log(f"built {info.name} in {build_seconds:.1f}s on {device} (computes in "
          f"{layer.compute_dtype}, variables {layer.variable_dtype})")  # fmt: skip
 
-    total = params["warmup_steps"] + params["steps"]
+    total = params.warmup_steps + params.steps
 
     def on_step(index, seconds):
         if index == 0 or (index + 1) % max(1, total // 10) == 0 or index + 1 == total:
@@ -73,7 +75,7 @@ def run(params: dict) -> dict:
 
     try:
         result = training.measure(
-            train_step, next_batch, params["warmup_steps"], params["steps"], device, budget, on_step
+            train_step, next_batch, params.warmup_steps, params.steps, device, budget, on_step
         )
     except lms.NothingFitsError as error:  # LMS cannot make it fit: it would not train
         return {
@@ -101,7 +103,7 @@ def run(params: dict) -> dict:
             f"{budget} B (emulated device)",
         }
     metrics = stats.throughput_metrics(
-        result.step_seconds, batch, info.elements_per_sample(resolution), info.spatial_dims
+        result.step_seconds, batch, info.elements_per_sample(resolution), info.rate_key
     )
     metrics.update(memory)
     metrics.update(
@@ -117,10 +119,12 @@ def run(params: dict) -> dict:
 
 def main(argv: list[str]) -> int:
     params_path, result_path = argv
+    from suite.specs.model import TrialParams
+
     with open(params_path) as handle:
-        params = json.load(handle)
+        raw = json.load(handle)
     try:
-        result = run(params)
+        result = run(TrialParams.from_dict(raw))
         code = 0
     except Exception as error:  # any failure of the workload is a recorded result
         traceback.print_exc()

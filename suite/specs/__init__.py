@@ -1,15 +1,23 @@
 """Specs: the TOML files beside this module (the suite's own studies), how they are loaded and
 validated (`loader`), and what a resolved spec is (`model`)."""
 
-from suite.specs.loader import available_specs, find_spec, load_spec, parse_spec
-from suite.specs.model import Search, Spec, SwitchSweep, Trial, trial_hash
+from suite.specs.loader import (
+    available_specs,
+    describe_specs,
+    find_spec,
+    load_spec,
+    parse_spec,
+)
+from suite.specs.model import Search, Spec, SwitchSweep, Trial, TrialParams, trial_hash
 
 __all__ = [
     "Search",
     "Spec",
     "SwitchSweep",
     "Trial",
+    "TrialParams",
     "available_specs",
+    "describe_specs",
     "find_spec",
     "load_spec",
     "parse_spec",

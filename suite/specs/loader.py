@@ -20,7 +20,7 @@ from pathlib import Path
 import lms
 from suite.errors import SpecError, SuiteError
 from suite.lms_seam import LMS_FIELDS, OPTIONAL_LMS_FIELDS, check_lms_table
-from suite.specs.model import Search, Spec, SwitchSweep, Trial, _with_lms
+from suite.specs.model import Search, Spec, SwitchSweep, Trial, TrialParams
 from suite.workloads import DATA_FORMATS, PRECISIONS, WORKLOADS
 
 SPEC_DIR = Path(__file__).parent
@@ -59,6 +59,18 @@ OVERRIDABLE = ("resolution", "batch", "steps", "precision")
 
 def available_specs() -> list[str]:
     return sorted(p.stem for p in SPEC_DIR.glob("*.toml"))
+
+
+def describe_specs() -> list[str]:
+    """`inv specs`: one line per shipped spec, its studies counted by kind."""
+    lines = []
+    for name in available_specs():
+        spec = load_spec(name)
+        lines.append(
+            f"{name}: {len(spec.trials)} trials, {len(spec.switch_sweeps)} switch sweeps, "
+            f"{len(spec.searches)} searches — {spec.description.splitlines()[0]}"
+        )
+    return lines
 
 
 def find_spec(name_or_path: str) -> Path:
@@ -209,21 +221,20 @@ def _resolve_params(check: _Checker, where: str, settings: dict, workload: str) 
     return resolved
 
 
-def _trial_params(workload, resolution, batch, resolved) -> dict:
-    return {
-        "workload": workload,
-        "resolution": resolution,
-        "batch": batch,
-        "precision": resolved["precision"],
-        "classes": resolved["classes"],
-        "steps": resolved["steps"],
-        "warmup_steps": resolved["warmup_steps"],
-        "data": resolved["data"],
-        "memory_budget_bytes": resolved["memory_budget"],
-        "seed": resolved["seed"],
-        # only with LMS on, so that trials without it keep their hashes
-        **({"lms": resolved["lms"]} if resolved["lms"] else {}),
-    }
+def _trial_params(workload, resolution, batch, resolved) -> TrialParams:
+    return TrialParams(
+        workload=workload,
+        resolution=resolution,
+        batch=batch,
+        precision=resolved["precision"],
+        classes=resolved["classes"],
+        steps=resolved["steps"],
+        warmup_steps=resolved["warmup_steps"],
+        data=resolved["data"],
+        memory_budget_bytes=resolved["memory_budget"],
+        seed=resolved["seed"],
+        lms=resolved["lms"] or None,
+    )
 
 
 def parse_spec(text: str, source: str, overrides: dict | None = None) -> Spec:
@@ -317,7 +328,7 @@ def _add_study(spec, check, where, study, study_name, kind, workload, resolved, 
             if lms_mode == "both":
                 params = _trial_params(workload, resolution, batch, {**resolved, "lms": None})
                 for mode in ("off", "on"):
-                    trial_params = _with_lms(params, mode, lms_on)
+                    trial_params = params.in_mode(mode, lms_on)
                     spec.trials.append(Trial(spec.name, study_name, trial_params, repeats, timeout))
             else:
                 spec.trials.append(Trial(spec.name, study_name, params, repeats, timeout))

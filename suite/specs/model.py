@@ -3,6 +3,7 @@ that says two hosts ran the same trial. Built by `suite.specs.loader`; read by r
 reporting. No validation here: everything in these objects has been checked."""
 
 import copy
+import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -23,30 +24,83 @@ def trial_hash(params: dict) -> str:
 
 
 @dataclass(frozen=True)
+class TrialParams:
+    """What a trial is: every parameter that decides what it measures, and nothing else. Its
+    canonical dict (`to_dict`) is what a record stores, what a trial process receives and what the
+    spec hash is taken of."""
+
+    workload: str
+    resolution: int | None  # None in a search's or sweep's template: the value is chosen later
+    batch: int | None
+    precision: str
+    classes: int
+    steps: int
+    warmup_steps: int
+    data: dict  # {"kind": "synthetic"} or {"kind": "tfrecord", "format": ..., "path": ...}
+    memory_budget_bytes: int | None  # the emulated device's memory; None: the device's own
+    seed: int
+    lms: dict | None = None  # the resolved `lms` table (suite.lms_seam), None: LMS off
+
+    def to_dict(self) -> dict:
+        """The canonical form. `lms` only when on, so that trials without it keep the hashes
+        they had before LMS existed."""
+        values = dataclasses.asdict(self)
+        if values["lms"] is None:
+            del values["lms"]
+        return values
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "TrialParams":
+        """From the canonical form (a trial process's input, a record's `params`); ValueError
+        names what is missing or unknown."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        if not isinstance(values, dict):
+            raise ValueError(f"trial parameters must be a JSON object, not {type(values).__name__}")
+        missing = sorted(names - {"lms"} - set(values))
+        unknown = sorted(set(values) - names)
+        if missing or unknown:
+            raise ValueError(f"trial parameters: missing {missing or 'none'}, unknown "
+                             f"{unknown or 'none'}")  # fmt: skip
+        return cls(**values)
+
+    @property
+    def hash(self) -> str:
+        return trial_hash(self.to_dict())
+
+    def replace(self, **changes) -> "TrialParams":
+        return dataclasses.replace(self, **changes)
+
+    def in_mode(self, mode: str, lms_settings: dict) -> "TrialParams":
+        """These parameters (LMS off) as they are for `mode`: "off", or "on" with `lms_settings`."""
+        return self.replace(lms=lms_settings if mode == "on" else None)
+
+    @property
+    def info(self):
+        """The workload's registry entry (suite.workloads.WorkloadInfo)."""
+        from suite.workloads import get_workload
+
+        return get_workload(self.workload)
+
+    def describe(self) -> str:
+        return f"{self.workload} {self.resolution}px batch {self.batch} {self.precision}"
+
+
+@dataclass(frozen=True)
 class Trial:
     """One runnable trial: resolved parameters (hashed) plus how to run it (not hashed)."""
 
     spec: str
     study: str
-    params: dict
+    params: TrialParams
     repeats: int
     timeout_s: float
 
     @property
     def hash(self) -> str:
-        return trial_hash(self.params)
+        return self.params.hash
 
     def describe(self) -> str:
-        p = self.params
-        return (
-            f"{p['workload']} {p['resolution']}px batch {p['batch']} {p['precision']} "
-            f"({self.study})"
-        )
-
-
-def _with_lms(params: dict, mode: str, lms_settings: dict) -> dict:
-    """`params` (LMS off) as they are for `mode`: "off", or "on" with `lms_settings`."""
-    return {**params, "lms": lms_settings} if mode == "on" else dict(params)
+        return f"{self.params.describe()} ({self.study})"
 
 
 @dataclass(frozen=True)
@@ -56,7 +110,7 @@ class Search:
     spec: str
     study: str
     kind: str
-    params: dict  # resolved like a trial's (LMS off), the searched dimension None
+    params: TrialParams  # LMS off, the searched dimension None
     start: int
     stop: int
     step: int
@@ -73,14 +127,18 @@ class Search:
         return list(range(self.start, self.stop + 1, self.step))
 
     def trial(self, value: int, mode: str) -> Trial:
-        params = _with_lms({**self.params, self.searched: value}, mode, self.lms)
+        params = self.params.replace(**{self.searched: value}).in_mode(mode, self.lms)
         return Trial(self.spec, self.study, params, 1, self.timeout_s)
 
     @property
     def limit_key(self) -> str:
         """The same for the LMS-off and LMS-on searches of one study: what reports pair."""
         return trial_hash(
-            {"kind": self.kind, "params": self.params, "range": [self.start, self.stop, self.step]}
+            {
+                "kind": self.kind,
+                "params": self.params.to_dict(),
+                "range": [self.start, self.stop, self.step],
+            }
         )
 
     def hash(self, mode: str) -> str:
@@ -89,8 +147,8 @@ class Search:
 
     def describe(self, mode: str) -> str:
         p = self.params
-        fixed = f"batch {p['batch']}" if self.searched == "resolution" else f"{p['resolution']}px"
-        return f"{self.kind} {p['workload']} {fixed} {p['precision']}, LMS {mode}"
+        fixed = f"batch {p.batch}" if self.searched == "resolution" else f"{p.resolution}px"
+        return f"{self.kind} {p.workload} {fixed} {p.precision}, LMS {mode}"
 
 
 @dataclass(frozen=True)
@@ -99,14 +157,14 @@ class SwitchSweep:
 
     spec: str
     study: str
-    params: dict  # resolved, LMS off, resolution None
+    params: TrialParams  # LMS off, resolution None
     resolutions: tuple
     lms: dict
     repeats: int
     timeout_s: float
 
     def trial(self, resolution: int, mode: str) -> Trial:
-        params = _with_lms({**self.params, "resolution": resolution}, mode, self.lms)
+        params = self.params.replace(resolution=resolution).in_mode(mode, self.lms)
         return Trial(self.spec, self.study, params, self.repeats, self.timeout_s)
 
 

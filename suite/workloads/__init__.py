@@ -48,6 +48,25 @@ class WorkloadInfo:
         """Pixels (2D) or voxels (3D) per sample: the unit of pixels/sec and voxels/sec."""
         return resolution**self.spatial_dims
 
+    # The one place that chooses between pixels and voxels: records, tables and plots ask here.
+    @property
+    def element(self) -> str:
+        """ "pixels" for images, "voxels" for volumes."""
+        return "voxels" if self.spatial_dims == 3 else "pixels"
+
+    @property
+    def rate_key(self) -> str:
+        """The metric of a trial record holding elements per second."""
+        return f"{self.element}_per_sec"
+
+    @property
+    def rate_unit(self) -> str:
+        return f"M{self.element}/sec"
+
+    @property
+    def side_label(self) -> str:
+        return "cube side (voxels)" if self.spatial_dims == 3 else "image side (pixels)"
+
 
 WORKLOADS = {
     w.name: w

@@ -33,3 +33,39 @@ def model_summary(name: str, resolution: int, batch: int, precision: str = "fp32
         "layers": len(model.layers),
         "largest_activation": largest,
     }
+
+
+def models_table(workload: str | None, resolution, batch, precision: str) -> str:
+    """`inv models`: one row per workload (or `workload` only) at `resolution` (default: each
+    workload's reference) and `batch`."""
+    from tabulate import tabulate
+
+    from suite.errors import SuiteError
+    from suite.units import format_bytes
+    from suite.workloads import PRECISIONS, WORKLOADS
+
+    def positive(option, value):
+        try:
+            number = int(value)
+        except (TypeError, ValueError):
+            number = 0
+        if number < 1:
+            raise SuiteError(f"--{option} {value!r}: an integer >= 1")
+        return number
+
+    if precision not in PRECISIONS:
+        raise SuiteError(f"--precision {precision!r}: one of {', '.join(PRECISIONS)}")
+    batch = positive("batch", batch)
+    names = [get_workload(workload).name] if workload else list(WORKLOADS)
+    rows = []
+    for name in names:
+        size = positive("resolution", resolution) if resolution else None
+        size = size or WORKLOADS[name].reference_resolution
+        s = model_summary(name, size, batch, precision)
+        largest = s["largest_activation"]
+        rows.append([name, size, s["batch"], s["precision"], f"{s['parameters']:,}",
+                     largest["layer"], "x".join(map(str, largest["shape"])),
+                     format_bytes(largest["bytes"])])  # fmt: skip
+    headers = ["workload", "resolution", "batch", "precision", "parameters",
+               "largest activation", "shape", "size"]  # fmt: skip
+    return tabulate(rows, headers, tablefmt="simple")
