@@ -4,8 +4,12 @@ Only `lms`'s public names are used. Importing `lms` costs no TensorFlow until a 
 so loading and checking a spec stays light (a trial's parent process never holds TensorFlow).
 """
 
+from typing import TYPE_CHECKING
+
 import lms
-from suite.specs.model import TrialParams
+
+if TYPE_CHECKING:  # the seam sits below the specs: it takes their parameters, never imports them
+    from suite.specs.model import TrialParams
 
 # What an `lms` table may hold: lms.LMS's parameters (-1 auto-tunes) and the memory it plans for.
 LMS_FIELDS = {
@@ -33,7 +37,7 @@ def check_lms_table(table: dict) -> dict:
     return resolved
 
 
-def device_memory(params: TrialParams) -> int | None:
+def device_memory(params: "TrialParams") -> int | None:
     """The memory of a trial's device, which LMS plans for and the simulator checks against:
     the spec's lms.device_memory, else the trial's memory budget (the emulated device), else
     None: the GPU's, which lms reads."""
@@ -41,7 +45,7 @@ def device_memory(params: TrialParams) -> int | None:
     return settings.get("device_memory") or params.memory_budget_bytes
 
 
-def lms_options(params: TrialParams) -> dict | None:
+def lms_options(params: "TrialParams") -> dict | None:
     """Keyword arguments of lms.LMS for a trial, or None when the trial runs without LMS."""
     settings = params.lms
     if not settings:
@@ -53,6 +57,6 @@ def lms_options(params: TrialParams) -> dict | None:
     return options
 
 
-def make_planner(params: TrialParams, plot=None) -> "lms.LMS | None":
+def make_planner(params: "TrialParams", plot=None) -> "lms.LMS | None":
     options = lms_options(params)
     return None if options is None else lms.LMS(plot=plot, **options)

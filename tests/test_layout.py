@@ -1,0 +1,94 @@
+"""The suite's folders are its layers (README "Layout"): a module imports from its own layer or
+the layers before it, never from a later one, and no two modules import each other."""
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# in order: each may import from itself and from those before it
+LAYERS = [
+    ("suite.errors", "suite.units", "suite.stats", "suite.environment"),
+    ("suite.lms_seam",),
+    ("suite.workloads",),
+    ("suite.specs",),
+    ("suite.records",),
+    ("suite.hosts",),
+    ("suite.running",),
+    ("suite.reporting",),
+]
+
+
+def _layer(module: str) -> int | None:
+    for index, group in enumerate(LAYERS):
+        if any(module == g or module.startswith(g + ".") for g in group):
+            return index
+    return None
+
+
+def _imports(path: Path) -> set[str]:
+    """Suite modules `path` imports at run time (not under `if TYPE_CHECKING:`)."""
+    tree = ast.parse(path.read_text())
+    skipped = {
+        id(child)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING"
+        for child in ast.walk(node)
+    }
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("suite"):
+            if node.module == "suite":
+                found |= {f"suite.{alias.name}" for alias in node.names}
+            else:
+                found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("suite")}
+    return found
+
+
+def _modules() -> dict[str, set[str]]:
+    modules = {}
+    for path in sorted((ROOT / "suite").rglob("*.py")):
+        name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        modules[name] = _imports(path)
+    return modules
+
+
+def test_every_module_has_a_layer():
+    assert [m for m in _modules() if m != "suite" and _layer(m) is None] == []
+
+
+def test_no_module_imports_from_a_later_layer():
+    upward = [
+        (module, imported)
+        for module, imports in _modules().items()
+        for imported in imports
+        if _layer(module) is not None and (_layer(imported) or 0) > _layer(module)
+    ]
+    assert upward == []
+
+
+def test_no_import_cycles():
+    modules = _modules()
+
+    def targets(name):  # `from suite.specs import X` depends on the package suite.specs
+        return {t for t in modules.get(name, ()) if t in modules and t != name}
+
+    cycles, state = [], {}
+
+    def visit(name, path):
+        state[name] = "open"
+        for target in sorted(targets(name)):
+            if state.get(target) == "open":
+                cycles.append(path[path.index(target) :] + [target])
+            elif target not in state:
+                visit(target, path + [target])
+        state[name] = "done"
+
+    for name in modules:
+        if name not in state:
+            visit(name, [name])
+    assert cycles == []
