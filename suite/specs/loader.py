@@ -13,48 +13,25 @@ Every trial's resolved parameters are hashed canonically (`trial_hash`): the sam
 means the same workload, which is what reports compare.
 """
 
-import re
 import tomllib
 from pathlib import Path
 
-import lms
-from suite.errors import SpecError, SuiteError
-from suite.lms_seam import LMS_FIELDS, OPTIONAL_LMS_FIELDS, check_lms_table
+from suite.errors import SuiteError
+from suite.lms_seam import LMS_FIELDS
+from suite.specs.fields import (
+    LMS_MODES,
+    NAME,
+    OVERRIDABLE,
+    RUNNABLE_KINDS,
+    STUDY_FIELDS,
+    STUDY_KINDS,
+    TRIAL_DEFAULTS,
+    Checker,
+)
 from suite.specs.model import Search, Spec, SwitchSweep, Trial, TrialParams
-from suite.workloads import DATA_FORMATS, PRECISIONS, WORKLOADS
+from suite.workloads import PRECISIONS, WORKLOADS
 
 SPEC_DIR = Path(__file__).parent
-STUDY_KINDS = ("throughput", "sweep", "max-resolution", "max-batch")
-RUNNABLE_KINDS = ("throughput", "sweep")
-_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
-
-# Fields a study may set, or inherit from [defaults], with their defaults.
-TRIAL_DEFAULTS = {
-    "precision": "fp32",
-    "steps": 100,
-    "warmup_steps": 10,  # tf_cnn_benchmarks excludes at least 10
-    "repeats": 1,
-    "classes": None,  # None: the workload's own number of classes
-    "data": "synthetic",
-    "timeout": 3600,  # seconds per trial process
-    "memory_budget": None,  # emulated device: peak above this is out-of-memory
-    "seed": 0,
-    "lms": False,  # false, true (auto-tuned), or a table of LMS parameters
-}
-STUDY_FIELDS = {  # required
-    "throughput": {"resolution", "batch"},
-    "sweep": {"batch", "resolutions"},
-    "max-resolution": {"batch", "start", "stop", "step"},
-    "max-batch": {"resolution", "start", "stop", "step"},
-}
-# study kind -> (allowed lms_mode values, default). "fixed": the `lms` field as written.
-LMS_MODES = {
-    "throughput": (("fixed",), "fixed"),
-    "sweep": (("fixed", "switch", "both"), "fixed"),
-    "max-resolution": (("both", "off", "on"), "both"),
-    "max-batch": (("both", "off", "on"), "both"),
-}
-OVERRIDABLE = ("resolution", "batch", "steps", "precision")
 
 
 def available_specs() -> list[str]:
@@ -89,108 +66,7 @@ def find_spec(name_or_path: str) -> Path:
     return candidate
 
 
-class _Checker:
-    """Validates values of one source (a file or the command line), naming the field on error."""
-
-    def __init__(self, source: str):
-        self.source = source
-
-    def fail(self, field_name, value, allowed):
-        raise SpecError(self.source, field_name, value, allowed)
-
-    def integer(self, name, value, minimum):
-        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-            self.fail(name, value, f"an integer >= {minimum}")
-        return value
-
-    def choice(self, name, value, choices):
-        if value not in choices:
-            self.fail(name, value, "one of " + ", ".join(repr(c) for c in choices))
-        return value
-
-    def text(self, name, value, pattern=None):
-        if not isinstance(value, str) or (pattern and not pattern.match(value)):
-            self.fail(
-                name, value, "lowercase letters, digits, '-' and '_'" if pattern else "a string"
-            )
-        return value
-
-    def known_keys(self, where, table, allowed):
-        if not isinstance(table, dict):
-            self.fail(where, table, "a table")
-        for key, value in table.items():
-            if key not in allowed:
-                self.fail(
-                    f"{where}.{key}" if where else key,
-                    value,
-                    "a known field: " + ", ".join(sorted(allowed)),
-                )
-
-    def resolution(self, name, value, workload):
-        self.integer(name, value, 1)
-        problem = WORKLOADS[workload].check_resolution(value)
-        if problem:
-            self.fail(name, value, problem)
-        return value
-
-    def trial_field(self, name, key, value):
-        """Validate one TRIAL_DEFAULTS field; returns its resolved form."""
-        if key == "precision":
-            return self.choice(name, value, tuple(PRECISIONS))
-        if key in ("steps", "repeats"):
-            return self.integer(name, value, 1)
-        if key in ("warmup_steps", "seed"):
-            return self.integer(name, value, 0)
-        if key == "classes":
-            return self.integer(name, value, 2)
-        if key == "timeout":
-            if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
-                self.fail(name, value, "a number of seconds > 0")
-            return value
-        if key == "memory_budget":
-            return self.size(name, value)
-        if key == "data":
-            return self.data(name, value)
-        if key == "lms":
-            return self.lms(name, value)
-        raise AssertionError(key)
-
-    def lms(self, name, value):
-        """None when off; else every LMS parameter, checked by lms itself."""
-        if value is False:
-            return None
-        if value is True:
-            value = {}
-        if not isinstance(value, dict):
-            self.fail(name, value, "false, true, or a table of LMS parameters")
-        self.known_keys(name, value, set(LMS_FIELDS) | set(OPTIONAL_LMS_FIELDS))
-        try:
-            return check_lms_table(value)
-        except (lms.ParameterError, TypeError) as error:
-            fields = (*LMS_FIELDS, *OPTIONAL_LMS_FIELDS)
-            key = next((k for k in fields if str(error).startswith(k)), None)
-            key = key or next((k for k in fields if k in str(error)), None)
-            shown = value.get(key) if key else value
-            self.fail(f"{name}.{key}" if key else name, shown, str(error))
-
-    def size(self, name, value):
-        try:
-            return lms.parse_size(value, name)
-        except lms.ParameterError:
-            self.fail(name, value, "a size like 16GiB, 512MiB or an integer number of bytes")
-
-    def data(self, name, value):
-        if value == "synthetic":
-            return {"kind": "synthetic"}
-        if not isinstance(value, dict):
-            self.fail(name, value, "'synthetic' or a table {format = 'imagenet'|'voc', path = ...}")
-        self.known_keys(name, value, {"format", "path"})
-        fmt = self.choice(f"{name}.format", value.get("format"), tuple(DATA_FORMATS))
-        path = self.text(f"{name}.path", value.get("path"))
-        return {"kind": "tfrecord", "format": fmt, "path": path}
-
-
-def _resolutions(check: _Checker, where: str, value, workload: str) -> list[int]:
+def _resolutions(check: Checker, where: str, value, workload: str) -> list[int]:
     if isinstance(value, dict):
         check.known_keys(where, value, {"start", "stop", "step"})
         start = check.integer(f"{where}.start", value.get("start"), 1)
@@ -206,7 +82,7 @@ def _resolutions(check: _Checker, where: str, value, workload: str) -> list[int]
     return value
 
 
-def _resolve_params(check: _Checker, where: str, settings: dict, workload: str) -> dict:
+def _resolve_params(check: Checker, where: str, settings: dict, workload: str) -> dict:
     resolved = {}
     for key in TRIAL_DEFAULTS:
         value = settings.get(key, TRIAL_DEFAULTS[key])
@@ -243,9 +119,9 @@ def parse_spec(text: str, source: str, overrides: dict | None = None) -> Spec:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise SuiteError(f"{source}: not valid TOML: {error}") from error
-    check = _Checker(source)
+    check = Checker(source)
     check.known_keys("", document, {"name", "description", "defaults", "study"})
-    name = check.text("name", document.get("name"), _NAME)
+    name = check.text("name", document.get("name"), NAME)
     description = document.get("description", "")
     check.text("description", description)
     defaults = document.get("defaults", {})
@@ -267,7 +143,7 @@ def parse_spec(text: str, source: str, overrides: dict | None = None) -> Spec:
             | set(TRIAL_DEFAULTS)
             | set().union(*STUDY_FIELDS.values()),
         )
-        study_name = check.text(f"{where}.name", study.get("name"), _NAME)
+        study_name = check.text(f"{where}.name", study.get("name"), NAME)
         if study_name in seen:
             check.fail(f"{where}.name", study_name, "a name not used by another study")
         seen.add(study_name)
@@ -365,7 +241,7 @@ def _add_study(spec, check, where, study, study_name, kind, workload, resolved, 
 
 def _checked_overrides(overrides: dict) -> dict:
     """The command line's overrides, parsed (they arrive as text) and checked; None: not given."""
-    check = _Checker("command line")
+    check = Checker("command line")
     result = {}
     for key, value in overrides.items():
         if value is None:
@@ -391,7 +267,7 @@ def _apply_overrides(study: dict, kind: str, workload: str, overrides: dict) -> 
     max-batch one)."""
     study = dict(study)
     if "resolution" in overrides and kind != "max-resolution":
-        value = _Checker("command line").resolution("--resolution", overrides["resolution"],
+        value = Checker("command line").resolution("--resolution", overrides["resolution"],
                                                     workload)  # fmt: skip
         study["resolutions" if kind == "sweep" else "resolution"] = (
             [value] if kind == "sweep" else value
