@@ -407,9 +407,11 @@ def test_switch_and_both_sweeps():
 
 
 def test_loading_a_spec_with_lms_imports_no_tensorflow():
-    """Specs are loaded by the parent of every trial, which must stay free of TensorFlow."""
+    """Specs are loaded by the parent of every trial (the runner, the Docker host driver, the
+    report), which must stay free of TensorFlow: trials and predictions hold it, in children."""
     code = (
         "import sys; from suite.specs import load_spec; "
+        "import suite.running.runner, suite.hosts.docker, suite.reporting.report; "
         "spec = load_spec('resnet50-sweep'); "
         "assert any(t.params.lms for t in spec.plannable_trials()); "
         "print(sorted(m for m in ('tensorflow', 'keras') if m in sys.modules))"
