@@ -66,8 +66,9 @@ def plan_spec(
     if device_memory is not None:
         try:
             memory = lms.parse_size(device_memory, "--device-memory")
-        except lms.ParameterError as error:
-            raise SuiteError(str(error)) from None
+        except lms.ParameterError:
+            raise SuiteError(f"--device-memory {device_memory!r}: a size like 16GiB, 512MiB or "
+                             "an integer number of bytes") from None  # fmt: skip
     output_dir.mkdir(parents=True, exist_ok=True)
     reports = []
     for trial in trials:
