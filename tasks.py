@@ -26,6 +26,7 @@ def _user_errors(function):
 
 
 @task(
+    auto_shortflags=False,  # -h stays help (`inv run -h`), not --host
     help={
         "spec": "spec name (suite/specs/NAME.toml) or path to a .toml file; default: smoke",
         "results": "results directory (one JSON-lines file per host)",
@@ -82,6 +83,7 @@ def build(c, arch=None, base=None, extras=None):
 
 
 @task(
+    auto_shortflags=False,  # -h stays help, not --host
     help={
         "spec": "spec name or path to a .toml file",
         "study": "a max-resolution or max-batch study of the spec; default: all of them",

@@ -1,6 +1,7 @@
 """The invoke tasks as a user calls them: real subprocesses."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -99,3 +100,37 @@ def test_plan_prints_the_plan_and_plots_it_without_training(tmp_path):
     wrong = inv("plan", "--workload", "googlenet", "--device-memory", "lots")
     last_line = wrong.stderr.strip().splitlines()[-1]  # after TensorFlow's start-up noise
     assert wrong.returncode == 2 and last_line.startswith("error: --device-memory 'lots': a size")
+
+
+def test_a_virtualenv_left_broken_by_a_failed_setup_is_made_again(tmp_path):
+    """The first `./inv` creates .venv; one interrupted there (a python without pip) must not
+    stay broken. Without an index the install then fails, and leaves no stamp to skip it."""
+    broken = tmp_path / "venv"
+    (broken / "bin").mkdir(parents=True)
+    (broken / "bin" / "python").write_text("#!/bin/sh\nexit 1\n")
+    (broken / "bin" / "python").chmod(0o755)
+    env = {**os.environ, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(tmp_path)}
+    completed = subprocess.run(["bash", str(ROOT / "scripts" / "venv.sh"), str(broken), "dev"],
+                               capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
+    assert "is incomplete (no working python or pip in it): making it again" in completed.stderr
+    assert completed.returncode != 0  # nothing to install from
+    pip = subprocess.run([str(broken / "bin" / "python"), "-m", "pip", "--version"],
+                         capture_output=True, text=True)  # fmt: skip
+    assert pip.returncode == 0 and not list(broken.glob(".installed-*"))
+
+
+def test_newcomer_errors_are_one_line(tmp_path):
+    missing = tmp_path / "nothing-here"
+    report = inv("report", "--results", str(missing), "--output", str(tmp_path / "out"))
+    assert report.returncode == 2
+    assert report.stderr.strip() == (
+        f"error: results directory {missing} does not exist: run `inv run` first, or give --results"
+    )
+    env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no.sock"}
+    build = subprocess.run([sys.executable, "-m", "invoke", "build", "--arch", "x86_64"], cwd=ROOT,
+                           capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+    assert build.returncode == 2 and len(build.stderr.strip().splitlines()) == 1
+    assert f"no Docker engine answers at unix://{tmp_path}/no.sock" in build.stderr
+    assert "bash scripts/docker.sh" in build.stderr
+    helped = inv("run", "-h")  # help, not --host
+    assert helped.returncode == 0 and "Usage: inv[oke] [--core-opts] run" in helped.stdout

@@ -7,6 +7,7 @@ configuration, the same on every host that has the image) is what records carry.
 """
 
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -113,13 +114,26 @@ def labels(arch: str, extras: str, base_image: str) -> dict:
     }
 
 
+def local_docker(timeout: int):
+    """A client of this machine's Docker engine, or one SuiteError saying how to get one."""
+    import docker
+
+    try:
+        client = docker.from_env(timeout=timeout)
+        client.ping()
+    except docker.errors.DockerException:
+        where = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+        raise SuiteError(f"no Docker engine answers at {where}: install and start one with "
+                         "`bash scripts/docker.sh` (Debian's docker.io; see README "
+                         "\"Prerequisites\")") from None  # fmt: skip
+    return client
+
+
 def build_images(arch: str, base: str, extras: str, echo=print) -> list[dict]:
     """`inv build`: the image of `arch` ("both": x86_64 and ppc64le; ppc64le without TensorFlow,
     which PyPI lacks) on the local daemon. Returns each image's facts."""
-    import docker
-
     arches = list(ARCHES) if arch == "both" else [arch]
-    client = docker.from_env(timeout=600)
+    client = local_docker(timeout=600)
     return [
         build_image(client, name, base, "none" if name == "ppc64le" else extras, echo)
         for name in arches

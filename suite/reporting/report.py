@@ -15,6 +15,7 @@ from pathlib import Path
 import jinja2
 from tabulate import tabulate
 
+from suite.errors import SuiteError
 from suite.records import (
     load_all_records,
     load_host,
@@ -236,6 +237,9 @@ def _regression(output_dir: Path) -> dict | None:
 def render_report(results_dir: Path, output_dir: Path, title: str = "LMS benchmark report") -> Path:
     """Write `report.md` (and its plot) for all records under `results_dir`; return its path."""
     results_dir, output_dir = Path(results_dir), Path(output_dir)
+    if not results_dir.is_dir():
+        raise SuiteError(f"results directory {results_dir} does not exist: run `inv run` first, "
+                         "or give --results")  # fmt: skip
     records = load_all_records(results_dir)
     searches = load_search_records(results_dir)
     # a search's trials are summarised in the limits table, not one section each

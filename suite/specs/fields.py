@@ -33,7 +33,7 @@ STUDY_FIELDS = {  # required
 }
 # study kind -> (allowed lms_mode values, default). "fixed": the `lms` field as written.
 LMS_MODES = {
-    "throughput": (("fixed",), "fixed"),
+    "throughput": (("fixed", "both"), "fixed"),
     "sweep": (("fixed", "switch", "both"), "fixed"),
     "max-resolution": (("both", "off", "on"), "both"),
     "max-batch": (("both", "off", "on"), "both"),
