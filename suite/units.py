@@ -3,9 +3,9 @@ for the library and the suite.)"""
 
 
 def format_bytes(size: int | float | None) -> str:
-    """Binary units with three significant digits; None prints as a dash."""
+    """Binary units with three significant digits; None prints as an em dash."""
     if size is None:
-        return "-"
+        return "—"
     for unit in ("B", "KiB", "MiB", "GiB"):
         if abs(size) < 1024 or unit == "GiB":
             break

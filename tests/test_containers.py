@@ -37,6 +37,25 @@ resolution = 32
 batch = 1
 """
 
+# Two hosts at once on two cores: the mechanism, not the mission (the default spec takes minutes);
+# LMS off and on, so LMS runs inside the image too.
+TWO_HOSTS = """
+name = "two-hosts"
+[defaults]
+steps = 3
+warmup_steps = 1
+timeout = 600
+[[study]]
+name = "googlenet"
+kind = "throughput"
+lms_mode = "both"
+workload = "googlenet"
+resolution = 96
+batch = 2
+lms = { swapout_threshold = 1, swapin_ahead = 1, swapin_groupby = 0 }
+memory_budget = "300MiB"
+"""
+
 
 @pytest.fixture(scope="module")
 def client():
@@ -94,25 +113,30 @@ def test_the_image_builds_from_the_local_base_which_is_then_cached(client, image
     assert image["labels"]["org.opencontainers.image.title"] == "lms-suite"
 
 
-def test_smoke_spec_on_two_hosts_at_once_local_and_over_ssh(image, ssh_host, tmp_path):
+def test_a_spec_on_two_hosts_at_once_local_and_over_ssh(image, ssh_host, tmp_path):
     hosts = [
         DockerHost("local", "local", image["tag"]),
         DockerHost("remote", ssh_host.url, image["tag"]),
     ]
+    spec_path = tmp_path / "two-hosts.toml"
+    spec_path.write_text(TWO_HOSTS)
+    results = tmp_path / "results"
     lines = []
-    outcomes = run_on_hosts(hosts, find_spec("smoke"), [], tmp_path, lines.append)
+    outcomes = run_on_hosts(hosts, spec_path, [], results, lines.append)
     assert [o.ok for o in outcomes] == [True, True], [o.reason for o in outcomes]
-    expected = {t.hash for t in load_spec("smoke").trials}  # what a native run records
+    expected = {t.hash for t in load_spec(str(spec_path)).trials}  # what a native run records
     for host in ("local", "remote"):
-        records = load_records(results_file(tmp_path, host))
+        records = load_records(results_file(results, host))
         assert {r["spec_hash"] for r in records} == expected
         assert all(r["outcome"] == "ok" and r["host"] == host for r in records)
         assert all(r["image"] == image["id"] for r in records)
-        description = load_host(tmp_path, records[0]["host_ref"])
+        assert [bool(r["params"].get("lms")) for r in records] == [False, True]
+        assert records[1]["metrics"]["lms"]["swapped_bytes"] > 0
+        description = load_host(results, records[0]["host_ref"])
         assert description["image_digest"] == image["id"] and description["in_container"]
-    assert any(line.startswith("[remote] [trial 1/4]") for line in lines)
+    assert any(line.startswith("[remote] [trial 1/2]") for line in lines)
     # a second run finds everything recorded (the records were seeded into the containers)
-    again = run_on_hosts(hosts[:1], find_spec("smoke"), [], tmp_path, lines.append)
+    again = run_on_hosts(hosts[:1], spec_path, [], results, lines.append)
     assert again[0].ok and again[0].records == 0
 
 

@@ -2,7 +2,13 @@
 
 import copy
 
-from suite.records import SCHEMA_VERSION, append_record, results_file, store_host
+from suite.records import (
+    SCHEMA_VERSION,
+    append_record,
+    results_file,
+    store_host,
+    validate_search_record,
+)
 from suite.reporting.report import render_report
 
 HOST = {
@@ -113,11 +119,13 @@ def test_comparison_ratios_flags_and_what_is_left_out(tmp_path):
     on("deeplabv3plus", "alpha", ref_a, "lonely", 5.0, 128)
     on("deeplabv3plus", "beta", ref_b, "other", 6.0, 160)
     text = render_report(tmp_path, tmp_path / "out").read_text()
-    assert text.count("| ratio ") == 2  # the two shared hashes get a ratio column
-    assert "| beta   | 1 ok       | 25 ± 0.1     | 2.50×" in text
-    assert "| alpha  | 1 ok       | 10 ± 0.1     | 1.00×" in text
-    assert "| alpha  | 1 ok       | 20 ± 0.1     | 1.00×" in text  # resnet50: 20 vs 50
-    assert "| beta   | 1 ok       | 50 ± 0.1     | 2.50×" in text
+    details = text[text.index("## Details per configuration") :]
+    assert details.count("| vs alpha ") == 2  # the two shared hashes get a ratio column
+    # one process per host: a ratio, but no uncertainty to claim a difference with
+    assert "| beta   | 1 ok       | 25 ± 0.1 (steps of 1 process) | 2.50× (1 process: no" in text
+    assert "| alpha  | 1 ok       | 10 ± 0.1 (steps of 1 process) | reference" in text
+    assert "| alpha  | 1 ok       | 20 ± 0.1 (steps of 1 process) | reference" in text
+    assert "| beta   | 1 ok       | 50 ± 0.1 (steps of 1 process) | 2.50× (1 process: no" in text
     assert "`lonely` (deeplabv3plus): recorded on alpha only" in text
     assert "`other` (deeplabv3plus): recorded on beta only" in text
     assert "**TensorFlow / Keras** ⚠ differs" in text and "**CPU** ⚠" not in text
@@ -140,3 +148,67 @@ def test_lms_trials_get_a_simulated_memory_timeline(tmp_path):
     text = render_report(tmp_path, tmp_path / "out").read_text()
     assert "## Simulated memory with LMS" in text and "(memory-lmson.png)" in text
     assert (tmp_path / "out" / "memory-lmson.png").read_bytes()[:4] == b"\x89PNG"
+
+
+LMS_EVERYTHING = {"swapout_threshold": 1, "swapin_ahead": 1, "swapin_groupby": 0, "sync_mode": 0,
+                  "serialization": [], "serialization_by_size": 0.0, "device_memory": None,
+                  "safety_ratio": 0.8}  # fmt: skip
+
+
+def search_record(host, ref, kind, mode, largest, smallest):
+    searched = "resolution" if kind == "max-resolution" else "batch"
+    params = record(host, ref, "x", 1.0, 0.0)["params"]
+    params[searched] = None
+    params["memory_budget_bytes"] = 300 * 2**20
+    return {
+        "schema": SCHEMA_VERSION, "kind": kind, "search_hash": f"{kind}-{mode}-{host}",
+        "limit_key": kind, "mode": mode, "spec": {"name": "s", "study": kind, "source": "s"},
+        "params": params, "lms": LMS_EVERYTHING if mode == "on" else None, "searched": searched,
+        "range": [32, 1024, 32], "largest_ok": largest, "smallest_failed": smallest,
+        "failed_outcome": "out_of_memory", "stop_reached": False, "trials": [], "trials_run": 0,
+        "prediction": {}, "host": host, "host_ref": ref, "started_at": "2026-11-01T00:00:00+00:00",
+        "finished_at": "2026-11-01T00:10:00+00:00",
+    }  # fmt: skip
+
+
+def test_the_report_leads_with_the_answer(tmp_path):
+    """First table: LMS off and on per host (between-process uncertainty), the limits off -> on,
+    and each host against the reference, "no significant difference" where the interval holds 1."""
+    other = copy.deepcopy(HOST)
+    other.update(architecture="ppc64le")
+    refs = {"alpha": store_host(tmp_path, HOST), "beta": store_host(tmp_path, other)}
+    spread = (1.0, 0.96, 1.05)
+    # beta is 1.8x faster with LMS off; with LMS on its processes scatter widely
+    rates = {"alpha": (10.0, 8.0, (1.0, 0.96, 1.05)), "beta": (18.0, 8.5, (0.6, 1.0, 1.5))}
+    for host, (off, on, on_spread) in rates.items():
+        path = results_file(tmp_path, host)
+        for repeat in range(3):
+            append_record(path, record(host, refs[host], "off1", off * spread[repeat], 0.1,
+                                       repeat=repeat))  # fmt: skip
+            lms = record(host, refs[host], "on1", on * on_spread[repeat], 0.1, repeat=repeat)
+            lms["params"]["lms"] = LMS_EVERYTHING
+            append_record(path, lms)
+        searches = tmp_path / "searches" / f"{host}.jsonl"
+        for kind, mode, largest in (("max-resolution", "off", 416), ("max-resolution", "on", 832),
+                                    ("max-batch", "off", 4), ("max-batch", "on", 12)):  # fmt: skip
+            append_record(searches, search_record(host, refs[host], kind, mode, largest, None),
+                          validate_search_record)  # fmt: skip
+    text = render_report(tmp_path, tmp_path / "out").read_text()
+    first = text.index("## The answer")
+    assert first < text.index("## Details per configuration") and "## Hosts" in text
+    answer = text[first : text.index("## Details per configuration")]
+    lines = {line.split("|")[1].strip(): line for line in answer.splitlines() if "| 64px" in line}
+    assert set(lines) == {"alpha", "beta"}
+    cells = [c.strip() for c in lines["alpha"].split("|")[1:-1]]
+    assert cells[2] == "10 ± 0.26 (3 processes)" and cells[4] == "0.80× (0.72–0.89)"
+    assert cells[5] == "416 → 832 (4.00× pixels)" and cells[6] == "4 → 12 (3.00× batch)"
+    assert cells[7] == "reference" and "vs alpha (LMS on)" in answer
+    beta = [c.strip() for c in lines["beta"].split("|")[1:-1]]
+    assert beta[7].endswith("no significant difference)")  # LMS on: 1.06x, processes 0.6-1.5
+    # the details: headings differ when only LMS does; budgets in units; a blank line before tables
+    assert "## googlenet — 64px, batch 2, fp32, LMS off" in text
+    assert "## googlenet — 64px, batch 2, fp32, LMS on (swapout_threshold 1, swapin_ahead 1" in text
+    for number, line in enumerate(text.splitlines()):
+        if line.startswith("|") and not text.splitlines()[number - 1].startswith("|"):
+            assert text.splitlines()[number - 1] == "", line
+    assert "None" not in text

@@ -42,28 +42,51 @@ def test_shipped_specs_load():
         assert load_spec(name).plannable_trials()
 
 
+TFLMSV2_EVERYTHING = {"swapout_threshold": 1, "swapin_ahead": 1, "swapin_groupby": 0,
+                      "sync_mode": 0}  # fmt: skip
+
+
+def _lms_levers(settings):
+    return {k: settings[k] for k in TFLMSV2_EVERYTHING}
+
+
 def test_seed_parameters():
-    (trial,) = load_spec("googlenet-enlarged").trials
-    assert (
-        trial.params.resolution,
-        trial.params.batch,
-        trial.params.precision,
-        trial.params.steps,
-        trial.params.classes,
-    ) == (2240, 15, "fp16", 500, 1001)
+    """The seeds as they ran: GoogLeNet enlarged with LMS swapping everything (and auto-tuned),
+    DeepLabV3+ with TFLMSv2's 1/1/0/0 for the sweep and LMS off and on in its searches."""
+    everything, auto = load_spec("googlenet-enlarged").trials
+    for trial in (everything, auto):
+        p = trial.params
+        assert (p.resolution, p.batch, p.precision, p.steps, p.classes) == (
+            2240, 15, "fp16", 500, 1001)  # fmt: skip
+    assert _lms_levers(everything.params.lms) == TFLMSV2_EVERYTHING
+    assert _lms_levers(auto.params.lms) == {**TFLMSV2_EVERYTHING, "swapout_threshold": -1,
+                                            "swapin_ahead": -1, "swapin_groupby": -1}  # fmt: skip
     deeplab = load_spec("deeplab-v3plus")
     assert {t.params.batch for t in deeplab.trials} == {16}
     assert {t.params.steps for t in deeplab.trials} == {1000}
+    assert all(_lms_levers(t.params.lms) == TFLMSV2_EVERYTHING for t in deeplab.trials)
     kinds = {s.kind: s for s in deeplab.searches}
     assert kinds["max-resolution"].params.batch == 1
     assert kinds["max-batch"].params.resolution == 1400
+    for search in deeplab.searches:
+        assert search.modes == ("off", "on") and _lms_levers(search.lms) == TFLMSV2_EVERYTHING
+
+
+def test_the_embedded_default_is_the_mission_at_cpu_size():
+    """smoke: GoogLeNet and DeepLabV3+ only, throughput LMS off and on at one size under a
+    memory budget, and a max-resolution and a max-batch search LMS off and on under that budget."""
     smoke = load_spec("smoke")
-    assert sorted(t.params.workload for t in smoke.trials) == [
-        "deeplabv3plus",
-        "googlenet",
-        "resnet50",
-        "unet3d",
-    ]
+    assert {t.params.workload for t in smoke.trials} == {"googlenet", "deeplabv3plus"}
+    for workload in ("googlenet", "deeplabv3plus"):
+        trials = [t for t in smoke.trials if t.params.workload == workload]
+        assert sorted(bool(t.params.lms) for t in trials) == [False, True]
+        assert len({t.params.replace(lms=None).hash for t in trials}) == 1
+        searches = [s for s in smoke.searches if s.params.workload == workload]
+        assert sorted(s.kind for s in searches) == ["max-batch", "max-resolution"]
+        budgets = {t.params.memory_budget_bytes for t in trials}
+        budgets |= {s.params.memory_budget_bytes for s in searches}
+        assert len(budgets) == 1 and None not in budgets
+        assert all(s.modes == ("off", "on") for s in searches)
 
 
 @pytest.mark.parametrize(
@@ -374,7 +397,9 @@ def test_lms_mode_is_validated_per_study_kind():
     message = str(error.value)
     assert "s.toml" in message and "study[0].lms_mode" in message and "'both'" in message
     with pytest.raises(SpecError, match="study\\[0\\].lms_mode"):
-        parse_spec(spec_with('lms_mode = "both"'), "t.toml")
+        parse_spec(spec_with('lms_mode = "switch"'), "t.toml")  # a throughput study: no sizes
+    both = parse_spec(spec_with('lms_mode = "both"'), "t.toml").trials
+    assert [t.params.lms is not None for t in both] == [False, True]
 
 
 SWEEP = """

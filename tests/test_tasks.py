@@ -68,20 +68,32 @@ def test_specs_lists_every_shipped_spec_with_its_studies():
     from suite.specs import available_specs, load_spec
 
     lines = inv("specs").stdout.splitlines()
-    assert len(lines) == len(available_specs())
-    for name, line in zip(available_specs(), lines, strict=True):
+    heads = [line for line in lines if not line.startswith("  ")]
+    assert len(heads) == len(available_specs())
+    for name, line in zip(available_specs(), heads, strict=True):
         spec = load_spec(name)
         assert line.startswith(
             f"{name}: {len(spec.trials)} trials, {len(spec.switch_sweeps)} switch sweeps, "
             f"{len(spec.searches)} searches — "
         )
+    # which studies use LMS, and how
+    assert "  lms-everything: googlenet 2240px batch 15 fp16 — LMS on (swapout_threshold 1, " in (
+        "\n".join(lines)
+    )
+    assert "  lms-auto: googlenet 2240px batch 15 fp16 — LMS on (auto-tuned)" in lines
+    assert any(line.startswith("  sweep: resnet50 500-4000px batch 1 fp32 — LMS off, then on")
+               for line in lines)  # fmt: skip
+    assert any(" — LMS off and on (auto-tuned)" in line for line in lines)
 
 
 def test_plan_prints_the_plan_and_plots_it_without_training(tmp_path):
     completed = inv("plan", "--spec", "smoke", "--workload", "googlenet", "--resolution", "96",
                     "--device-memory", "100MiB", "--output", str(tmp_path))  # fmt: skip
     assert completed.returncode == 0, completed.stderr
-    (report,) = json.loads(completed.stdout)
+    # smoke's GoogLeNet throughput study: LMS off (planned auto-tuned: what LMS would do) and on
+    # (TFLMSv2's everything swapped, as written in the spec)
+    report, swap_all = json.loads(completed.stdout)
+    assert swap_all["parameters"]["swapout_threshold"] == 1 and swap_all["swapped_bytes"] > 0
     assert (report["workload"], report["resolution"], report["batch"]) == ("googlenet", 96, 4)
     assert report["lms_needed"] and report["fits"] and report["swapped_bytes"] > 0
     assert (

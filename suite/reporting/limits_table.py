@@ -31,7 +31,7 @@ def _rate_at_limit(record: dict | None) -> float | None:
 
 def gain_text(off: dict | None, on: dict | None) -> str:
     if not off or not on or on["largest_ok"] is None:
-        return "-"
+        return "—"
     if off["largest_ok"] is None:
         return "only with LMS"
     ratio = on["largest_ok"] / off["largest_ok"]
@@ -46,7 +46,7 @@ def gain_text(off: dict | None, on: dict | None) -> str:
 def rate_at_limit_text(record: dict | None) -> str:
     rate = _rate_at_limit(record)
     if rate is None:
-        return "-"
+        return "—"
     params, value = record_params(record), record["largest_ok"]
     info = params.info
     resolution = value if record["searched"] == "resolution" else params.resolution
@@ -69,7 +69,7 @@ def limits_table(search_records: list[dict]) -> str | None:
             f"batch {p.batch}" if any_record["searched"] == "resolution" else f"{p.resolution}px"
         )
         off, on = modes.get("off"), modes.get("on")
-        trials = "/".join(str(len(m["trials"])) if m else "-" for m in (off, on))
+        trials = "/".join(str(len(m["trials"])) if m else "—" for m in (off, on))
         rows.append(
             [
                 p.workload,

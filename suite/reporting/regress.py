@@ -124,7 +124,7 @@ def compare(baseline: dict, results_dir: Path, tolerance=TOLERANCE, alpha=ALPHA)
 
 def table(rows: list[dict]) -> str:
     def fmt(value, pattern):
-        return "-" if value is None else pattern.format(value)
+        return "—" if value is None else pattern.format(value)
 
     body = [
         [r["host"], f"{r['workload']} {r['resolution']}px b{r['batch']}",

@@ -23,9 +23,12 @@ from suite.records import (
     record_params,
     utc_now,
 )
+from suite.reporting.answer import answer_tables, process_rates, rate_text
 from suite.reporting.limits_table import limits_table
 from suite.reporting.memory_plots import plot_timelines
 from suite.reporting.sweep_plots import plot_sweeps
+from suite.specs.model import lms_text
+from suite.stats import ratio_interval, ratio_text
 from suite.units import format_bytes
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "reports" / "templates"
@@ -66,7 +69,7 @@ class HostResult:
 
 def _fmt_rate(value: tuple[float, float] | None, scale: float = 1.0) -> str:
     if value is None:
-        return "-"
+        return "—"
     mean, error = value
     return f"{mean / scale:.3g} ± {error / scale:.2g}"
 
@@ -87,10 +90,7 @@ def _throughput_table(by_host: dict) -> str:
     """A row per host; with two or more hosts, each host's images/sec relative to the first host
     (alphabetically) that trained: the comparison the report exists for."""
     rows = []
-    reference = next(
-        (r.rate("images_per_sec") for _, r in sorted(by_host.items()) if r.rate("images_per_sec")),
-        None,
-    )
+    reference = next((h for h, r in sorted(by_host.items()) if process_rates(r.records)), None)
     compare = len(by_host) > 1 and reference is not None
     for host, result in sorted(by_host.items()):
         info = record_params(result.records[-1]).info
@@ -98,20 +98,27 @@ def _throughput_table(by_host: dict) -> str:
             [
                 host,
                 result.outcomes(),
-                _fmt_rate(result.rate("images_per_sec")),
+                rate_text(result.records),
                 _fmt_rate(result.rate(info.rate_key), 1e6),
                 format_bytes(result.peak()),
-                result.records[-1]["device"] or "-",
+                result.records[-1]["device"] or "—",
                 len(result.records),
             ]
         )
         if compare:
-            rate = result.rate("images_per_sec")
-            rows[-1].insert(3, f"{rate[0] / reference[0]:.2f}×" if rate else "-")
+            rates = process_rates(result.records)
+            ratio = ratio_interval(rates, process_rates(by_host[reference].records))
+            versus = "reference" if host == reference else ratio_text(ratio) if rates else "—"
+            rows[-1].insert(3, versus)
     headers = ["host", "outcomes", "images/sec", info.rate_unit, "peak memory", "device", "records"]
     if compare:
-        headers.insert(3, "ratio")
+        headers.insert(3, f"vs {reference}")
     return tabulate(rows, headers, tablefmt="github", disable_numparse=True)
+
+
+def _known(value) -> str:
+    """A description's value as printed: unknown (null) is an em dash."""
+    return "—" if value is None else str(value)
 
 
 def _hosts_table(records: list[dict], results_dir: Path) -> str:
@@ -133,10 +140,15 @@ def _hosts_table(records: list[dict], results_dir: Path) -> str:
         ),
         (
             "driver / CUDA / cuDNN",
-            lambda d: f"{d['driver_version']} / {d['cuda_version']} / {d['cudnn_version']}",
+            lambda d: " / ".join(
+                _known(d[k]) for k in ("driver_version", "cuda_version", "cudnn_version")
+            ),  # fmt: skip
         ),
-        ("TensorFlow / Keras", lambda d: f"{d['tensorflow_version']} / {d['keras_version']}"),
-        ("Python", lambda d: d["python_version"]),
+        (
+            "TensorFlow / Keras",
+            lambda d: f"{_known(d['tensorflow_version'])} / {_known(d['keras_version'])}",
+        ),
+        ("Python", lambda d: _known(d["python_version"])),
         ("image digest", lambda d: d["image_digest"] or "native"),
         (
             "suite commit",
@@ -247,7 +259,7 @@ def render_report(results_dir: Path, output_dir: Path, title: str = "LMS benchma
     sections = []
     for workload, by_hash in sorted(groups.items()):
         for spec_hash, by_host in sorted(by_hash.items()):
-            params = next(iter(by_host.values())).records[-1]["params"]
+            params = record_params(next(iter(by_host.values())).records[-1])
             studies = sorted(
                 {
                     f"{r['spec']['name']}/{r['spec']['study']}"
@@ -260,6 +272,10 @@ def render_report(results_dir: Path, output_dir: Path, title: str = "LMS benchma
                     "workload": workload,
                     "spec_hash": spec_hash,
                     "params": params,
+                    "lms": lms_text(params.lms),
+                    "budget": format_bytes(params.memory_budget_bytes)
+                    if params.memory_budget_bytes
+                    else None,
                     "studies": studies,
                     "table": _throughput_table(by_host),
                 }
@@ -281,6 +297,7 @@ def render_report(results_dir: Path, output_dir: Path, title: str = "LMS benchma
         record_count=len(records),
         hosts=sorted({r["host"] for r in records}),
         sections=sections,
+        answers=answer_tables(records, searches),
         plot=plot_name if has_plot else None,
         hosts_table=_hosts_table(records, results_dir) if records else None,
         limits_table=limits_table(searches),

@@ -39,7 +39,7 @@ def available_specs() -> list[str]:
 
 
 def describe_specs() -> list[str]:
-    """`inv specs`: one line per shipped spec, its studies counted by kind."""
+    """`inv specs`: per shipped spec a line, then one per study saying whether it uses LMS."""
     lines = []
     for name in available_specs():
         spec = load_spec(name)
@@ -47,6 +47,7 @@ def describe_specs() -> list[str]:
             f"{name}: {len(spec.trials)} trials, {len(spec.switch_sweeps)} switch sweeps, "
             f"{len(spec.searches)} searches — {spec.description.splitlines()[0]}"
         )
+        lines += [f"  {study}" for study in spec.study_lines()]
     return lines
 
 

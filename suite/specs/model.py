@@ -85,6 +85,17 @@ class TrialParams:
         return f"{self.workload} {self.resolution}px batch {self.batch} {self.precision}"
 
 
+def lms_text(settings: dict | None) -> str:
+    """ "off", "on (auto-tuned)" or "on (swapout_threshold 1, swapin_ahead 1, ...)"."""
+    if not settings:
+        return "off"
+    names = ("swapout_threshold", "swapin_ahead", "swapin_groupby", "sync_mode", "ordering")
+    fixed = [f"{n} {settings[n]}" for n in names if settings.get(n, -1) != -1 and n in settings]
+    if all(settings.get(n, -1) == -1 for n in names[:3]):
+        return "on (auto-tuned)"
+    return f"on ({', '.join(fixed)})"
+
+
 @dataclass(frozen=True)
 class Trial:
     """One runnable trial: resolved parameters (hashed) plus how to run it (not hashed)."""
@@ -176,6 +187,37 @@ class Spec:
     trials: list[Trial] = field(default_factory=list)
     searches: list[Search] = field(default_factory=list)
     switch_sweeps: list[SwitchSweep] = field(default_factory=list)
+
+    def study_lines(self) -> list[str]:
+        """One line per study: what it runs, and LMS (off, on with which settings, off and on,
+        or switched on where the model no longer fits)."""
+        sizes, modes = {}, {}
+        for trial in self.trials:
+            p = trial.params
+            sizes.setdefault(trial.study, (p, []))[1].append(p.resolution)
+            modes.setdefault(trial.study, set()).add(lms_text(p.lms))
+        what = {}
+        for study, (p, resolutions) in sizes.items():
+            low, high = min(resolutions), max(resolutions)
+            side = f"{low}px" if low == high else f"{low}-{high}px ({len(set(resolutions))} sizes)"
+            what[study] = f"{p.workload} {side} batch {p.batch} {p.precision}"
+        for sweep in self.switch_sweeps:
+            p, r = sweep.params, sweep.resolutions
+            what[sweep.study] = f"{p.workload} {r[0]}-{r[-1]}px batch {p.batch} {p.precision}"
+            modes[sweep.study] = {f"off, then {lms_text(sweep.lms)} where it no longer fits"}
+        for search in self.searches:
+            p = search.params
+            fixed = f"batch {p.batch}" if search.searched == "resolution" else f"{p.resolution}px"
+            what[search.study] = (f"largest {search.searched} of {p.workload} {fixed} "
+                                  f"{p.precision} in {search.start}..{search.stop}")  # fmt: skip
+            modes[search.study] = {
+                "off" if m == "off" else lms_text(search.lms) for m in search.modes
+            }
+        return [
+            f"{study}: {what[study]} — LMS "
+            + " and ".join(sorted(modes[study], key=lambda m: m != "off"))
+            for study in what
+        ]
 
     def plannable_trials(self) -> list[Trial]:
         """Every trial known before running: static ones, and switch sweeps' LMS-on trials."""
