@@ -41,6 +41,38 @@ def switch_points(group: list[dict]) -> dict:
     return points
 
 
+def _plot_host(axis, color, host, off: dict, on: dict) -> None:
+    """One host's series. A switch sweep (LMS off below some size, on from it) is the seeds' one
+    curve: joined, circles where LMS was off, squares where on. Otherwise a line per mode."""
+
+    def means(points):
+        xs = sorted(points)
+        return xs, [statistics.fmean(points[x]) for x in xs]
+
+    if off and on and max(off) < min(on):
+        (x_off, y_off), (x_on, y_on) = means(off), means(on)
+        axis.plot(x_off + x_on, y_off + y_on, "-", color=color, label=f"{host}: LMS off, then on")
+        axis.plot(x_off, y_off, "o", color=color)
+        axis.plot(x_on, y_on, "s", color=color, markerfacecolor="white")
+        return
+    for mode, points, style in (("LMS off", off, "-o"), ("LMS on", on, "--s")):
+        if points:
+            axis.plot(*means(points), style, color=color, label=f"{host}, {mode}")
+
+
+def _mark_switches(axis, switch: dict) -> None:
+    """A line where LMS became necessary, one per size however many hosts switched there; labels
+    staggered in height so that nearby ones do not overlap."""
+    by_size = defaultdict(list)
+    for host, resolution in switch.items():
+        by_size[resolution].append(host)
+    transform = axis.get_xaxis_transform()  # x in data, y in axes fraction
+    for index, (resolution, hosts) in enumerate(sorted(by_size.items())):
+        axis.axvline(resolution, color="grey", linestyle=":", linewidth=1)
+        axis.text(resolution, 0.97 - 0.3 * (index % 3), f" LMS needed: {', '.join(sorted(hosts))}",
+                  transform=transform, rotation=90, va="top", ha="right", fontsize=8)  # fmt: skip
+
+
 def plot_sweeps(records: list[dict], output_dir: Path) -> list[dict]:
     """Write one PNG per series; return [{title, file, switch}] for the report."""
     import matplotlib
@@ -62,27 +94,24 @@ def plot_sweeps(records: list[dict], output_dir: Path) -> list[dict]:
         if not lines:
             continue
         figure, axis = plt.subplots(figsize=(7, 4))
-        for (host, mode), points in sorted(lines.items()):
-            xs = sorted(points)
-            ys = [statistics.fmean(points[x]) for x in xs]
-            style = "-o" if mode == "LMS off" else "--s"
-            axis.plot(xs, ys, style, label=f"{host}, {mode}")
+        hosts = sorted({host for host, _ in lines})
+        for index, host in enumerate(hosts):
+            _plot_host(axis, f"C{index}", host, lines.get((host, "LMS off"), {}),
+                       lines.get((host, "LMS on"), {}))  # fmt: skip
         switch = switch_points(group)
-        for host, resolution in sorted(switch.items()):
-            axis.axvline(resolution, color="grey", linestyle=":", linewidth=1)
-            axis.annotate(
-                f"LMS needed ({host})",
-                (resolution, axis.get_ylim()[1]),
-                rotation=90,
-                va="top",
-                ha="right",
-                fontsize=8,
-            )
+        _mark_switches(axis, switch)
         axis.set_xlabel(info.side_label)
         axis.set_ylabel(info.rate_unit)
         title = f"{params.workload}, batch {params.batch}, {params.precision}"
         axis.set_title(f"Data rate across resolutions: {title}")
-        axis.legend(fontsize=8)
+        handles, labels = axis.get_legend_handles_labels()
+        if any("then on" in label for label in labels):  # what the markers of joined curves mean
+            handles += [
+                axis.plot([], [], "o", color="grey")[0],
+                axis.plot([], [], "s", color="grey", markerfacecolor="white")[0],
+            ]
+            labels += ["trained without LMS", "trained with LMS"]  # fmt: skip
+        axis.legend(handles, labels, fontsize=8)
         figure.tight_layout()
         name = f"sweep-{params.workload}-{key[:8]}.png"
         output_dir.mkdir(parents=True, exist_ok=True)
