@@ -223,3 +223,17 @@ def test_lms_trains_within_a_budget_the_plain_step_exceeds(tmp_path):
     assert plan["swapped_bytes"] > 0 and plan["peak_bytes_with_lms"] <= budget
     assert plan["parameters"]["swapout_threshold"] >= 1  # auto-tuned
     assert on.metrics["peak_memory_bytes"] <= budget < plain.metrics["peak_memory_bytes"]
+
+
+def test_repeats_run_in_rounds_so_compared_trials_share_the_machine_load(tmp_path):
+    """Round r runs every trial's r-th process: LMS off and on (or two sizes) are interleaved,
+    not all repeats of one and then all of the other."""
+    spec = tiny_spec("[32, 48]", "repeats = 2")
+    lines = []
+    run_spec(spec, tmp_path, host="h", echo=lines.append)
+    order = [
+        (r["params"]["resolution"], r["repeat"]) for r in load_records(results_file(tmp_path, "h"))
+    ]
+    assert order == [(32, 0), (48, 0), (32, 1), (48, 1)]
+    assert [line.split("]")[0] for line in lines if line.startswith("[trial")] == [
+        "[trial 1/4", "[trial 2/4", "[trial 3/4", "[trial 4/4"]  # fmt: skip

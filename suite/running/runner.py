@@ -52,7 +52,10 @@ def search_studies(spec: Spec, study: str | None) -> tuple:
 
 
 def run_trials(spec: Spec, executor: TrialExecutor, summary: RunSummary) -> None:
-    planned = [(trial, repeat) for trial in spec.trials for repeat in range(trial.repeats)]
+    # repeats interleaved: round r runs every trial's r-th process, so that what the report
+    # compares (LMS off vs on, one size vs another) meets the same minutes of machine load
+    rounds = max((trial.repeats for trial in spec.trials), default=0)
+    planned = [(t, r) for r in range(rounds) for t in spec.trials if r < t.repeats]
     todo = [(t, r) for t, r in planned if executor.done(t, r) is None]
     summary.planned, summary.skipped = len(planned), len(planned) - len(todo)
     executor.echo(
