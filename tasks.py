@@ -37,36 +37,32 @@ def _user_errors(function):
         "precision": "override every trial's precision: fp32, fp16 or bf16 (changes the hash)",
         "force": "re-run trials that are already recorded",
         "hosts": "run in containers on these Docker hosts at once (names from invoke.yaml "
-        "suite.hosts, or ssh://user@host); default: natively on this machine",
-    }
+        "suite.hosts, or ssh://user@host); default: natively on this machine, or after "
+        "`inv build` in the same invocation, the invoke.yaml hosts of the images it built",
+        "native": "also run natively on this machine (with --hosts or after build)",
+    },
 )
 @_user_errors
 def run(c, spec=None, results=None, host=None, resolution=None, batch=None, steps=None,
-        precision=None, force=False, hosts=None):  # fmt: skip
-    """Run a spec on this host (or on Docker hosts): trials, sweeps and limit searches."""
-    from suite.hosts.docker import choose_hosts, outcome_line, run_arguments, run_on_hosts
-    from suite.running.runner import run_spec, summary_lines
-    from suite.specs import find_spec, load_spec
+        precision=None, force=False, hosts=None, native=False):  # fmt: skip
+    """Run a spec: natively here, or in the images `inv build` just built (`invoke build run`),
+    or on the Docker hosts given."""
+    from suite.running.dispatch import dispatch
+    from suite.specs import load_spec
 
     overrides = {"resolution": resolution, "batch": batch, "steps": steps, "precision": precision}
-    spec = spec or c.suite.spec
-    loaded = load_spec(spec, overrides)  # validated here, before any host
-    if hosts:
-        chosen = choose_hosts(hosts, c.suite.get("hosts") or {}, c.suite.image)
-        outcomes = run_on_hosts(chosen, find_spec(spec), run_arguments(overrides, force),
-                                Path(results or c.suite.results))  # fmt: skip
-        print("\n".join(outcome_line(o) for o in outcomes))
-        if not all(o.ok for o in outcomes):
-            raise Exit(f"error: {sum(not o.ok for o in outcomes)} of {len(outcomes)} hosts "
-                       "failed", code=1)  # fmt: skip
-        return
-    summary = run_spec(loaded, Path(results or c.suite.results), host, force)
-    print("\n".join(summary_lines(summary)))
+    loaded = load_spec(spec or c.suite.spec, overrides)  # validated here, before any host
+    failed = dispatch(loaded, overrides, Path(results or c.suite.results), host=host, force=force,
+                      hosts=hosts, native=native, configured=c.suite.get("hosts"),
+                      default_image=c.suite.image, built=c.suite.get("built"))  # fmt: skip
+    if failed:
+        raise Exit(f"error: {failed} host(s) failed", code=1)
 
 
 @task(
     help={
-        "arch": "x86_64, ppc64le or both (default: invoke.yaml suite.build.arch)",
+        "arch": "native (this machine's), x86_64, ppc64le or both (default: invoke.yaml "
+        "suite.build.arch)",
         "base": "'local' (debootstrap + docker import here, cached) or a base image name",
         "extras": "TensorFlow from PyPI: cpu, gpu, or none (ppc64le always none)",
     }
@@ -77,9 +73,11 @@ def build(c, arch=None, base=None, extras=None):
     from suite.hosts.images import build_images, facts_line
 
     settings = c.suite.build
-    for facts in build_images(arch or settings.arch, base or settings.base,
-                              extras or settings.extras):  # fmt: skip
+    built = build_images(arch or settings.arch, base or settings.base, extras or settings.extras)
+    for facts in built:
         print(facts_line(facts))
+    # `invoke build run`: the run that follows in this invocation uses these images
+    c.config.suite.built = [facts["tag"] for facts in built]
 
 
 @task(
@@ -90,7 +88,7 @@ def build(c, arch=None, base=None, extras=None):
         "results": "results directory",
         "host": "host name the records are filed under; default: this machine's hostname",
         "force": "search again (and re-run the trials) even where records exist",
-    }
+    },
 )
 @_user_errors
 def search(c, spec, study=None, results=None, host=None, force=False):

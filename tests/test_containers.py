@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -239,3 +240,34 @@ def test_the_ppc64le_base_is_a_ppc64le_system_under_emulation(client):
     assert machine == "ppc64le"
     facts = json.loads(description)
     assert facts["architecture"] == "ppc64le" and facts["tensorflow_version"] is None
+
+
+def test_invoke_build_run_runs_the_spec_in_the_image_it_built(image, tmp_path):
+    """`invoke build run` does what it says: `run` after `build` in one invocation runs in the
+    built image on the invoke.yaml hosts (here: the default, this machine's daemon)."""
+    spec = tmp_path / "tiny.toml"
+    spec.write_text(TINY)
+    completed = subprocess.run(
+        [sys.executable, "-m", "invoke", "build", "--arch", "x86_64", "run", "--spec",
+         str(spec), "--results", str(tmp_path / "r"), "--native"],
+        cwd=ROOT, capture_output=True, text=True, timeout=1800,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    assert f"in containers on local ({image['tag']})" in completed.stdout
+    by_image = {}
+    for path in (tmp_path / "r").glob("*.jsonl"):
+        for record in load_records(path):
+            by_image.setdefault(record["image"], set()).add(record["spec_hash"])
+    # the same trial, one hash, natively (--native) and in the image just built
+    assert by_image == {None: by_image[image["id"]], image["id"]: by_image[None]}
+
+
+def test_a_build_no_host_can_run_is_one_clear_error():
+    from suite.errors import SuiteError
+    from suite.hosts.docker import hosts_for_images
+
+    configured = {"local": {"url": "local"}, "power9": {"url": "ssh://b@p9", "image": "x:ppc"}}
+    chosen = hosts_for_images(configured, "lms-suite:x86_64-cpu", ["x:ppc"])
+    assert [h.name for h in chosen] == ["power9"]
+    with pytest.raises(SuiteError, match="no host in invoke.yaml suite.hosts runs the image"):
+        hosts_for_images(configured, "lms-suite:x86_64-cpu", ["lms-suite:ppc64le-none"])

@@ -81,6 +81,18 @@ def choose_hosts(names: str, configured: dict, default_image: str) -> list[Docke
     return chosen
 
 
+def hosts_for_images(configured: dict, default_image: str, built: list[str]) -> list[DockerHost]:
+    """`inv build run`: the hosts of invoke.yaml whose image was just built (those that can run
+    it: a host's image is its own `image`, else suite.image)."""
+    hosts = [DockerHost.from_config(name, settings, default_image)
+             for name, settings in configured.items()]  # fmt: skip
+    chosen = [host for host in hosts if host.image in built]
+    if not chosen:
+        raise SuiteError(f"no host in invoke.yaml suite.hosts runs the image(s) just built "
+                         f"({', '.join(built)}); set suite.hosts.<name>.image")  # fmt: skip
+    return chosen
+
+
 def run_arguments(overrides: dict, force: bool) -> list[str]:
     """`inv run`'s arguments inside each container: the same overrides, so the same hashes."""
     args = [f"--{k}={v}" for k, v in overrides.items() if v is not None]
@@ -158,7 +170,8 @@ def run_on_host(host: DockerHost, spec_text: str, run_args: list[str], results_d
             client = host.client()
             client.ping()
         except Exception as error:
-            raise SuiteError(f"unreachable ({host.url}): {error}") from None
+            hint = " (start one here with `bash scripts/docker.sh`)" if host.url == "local" else ""
+            raise SuiteError(f"unreachable ({host.url}){hint}: {error}") from None
         try:
             image = client.images.get(host.image)
         except docker.errors.ImageNotFound:

@@ -8,6 +8,7 @@ configuration, the same on every host that has the image) is what records carry.
 
 import json
 import os
+import platform
 import shutil
 import tempfile
 import time
@@ -132,6 +133,11 @@ def local_docker(timeout: int):
 def build_images(arch: str, base: str, extras: str, echo=print) -> list[dict]:
     """`inv build`: the image of `arch` ("both": x86_64 and ppc64le; ppc64le without TensorFlow,
     which PyPI lacks) on the local daemon. Returns each image's facts."""
+    if arch == "native":  # what this machine runs without emulation
+        arch = platform.machine()
+        if arch not in ARCHES:
+            raise SuiteError(f"this machine is {arch}; the suite builds images for "
+                             f"{', '.join(ARCHES)} (give --arch)")  # fmt: skip
     arches = list(ARCHES) if arch == "both" else [arch]
     client = local_docker(timeout=600)
     return [
@@ -148,7 +154,7 @@ def facts_line(facts: dict) -> str:
 def build_image(client, arch: str, base: str, extras: str, echo=print) -> dict:
     """Build the suite image for `arch`; `base` is "local" or an image name. Returns its facts."""
     if arch not in ARCHES:
-        raise SuiteError(f"--arch {arch!r}: choose x86_64, ppc64le or both")
+        raise SuiteError(f"--arch {arch!r}: choose native, x86_64, ppc64le or both")
     if extras not in ("cpu", "gpu", "none"):
         raise SuiteError(f"--extras {extras!r}: choose cpu, gpu or none")
     if arch == "ppc64le" and extras != "none":
