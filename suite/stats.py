@@ -41,34 +41,6 @@ def throughput_metrics(
     }
 
 
-def mann_whitney_p(first: list[float], second: list[float]) -> float:
-    """Two-sided p-value of the Mann–Whitney U test (normal approximation with tie correction
-    and continuity correction), the test asv uses to call a benchmark change significant.
-    Needs at least 5 samples on each side; 1.0 (nothing shown) with fewer."""
-    n1, n2 = len(first), len(second)
-    if n1 < 5 or n2 < 5:
-        return 1.0
-    values = sorted([(v, 0) for v in first] + [(v, 1) for v in second])
-    ranks, ties, i = [0.0] * len(values), 0.0, 0
-    while i < len(values):
-        j = i
-        while j + 1 < len(values) and values[j + 1][0] == values[i][0]:
-            j += 1
-        for k in range(i, j + 1):
-            ranks[k] = (i + j) / 2 + 1
-        size = j - i + 1
-        ties += size**3 - size
-        i = j + 1
-    rank_first = sum(r for r, (_, side) in zip(ranks, values, strict=True) if side == 0)
-    u = rank_first - n1 * (n1 + 1) / 2
-    n = n1 + n2
-    variance = n1 * n2 / 12 * ((n + 1) - ties / (n * (n - 1)))
-    if variance <= 0:
-        return 1.0
-    z = (abs(u - n1 * n2 / 2) - 0.5) / math.sqrt(variance)
-    return math.erfc(max(z, 0.0) / math.sqrt(2))
-
-
 def _incomplete_beta(a: float, b: float, x: float) -> float:
     """Regularized incomplete beta I_x(a, b), by its continued fraction (modified Lentz)."""
     if x <= 0:

@@ -17,8 +17,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SPEC = """
 name = "nightly"
 [defaults]
-steps = 10
+steps = 5
 warmup_steps = 2
+repeats = 3  # the regression gate's evidence: trial processes, at least two a side
 timeout = 600
 [[study]]
 name = "googlenet"
@@ -82,7 +83,7 @@ def test_nightly_chain_passes_then_catches_a_slowdown(tmp_path):
     status, output = night({**env, "PYTHONPATH": str(tmp_path / "slower")})
     assert status == 1, output
     records = load_all_records(tmp_path / "results")
-    assert len(records) == 4 and len({r["run"] for r in records}) == 2  # night 2 measured anew
+    assert len(records) == 12 and len({r["run"] for r in records}) == 2  # night 2 measured anew
     regression = json.loads((tmp_path / "report" / "regression.json").read_text())
     assert [r["verdict"] for r in regression["rows"]] == ["regression", "regression"]
     report = (tmp_path / "report" / "report.md").read_text()

@@ -1,8 +1,8 @@
 """The regression gate on hand-made records: a real slowdown is caught, noise is not, a trial that
 stops training is a regression, and the report gets the section."""
 
+import math
 import random
-import statistics
 import subprocess
 from pathlib import Path
 
@@ -13,21 +13,24 @@ from suite.errors import SuiteError
 from suite.records import SCHEMA_VERSION, append_record, results_file, store_host
 from suite.reporting.regress import compare, load_baseline, make_baseline, write_regression
 from suite.reporting.report import render_report
-from suite.stats import mann_whitney_p
 
 ROOT = Path(__file__).resolve().parents[1]
 PARAMS = record("h", "r", "x", 1.0, 0.1)["params"]
 
 
-def run_records(host, run, spec_hash, seconds_per_step, seed, repeats=2, outcome="ok", day=1,
-                given_steps=None):  # fmt: skip
-    """A run's records; step times drawn around `seconds_per_step` (3 % noise), or given."""
+def run_records(host, run, spec_hash, seconds_per_step, seed, repeats=3, outcome="ok", day=1,
+                given_rates=None, machine=None):  # fmt: skip
+    """A run's records, one per trial process: images/sec around 2 / `seconds_per_step` (3 %
+    noise between processes), or `given_rates`; `machine`: the machine speed each measured."""
     rng = random.Random(seed)
     records = []
-    for repeat in range(repeats):
-        steps = given_steps or [rng.gauss(seconds_per_step, seconds_per_step * 0.03)
-                                for _ in range(30)]  # fmt: skip
+    noisy = [2 / (seconds_per_step or 1) * math.exp(rng.gauss(0, 0.03)) for _ in range(repeats)]
+    rates = given_rates or noisy
+    for repeat, rate in enumerate(rates):
         ok = outcome == "ok"
+        metrics = {"images_per_sec": {"mean": rate, "stderr": 0.0}}
+        if machine is not None:
+            metrics["machine_speed"] = {"mean": machine[repeat % len(machine)]}
         records.append({
             "schema": SCHEMA_VERSION,
             "spec": {"name": "s", "study": "a", "source": "s.toml"},
@@ -37,8 +40,7 @@ def run_records(host, run, spec_hash, seconds_per_step, seed, repeats=2, outcome
             "host": host,
             "host_ref": "ref",
             "outcome": outcome,
-            "metrics": {"step_times_s": steps,
-                        "images_per_sec": {"mean": 2 / statistics.fmean(steps)}} if ok else None,
+            "metrics": metrics if ok else None,
             "error": None if ok else "OOM",
             "device": "CPU:0",
             "started_at": f"2026-11-{day:02d}T00:00:00+00:00",
@@ -100,70 +102,69 @@ def test_inv_regress_exits_non_zero_and_the_report_shows_it(accepted, tmp_path):
     assert "## Regression check" in report and "**1 regression(s)**" in report
 
 
-@pytest.mark.parametrize(
-    "first, second, expected",
-    [
-        ([1, 2, 3, 4, 5], [6, 7, 8, 9, 10], 0.012185780355344813),
-        ([1, 2, 2, 3, 3, 4], [3, 4, 4, 5, 5, 6], 0.01810094873944969),  # ties across the samples
-        ([5, 5, 5, 5, 5], [5, 5, 5, 5, 6], 0.4237107971667934),  # nearly all tied
-        ([1, 1, 2, 2, 3, 3, 4, 4], [2, 2, 3, 3, 4, 4, 5, 5, 6], 0.08580378797002619),
-    ],
-)
-def test_mann_whitney_matches_scipy(first, second, expected):
-    """Expected: scipy.stats.mannwhitneyu(first, second, use_continuity=True,
-    alternative="two-sided", method="asymptotic").pvalue (scipy 1.16), the same test asv uses."""
-    assert mann_whitney_p(first, second) == pytest.approx(expected, rel=1e-9)
-    assert mann_whitney_p(second, first) == pytest.approx(expected, rel=1e-9)  # symmetric
-
-
-def test_mann_whitney_needs_five_samples_a_side_and_some_spread():
-    assert mann_whitney_p([1, 2], [3, 4]) == 1.0
-    assert mann_whitney_p([1, 2, 3, 4], [5, 6, 7, 8, 9]) == 1.0
-    assert mann_whitney_p([5] * 5, [5] * 6) == 1.0  # all tied: no variance, nothing shown
-
-
-def gate(accepted, now_steps, tolerance=0.05, alpha=0.002, base_steps=None):
-    """The verdict on h1/cccc: a baseline run with `base_steps`, a new one with `now_steps`."""
+def gate(accepted, now_rates, base_rates, tolerance=0.05, alpha=0.002, now_machine=None,
+         base_machine=None, spec_hash="cccc"):  # fmt: skip
+    """The verdict on h1/`spec_hash`: a baseline run of processes with `base_rates`, a new one
+    with `now_rates` (and the machine speeds each process measured, if given)."""
     results, path = accepted
-    write(results, run_records("h1", "base", "cccc", 0, 0, repeats=1, given_steps=base_steps))
+    write(results, run_records("h1", "base", spec_hash, 0, 0, given_rates=base_rates,
+                               machine=base_machine))  # fmt: skip
     baseline = make_baseline(results, path)
-    write(results, run_records("h1", "new", "cccc", 0, 0, repeats=1, given_steps=now_steps, day=2))
+    write(results, run_records("h1", "new", spec_hash, 0, 0, given_rates=now_rates, day=2,
+                               machine=now_machine))  # fmt: skip
     rows = {r["key"]: r for r in compare(baseline, results, tolerance, alpha)}
-    return rows["h1/cccc"]
+    return rows[f"h1/{spec_hash}"]
 
 
-STEADY = [0.100, 0.101, 0.099, 0.100, 0.102, 0.098, 0.100, 0.101, 0.099, 0.100]
+STEADY = [10.0, 10.1, 9.9, 10.05, 9.95]
 
 
 def test_a_significant_change_within_the_tolerance_is_not_a_regression(accepted):
-    row = gate(accepted, [t * 1.03 for t in STEADY], base_steps=STEADY)  # 3 % slower, every step
-    assert row["p"] < 0.002 and row["change"] == pytest.approx(-0.03 / 1.03, rel=1e-6)
-    assert row["verdict"] == "unchanged"
+    row = gate(accepted, [r * 0.97 for r in STEADY], STEADY)  # 3 % slower, every process
+    assert row["p"] < 0.002 and row["change"] == pytest.approx(-0.03, rel=1e-6)
+    assert row["verdict"] == "unchanged" and "within 5%" in row["reason"]
 
 
 def test_a_change_beyond_the_tolerance_that_noise_explains_is_not_a_regression(accepted):
-    """Means 6 % apart, but the rates interleave: the Mann–Whitney test shows nothing."""
-    base = [0.1, 0.2] * 5
-    row = gate(accepted, [0.11, 0.2] * 5, base_steps=base)
+    """Geometric means 8 % apart, but the processes scatter by a factor of two."""
+    row = gate(accepted, [5.5, 14.0, 9.0], [6.0, 15.0, 10.0])
     assert row["change"] < -0.05 and row["p"] > 0.1
     assert row["verdict"] == "unchanged"
 
 
 @pytest.mark.parametrize("tolerance, verdict", [(0.05, "regression"), (0.10, "unchanged")])
 def test_the_tolerance_decides_a_significant_eight_percent_slowdown(accepted, tolerance, verdict):
-    row = gate(accepted, [t / 0.92 for t in STEADY], tolerance=tolerance, base_steps=STEADY)
+    row = gate(accepted, [r * 0.92 for r in STEADY], STEADY, tolerance=tolerance)
     assert row["change"] == pytest.approx(-0.08, rel=1e-6) and row["p"] < 0.002
     assert row["verdict"] == verdict
 
 
 @pytest.mark.parametrize("alpha, verdict", [(0.002, "unchanged"), (0.05, "regression")])
 def test_alpha_decides_a_weakly_significant_slowdown(accepted, alpha, verdict):
-    """Ten steps a side, 23 % slower but noisy: p = 0.021, between the two thresholds."""
-    base = [0.10, 0.13, 0.09, 0.15, 0.11, 0.08, 0.14, 0.10, 0.12, 0.09]
-    now = [t * 1.3 for t in base]
-    row = gate(accepted, now, alpha=alpha, base_steps=base)
+    """Three processes a side, 23 % slower but noisy: p between the two thresholds."""
+    base = [10.0, 10.8, 9.2]
+    row = gate(accepted, [r / 1.3 for r in [10.2, 11.0, 9.3]], base, alpha=alpha)
     assert 0.002 < row["p"] < 0.05 and row["change"] < -0.05
     assert row["verdict"] == verdict
+
+
+def test_a_busy_machine_is_not_taken_for_a_slower_suite(accepted):
+    """The same suite rerun while the machine was busy: every process 40 % slower, and so was the
+    machine's product chain around it. Per machine speed nothing changed; without it, it would
+    be called a regression (the +49 % 'improvement' seen the other way round)."""
+    busy, quiet = [6.0, 6.1, 5.9], [10.0, 10.1, 9.9]
+    machine_now, machine_then = [60.0, 61.0, 59.5], [100.0, 101.0, 99.0]
+    row = gate(accepted, busy, quiet, now_machine=machine_now, base_machine=machine_then)
+    assert row["machine"] == pytest.approx(0.6, abs=0.01) and row["verdict"] == "unchanged"
+    assert abs(row["change"]) < 0.02
+    raw = gate(accepted, busy, quiet, spec_hash="dddd")  # without the machine's speed: as they are
+    assert raw["machine"] is None and raw["verdict"] == "regression"
+
+
+def test_one_process_a_side_is_inconclusive(accepted):
+    row = gate(accepted, [5.0], [10.0])
+    assert row["verdict"] == "inconclusive" and "repeats >= 3" in row["reason"]
+    assert row["change"] == pytest.approx(-0.5)
 
 
 def test_bad_baselines_get_clear_errors(tmp_path):

@@ -1,11 +1,15 @@
 """The regression gate of scheduled runs: `inv baseline` accepts results, `inv regress` compares
 the newest run against them (DESIGN.md §4).
 
-A baseline holds, per host and spec hash, the per-step images/sec of an accepted run. A change is
-a regression only when it is beyond a tolerance (default 5 %) *and* significant: the Mann–Whitney
-U test on the per-step rates of the two runs (all repeats pooled) gives p < 0.002, asv's
-threshold. A trial that trained in the baseline and does not now is a regression whatever its
-numbers. Comparisons pair equal spec hashes only.
+A baseline holds, per host and spec hash, each trial process of an accepted run: its images/sec
+and the machine's speed around it (`training.machine_speed`). The unit of evidence is the
+process: its steps share one minute of machine load, so counting them as independent samples
+called an unchanged suite rerun after a busy period a +49 % "improvement" (p = 0.00094). Rates are
+divided by the machine's speed, and a change is a regression only when it is beyond a tolerance
+(default 5 %) *and* the (1 - alpha) confidence interval of the ratio of geometric means (Welch's t
+on logarithms, alpha 0.002 as asv's) excludes 1. Fewer than 2 processes on a side is
+"inconclusive". A trial that trained in the baseline and does not now is a regression whatever
+its numbers. Comparisons pair equal spec hashes only.
 """
 
 import json
@@ -17,17 +21,20 @@ from tabulate import tabulate
 
 from suite.errors import SuiteError
 from suite.records import load_all_records, record_params, utc_now, write_atomic
-from suite.stats import mann_whitney_p
+from suite.stats import ratio_interval
 
-BASELINE_VERSION = 1
+BASELINE_VERSION = 2  # 2: per trial process, with the machine speed (1: per step)
 REGRESSION_FILE = "regression.json"  # beside the report it is shown in
 TOLERANCE = 0.05
 ALPHA = 0.002
 
 
-def _rates(record: dict) -> list[float]:
-    batch = record_params(record).batch
-    return [batch / s for s in (record["metrics"] or {}).get("step_times_s", []) if s > 0]
+def _process(record: dict) -> dict:
+    """What one trial process contributes: its images/sec (mean over its steps) and the machine's
+    speed around it (None for records from before it was measured)."""
+    metrics = record["metrics"]
+    speed = (metrics.get("machine_speed") or {}).get("mean")
+    return {"rate": metrics["images_per_sec"]["mean"], "machine_speed": speed}
 
 
 def newest_runs(records: list[dict]) -> dict:
@@ -64,7 +71,7 @@ def make_baseline(results_dir: Path, path: Path) -> dict:
         ok = [r for r in run if r["outcome"] == "ok"]
         if not ok:
             continue
-        rates = [rate for r in ok for rate in _rates(r)]
+        processes = [_process(r) for r in ok]
         entries[f"{host}/{spec_hash}"] = {
             "host": host,
             "spec_hash": spec_hash,
@@ -72,9 +79,8 @@ def make_baseline(results_dir: Path, path: Path) -> dict:
             "resolution": record_params(ok[0]).resolution,
             "batch": record_params(ok[0]).batch,
             "run": ok[0].get("run"),
-            "repeats": len(ok),
-            "images_per_sec": statistics.fmean(rates),
-            "step_rates": rates,
+            "images_per_sec": statistics.fmean(p["rate"] for p in processes),
+            "processes": processes,
         }
     if not entries:
         raise SuiteError(f"no trained records in {results_dir} to make a baseline of")
@@ -96,28 +102,65 @@ def load_baseline(path: Path) -> dict:
     return baseline
 
 
+def _normalised(processes: list[dict], baseline: list[dict]) -> tuple[list, list, float | None]:
+    """Rates divided by the machine's speed around each process, when every process on both
+    sides measured it: a busy machine slows the suite and the product chain alike. Returns the
+    two lists and how fast the machine ran now against the baseline (None: not measured)."""
+    speeds = [p["machine_speed"] for p in processes + baseline]
+    if any(speed is None for speed in speeds):
+        return [p["rate"] for p in processes], [p["rate"] for p in baseline], None
+    machine = statistics.fmean(p["machine_speed"] for p in processes) / statistics.fmean(
+        p["machine_speed"] for p in baseline
+    )
+    return (
+        [p["rate"] / p["machine_speed"] for p in processes],
+        [p["rate"] / p["machine_speed"] for p in baseline],
+        machine,
+    )
+
+
 def compare(baseline: dict, results_dir: Path, tolerance=TOLERANCE, alpha=ALPHA) -> list[dict]:
-    """One row per baseline entry: the newest run's change, p-value and verdict."""
+    """One row per baseline entry: the newest run against it. The unit of evidence is the trial
+    process (its steps share one minute of machine load), rates are divided by the machine's
+    measured speed, and a change counts when it is beyond `tolerance` and the (1 - alpha)
+    confidence interval of the ratio excludes 1. Fewer than 2 processes on a side: inconclusive."""
     runs = newest_runs(load_all_records(results_dir))
     rows = []
     for key, entry in sorted(baseline["entries"].items()):
         row = {k: entry[k] for k in ("host", "workload", "resolution", "batch")}
-        row.update(key=key, baseline=entry["images_per_sec"], now=None, change=None, p=None)
+        row.update(key=key, baseline=entry["images_per_sec"], now=None, change=None, p=None,
+                   interval=None, machine=None, processes=None)  # fmt: skip
         run = runs.get((entry["host"], entry["spec_hash"]))
         if not run or run[0].get("run") == entry["run"]:
             row["verdict"] = "no new run"
-        elif not any(r["outcome"] == "ok" for r in run):
+            rows.append(row)
+            continue
+        ok = [r for r in run if r["outcome"] == "ok"]
+        if not ok:
             row["verdict"] = "regression"
             row["reason"] = f"did not train: {run[0]['outcome']}"
+            rows.append(row)
+            continue
+        processes = [_process(r) for r in ok]
+        now, before, machine = _normalised(processes, entry["processes"])
+        interval = ratio_interval(now, before, confidence=1 - alpha)
+        change = interval["ratio"] - 1
+        row.update(now=statistics.fmean(p["rate"] for p in processes), change=change,
+                   p=interval["p"], machine=machine,
+                   processes=[len(processes), len(entry["processes"])])  # fmt: skip
+        if interval["low"] is not None:
+            row["interval"] = [interval["low"] - 1, interval["high"] - 1]
+        if interval["p"] is None:
+            row["verdict"] = "inconclusive"
+            row["reason"] = "fewer than 2 trial processes on a side (repeats >= 3 to compare)"
+        elif interval["low"] > 1 or interval["high"] < 1:
+            if abs(change) > tolerance:
+                row["verdict"] = "regression" if change < 0 else "improvement"
+            else:
+                row["verdict"] = "unchanged"
+                row["reason"] = f"significant but within {tolerance:.0%}"
         else:
-            rates = [rate for r in run if r["outcome"] == "ok" for rate in _rates(r)]
-            now = statistics.fmean(rates)
-            change = now / entry["images_per_sec"] - 1
-            p = mann_whitney_p(entry["step_rates"], rates)
-            row.update(now=now, change=change, p=p)
-            significant = p < alpha and abs(change) > tolerance
-            row["verdict"] = ("regression" if change < 0 else "improvement") if significant else (
-                "unchanged")  # fmt: skip
+            row["verdict"] = "unchanged"
         rows.append(row)
     return rows
 
@@ -128,11 +171,15 @@ def table(rows: list[dict]) -> str:
 
     body = [
         [r["host"], f"{r['workload']} {r['resolution']}px b{r['batch']}",
-         fmt(r["baseline"], "{:.3g}"), fmt(r["now"], "{:.3g}"), fmt(r["change"], "{:+.1%}"),
-         fmt(r["p"], "{:.2g}"), r["verdict"] + (f" ({r['reason']})" if r.get("reason") else "")]
+         fmt(r["baseline"], "{:.3g}"), fmt(r["now"], "{:.3g}"), fmt(r["machine"], "{:.2f}×"),
+         fmt(r["change"], "{:+.1%}")
+         + (f" ({r['interval'][0]:+.0%} to {r['interval'][1]:+.0%})" if r.get("interval") else ""),
+         fmt(r["p"], "{:.2g}"), "/".join(map(str, r["processes"])) if r.get("processes") else "—",
+         r["verdict"] + (f" ({r['reason']})" if r.get("reason") else "")]
         for r in rows
     ]  # fmt: skip
-    headers = ["host", "workload", "baseline img/s", "now img/s", "change", "p", "verdict"]
+    headers = ["host", "workload", "baseline img/s", "now img/s", "machine speed",
+               "change per machine speed", "p", "processes now/baseline", "verdict"]  # fmt: skip
     return tabulate(body, headers, tablefmt="github", disable_numparse=True)
 
 

@@ -73,6 +73,7 @@ def run(params: "TrialParams") -> dict:
         if index == 0 or (index + 1) % max(1, total // 10) == 0 or index + 1 == total:
             _log(f"step {index + 1}/{total}: {seconds:.3f}s")
 
+    speed_before = training.machine_speed(device)
     try:
         result = training.measure(
             train_step, next_batch, params.warmup_steps, params.steps, device, budget, on_step
@@ -91,6 +92,7 @@ def run(params: "TrialParams") -> dict:
             "error": str(error).splitlines()[0][:500],
             "metrics": {"peak_memory_bytes": None, "memory_budget_bytes": budget},
         }
+    speed_after = training.machine_speed(device)
     memory = {"peak_memory_bytes": result.peak_bytes, "memory_budget_bytes": budget}
     if planner is not None:
         memory["lms"] = planner.report  # the plan beside the measured peak
@@ -112,6 +114,12 @@ def run(params: "TrialParams") -> dict:
             "warmup_times_s": result.warmup_seconds,
             "build_s": build_seconds,
             "final_loss": result.final_loss,
+            # runs/s of a fixed product chain before and after the steps (training.machine_speed)
+            "machine_speed": {
+                "before": speed_before,
+                "after": speed_after,
+                "mean": (speed_before + speed_after) / 2,
+            },  # fmt: skip
         }
     )
     return {"outcome": "ok", "device": device, "metrics": metrics, "error": None}

@@ -64,6 +64,34 @@ class Measurement:
     over_budget: bool = False  # stopped early: the allocator peak passed the memory budget
 
 
+CALIBRATION_SIDE = 384  # a 384x384 float32 product chain: ~0.1 GFLOP per run, all cores busy
+
+
+def machine_speed(device: str, seconds: float = 0.3) -> float:
+    """Runs per second of a fixed chain of matrix products on `device`: how fast this machine is
+    at this minute. Each trial process measures it before and after its steps; the regression
+    gate divides throughput by it, so that a busy machine is not taken for a slower suite."""
+    import tensorflow as tf
+
+    with tf.device(device):
+        matrix = tf.random.stateless_normal((CALIBRATION_SIDE, CALIBRATION_SIDE), seed=(0, 0))
+
+    @tf.function
+    def chain(a):
+        x = a
+        for _ in range(8):
+            x = tf.linalg.matmul(x, a) * 1e-3
+        return tf.reduce_sum(x)
+
+    with tf.device(device):
+        float(chain(matrix))  # traced and warmed
+        start, runs = time.perf_counter(), 0
+        while time.perf_counter() - start < seconds:
+            float(chain(matrix))
+            runs += 1
+    return runs / (time.perf_counter() - start)
+
+
 def measure(
     train_step,
     next_batch,
