@@ -40,21 +40,26 @@ def _user_errors(function):
         "suite.hosts, or ssh://user@host); default: natively on this machine, or after "
         "`inv build` in the same invocation, the invoke.yaml hosts of the images it built",
         "native": "also run natively on this machine (with --hosts or after build)",
+        "round": "only every trial's N-th process, and sweeps and searches with N = 1 (how runs "
+        "that share this machine are interleaved)",
+        "run_id": "the run the records belong to (rounds of one interleaved run share it)",
     },
 )
 @_user_errors
 def run(c, spec=None, results=None, host=None, resolution=None, batch=None, steps=None,
-        precision=None, force=False, hosts=None, native=False):  # fmt: skip
+        precision=None, force=False, hosts=None, native=False, round=None,
+        run_id=None):  # fmt: skip
     """Run a spec: natively here, or in the images `inv build` just built (`invoke build run`),
     or on the Docker hosts given."""
-    from suite.running.dispatch import dispatch
+    from suite.running.dispatch import dispatch, parse_round
     from suite.specs import load_spec
 
     overrides = {"resolution": resolution, "batch": batch, "steps": steps, "precision": precision}
     loaded = load_spec(spec or c.suite.spec, overrides)  # validated here, before any host
     failed = dispatch(loaded, overrides, Path(results or c.suite.results), host=host, force=force,
                       hosts=hosts, native=native, configured=c.suite.get("hosts"),
-                      default_image=c.suite.image, built=c.suite.get("built"))  # fmt: skip
+                      default_image=c.suite.image, built=c.suite.get("built"),
+                      round_=parse_round(round), run_id=run_id)  # fmt: skip
     if failed:
         raise Exit(f"error: {failed} host(s) failed", code=1)
 

@@ -244,9 +244,10 @@ def test_the_ppc64le_base_is_a_ppc64le_system_under_emulation(client):
 
 def test_invoke_build_run_runs_the_spec_in_the_image_it_built(image, tmp_path):
     """`invoke build run` does what it says: `run` after `build` in one invocation runs in the
-    built image on the invoke.yaml hosts (here: the default, this machine's daemon)."""
+    built image on the invoke.yaml hosts (here: the default, this machine's daemon). With
+    --native too, both places share this machine: they run in rounds, one place at a time."""
     spec = tmp_path / "tiny.toml"
-    spec.write_text(TINY)
+    spec.write_text(TINY.replace("timeout = 300", "timeout = 300\nrepeats = 2"))
     completed = subprocess.run(
         [sys.executable, "-m", "invoke", "build", "--arch", "x86_64", "run", "--spec",
          str(spec), "--results", str(tmp_path / "r"), "--native"],
@@ -254,12 +255,15 @@ def test_invoke_build_run_runs_the_spec_in_the_image_it_built(image, tmp_path):
     )  # fmt: skip
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
     assert f"in containers on local ({image['tag']})" in completed.stdout
-    by_image = {}
-    for path in (tmp_path / "r").glob("*.jsonl"):
-        for record in load_records(path):
-            by_image.setdefault(record["image"], set()).add(record["spec_hash"])
-    # the same trial, one hash, natively (--native) and in the image just built
-    assert by_image == {None: by_image[image["id"]], image["id"]: by_image[None]}
+    assert "round 2/2: this machine, local in turn" in completed.stdout
+    records = [r for p in (tmp_path / "r").glob("*.jsonl") for r in load_records(p)]
+    records.sort(key=lambda r: r["started_at"] + str(r["image"] is not None))
+    # the same trial, one hash, natively and in the image just built; repeats alternate places
+    assert len({r["spec_hash"] for r in records}) == 1
+    assert [(r["image"] is not None, r["repeat"]) for r in records] == [
+        (False, 0), (True, 0), (False, 1), (True, 1)]  # fmt: skip
+    assert {r["image"] for r in records} == {None, image["id"]}
+    assert len({r["run"] for r in records}) == 1  # the rounds make one run
 
 
 def test_a_build_no_host_can_run_is_one_clear_error():

@@ -19,6 +19,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlparse
 
 from suite.errors import SuiteError
 from suite.hosts.description import IMAGE_DIGEST_VARIABLE
@@ -59,6 +60,14 @@ class DockerHost:
         return cls(name, settings.get("url", "local"), settings.get("image", default_image),
                    bool(settings.get("gpus", False)))  # fmt: skip
 
+    @property
+    def on_this_machine(self) -> bool:
+        """Its daemon runs here (the local socket, or SSH or TCP to loopback): its trials share
+        this machine's cores with anything else run here, so runs here are interleaved."""
+        if self.url == "local" or self.url.startswith("unix://"):
+            return True
+        return urlparse(self.url).hostname in ("localhost", "127.0.0.1", "::1")
+
     def client(self):
         import docker
 
@@ -93,9 +102,13 @@ def hosts_for_images(configured: dict, default_image: str, built: list[str]) -> 
     return chosen
 
 
-def run_arguments(overrides: dict, force: bool) -> list[str]:
-    """`inv run`'s arguments inside each container: the same overrides, so the same hashes."""
+def run_arguments(overrides: dict, force: bool, round_: int | None = None,
+                  run_id: str | None = None) -> list[str]:  # fmt: skip
+    """`inv run`'s arguments inside each container: the same overrides, so the same hashes;
+    `round_` r: only every trial's r-th process, under `run_id` (interleaving places that share
+    a machine: the rounds make one run)."""
     args = [f"--{k}={v}" for k, v in overrides.items() if v is not None]
+    args += [f"--round={round_}", f"--run-id={run_id}"] if round_ is not None else []
     return args + (["--force"] if force else [])
 
 

@@ -55,6 +55,7 @@ class TrialExecutor:
         force: bool = False,
         echo=print,
         extra_env: dict | None = None,
+        run_id: str | None = None,
     ):
         self.results_dir = Path(results_dir)
         self.host = host or default_host_name()
@@ -66,7 +67,8 @@ class TrialExecutor:
         self._host_ref = None
         self.elapsed = []  # wall seconds of the trials run (not reused), for ETAs
         self.outcomes = {}  # outcome -> count, of the trials run
-        self.run_id = uuid.uuid4().hex[:12]  # groups the records of one run (inv regress)
+        # groups the records of one run (inv regress); given when a run is made of rounds
+        self.run_id = run_id or uuid.uuid4().hex[:12]
 
     def done(self, trial: Trial, repeat: int = 0) -> dict | None:
         return self.recorded.get((trial.hash, repeat))

@@ -51,11 +51,12 @@ def search_studies(spec: Spec, study: str | None) -> tuple:
     return (study,)
 
 
-def run_trials(spec: Spec, executor: TrialExecutor, summary: RunSummary) -> None:
+def run_trials(spec: Spec, executor: TrialExecutor, summary: RunSummary, round_=None) -> None:
     # repeats interleaved: round r runs every trial's r-th process, so that what the report
     # compares (LMS off vs on, one size vs another) meets the same minutes of machine load
     rounds = max((trial.repeats for trial in spec.trials), default=0)
-    planned = [(t, r) for r in range(rounds) for t in spec.trials if r < t.repeats]
+    chosen = range(rounds) if round_ is None else [round_ - 1]
+    planned = [(t, r) for r in chosen for t in spec.trials if r < t.repeats]
     todo = [(t, r) for t, r in planned if executor.done(t, r) is None]
     summary.planned, summary.skipped = len(planned), len(planned) - len(todo)
     executor.echo(
@@ -80,14 +81,20 @@ def run_spec(
     echo=print,
     extra_env: dict | None = None,
     studies: tuple | None = None,
+    round_: int | None = None,
+    run_id: str | None = None,
 ) -> RunSummary:
-    """Run `spec` (only `studies` if given): trials, then switch sweeps, then limit searches."""
-    executor = TrialExecutor(results_dir, host, force, echo, extra_env)
+    """Run `spec` (only `studies` if given): trials, then switch sweeps, then limit searches.
+    `round_` r: only every trial's r-th process, and the sweeps and searches in round 1 (a
+    dispatcher interleaving places that share this machine runs the rounds in turn)."""
+    executor = TrialExecutor(results_dir, host, force, echo, extra_env, run_id)
     if studies is not None:
         spec = select_studies(spec, studies)
     summary = RunSummary(executor.path, 0, 0, executor.outcomes)
     if spec.trials:
-        run_trials(spec, executor, summary)
+        run_trials(spec, executor, summary, round_)
+    if round_ not in (None, 1):  # later rounds: the trials' next processes only
+        return summary
     for sweep in spec.switch_sweeps:
         run_switch_sweep(sweep, spec, executor)
     for search in spec.searches:
