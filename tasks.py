@@ -56,12 +56,13 @@ def run(c, spec=None, results=None, host=None, resolution=None, batch=None, step
 
     overrides = {"resolution": resolution, "batch": batch, "steps": steps, "precision": precision}
     loaded = load_spec(spec or c.suite.spec, overrides)  # validated here, before any host
-    failed = dispatch(loaded, overrides, Path(results or c.suite.results), host=host, force=force,
-                      hosts=hosts, native=native, configured=c.suite.get("hosts"),
-                      default_image=c.suite.image, built=c.suite.get("built"),
-                      round_=parse_round(round), run_id=run_id)  # fmt: skip
+    failed, hosts_run = dispatch(
+        loaded, overrides, Path(results or c.suite.results), host=host, force=force, hosts=hosts,
+        native=native, configured=c.suite.get("hosts"), default_image=c.suite.image,
+        built=c.suite.get("built"), round_=parse_round(round), run_id=run_id,
+    )  # fmt: skip
     if failed:
-        raise Exit(f"error: {failed} host(s) failed", code=1)
+        raise Exit(f"error: {failed} of {hosts_run} hosts failed", code=1)
 
 
 @task(

@@ -43,8 +43,8 @@ def parse_round(value) -> int | None:
 def dispatch(spec: Spec, overrides: dict, results: Path, *, host=None, force=False,
              hosts: str | None = None, native=False, configured: dict | None = None,
              default_image: str = "", built: list | None = None, round_: int | None = None,
-             run_id: str | None = None, echo=print) -> int:  # fmt: skip
-    """Run `spec` where asked; return how many Docker hosts failed (0: all ran). `round_`: only
+             run_id: str | None = None, echo=print) -> tuple[int, int]:  # fmt: skip
+    """Run `spec` where asked; return (Docker hosts that failed, Docker hosts). `round_`: only
     that round (inside a container of an interleaved run)."""
     configured = configured or {}
     chosen = choose_hosts(hosts, configured, default_image) if hosts else None
@@ -103,4 +103,4 @@ def dispatch(spec: Spec, overrides: dict, results: Path, *, host=None, force=Fal
         thread.join()
     if outcomes:
         echo("\n".join(outcome_line(o) for o in outcomes))
-    return sum(not o.ok for o in outcomes)
+    return sum(not o.ok for o in outcomes), len(outcomes)
