@@ -130,7 +130,11 @@ def test_search_finds_the_boundary_that_stepping_finds_and_lms_goes_beyond(stepp
     assert [s["search_hash"] for s in again.searches] == [off["search_hash"], on["search_hash"]]
     assert len(load_search_records(tmp_path)) == 2
     report = render_report(tmp_path, tmp_path / "report").read_text()
-    (row,) = [line.split("|")[1:-1] for line in report.splitlines() if "max resolution" in line]
+    (row,) = [
+        line.split("|")[1:-1]
+        for line in report.splitlines()
+        if line.startswith("| googlenet") and "| max resolution (" in line
+    ]
     limit_on = f"≥ {on['largest_ok']} (stop)" if on["stop_reached"] else str(on["largest_ok"])
     gain = f"{(on['largest_ok'] / BOUNDARY) ** 2:.2f}× pixels"
     assert [cell.strip() for cell in row[4:6]] == [str(BOUNDARY), limit_on]
