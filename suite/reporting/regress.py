@@ -5,13 +5,14 @@ A baseline holds, per host and spec hash, each trial process of an accepted run:
 and the machine's speed around it (`training.machine_speed`). The unit of evidence is the
 process: its steps share one minute of machine load, so counting them as independent samples
 called an unchanged suite rerun after a busy period a +49 % "improvement" (p = 0.00094). Rates are
-divided by the machine's speed (a machine more than 1.25x faster or slower than in the baseline
-gives no verdict: the division corrects part of a busy period, not all of it), and a change is a
-regression only when it is beyond a tolerance
+divided by the machine's speed, and a change is a regression only when it is beyond a tolerance
 (default 5 %) *and* the (1 - alpha) confidence interval of the ratio of geometric means (Welch's t
 on logarithms, alpha 0.002 as asv's) excludes 1. Fewer than 2 processes on a side is
-"inconclusive". A trial that trained in the baseline and does not now is a regression whatever
-its numbers. Comparisons pair equal spec hashes only.
+"inconclusive". The division corrects part of a busy period, not all of it (measured on two
+cores, GoogLeNet: one busy loop beside a trial slowed the chain to 0.64x and the step to 0.65x,
+two loops to 0.40x and 0.50x), so a change is called only when it holds both as measured and per
+machine speed; otherwise "inconclusive: run again". A trial that trained in the baseline and does
+not now is a regression whatever its numbers. Comparisons pair equal spec hashes only.
 """
 
 import json
@@ -29,10 +30,6 @@ BASELINE_VERSION = 2  # 2: per trial process, with the machine speed (1: per ste
 REGRESSION_FILE = "regression.json"  # beside the report it is shown in
 TOLERANCE = 0.05
 ALPHA = 0.002
-# Beyond this factor between the machine's speed now and in the baseline, no verdict: measured on
-# two cores with GoogLeNet, one busy loop beside the trial slowed the product chain to 0.64x and the
-# step to 0.65x (divided: +4 %), two busy loops to 0.40x and 0.50x (divided: +28 %, not 0 %).
-MACHINE_DRIFT = 1.25
 
 
 def _process(record: dict) -> dict:
@@ -125,6 +122,17 @@ def _normalised(processes: list[dict], baseline: list[dict]) -> tuple[list, list
     )
 
 
+def _verdict(interval: dict, tolerance: float) -> tuple[str, str | None]:
+    """Regression or improvement when the interval excludes no change and the change is beyond
+    the tolerance; else unchanged."""
+    change = interval["ratio"] - 1
+    if not (interval["low"] > 1 or interval["high"] < 1):
+        return "unchanged", None
+    if abs(change) <= tolerance:
+        return "unchanged", f"significant but within {tolerance:.0%}"
+    return ("regression" if change < 0 else "improvement"), None
+
+
 def compare(baseline: dict, results_dir: Path, tolerance=TOLERANCE, alpha=ALPHA) -> list[dict]:
     """One row per baseline entry: the newest run against it. The unit of evidence is the trial
     process (its steps share one minute of machine load), rates are divided by the machine's
@@ -148,30 +156,31 @@ def compare(baseline: dict, results_dir: Path, tolerance=TOLERANCE, alpha=ALPHA)
             rows.append(row)
             continue
         processes = [_process(r) for r in ok]
+        rates_now = [p["rate"] for p in processes]
+        rates_then = [p["rate"] for p in entry["processes"]]
+        raw = ratio_interval(rates_now, rates_then, confidence=1 - alpha)
         now, before, machine = _normalised(processes, entry["processes"])
         interval = ratio_interval(now, before, confidence=1 - alpha)
         change = interval["ratio"] - 1
-        row.update(now=statistics.fmean(p["rate"] for p in processes), change=change,
-                   p=interval["p"], machine=machine,
-                   processes=[len(processes), len(entry["processes"])])  # fmt: skip
+        row.update(now=statistics.fmean(rates_now), change=change, p=interval["p"],
+                   machine=machine, processes=[len(rates_now), len(rates_then)])  # fmt: skip
         if interval["low"] is not None:
             row["interval"] = [interval["low"] - 1, interval["high"] - 1]
         if interval["p"] is None:
             row["verdict"] = "inconclusive"
             row["reason"] = "fewer than 2 trial processes on a side (repeats >= 3 to compare)"
-        elif machine is not None and not 1 / MACHINE_DRIFT <= machine <= MACHINE_DRIFT:
-            # dividing by the machine's speed corrects part of a busy period, not all of it
-            row["verdict"] = "inconclusive"
-            row["reason"] = (f"the machine ran at {machine:.2f}x its baseline speed (busy then "
-                             "or now): run again")  # fmt: skip
-        elif interval["low"] > 1 or interval["high"] < 1:
-            if abs(change) > tolerance:
-                row["verdict"] = "regression" if change < 0 else "improvement"
-            else:
-                row["verdict"] = "unchanged"
-                row["reason"] = f"significant but within {tolerance:.0%}"
-        else:
-            row["verdict"] = "unchanged"
+            rows.append(row)
+            continue
+        verdict, reason = _verdict(interval, tolerance)
+        if machine is not None and _verdict(raw, tolerance)[0] != verdict:
+            # dividing by the machine's speed corrects part of a busy period, not all of it: a
+            # change is called only when it holds with and without that correction
+            verdict, reason = "inconclusive", (
+                f"the machine ran at {machine:.2f}x its baseline speed; {raw['ratio'] - 1:+.0%} "
+                f"as measured, {change:+.0%} per machine speed: run again")  # fmt: skip
+        row["verdict"] = verdict
+        if reason:
+            row["reason"] = reason
         rows.append(row)
     return rows
 
