@@ -2,6 +2,19 @@
 for the library and the suite.)"""
 
 
+def positive_int(option: str, value) -> int:
+    """A command-line option's value (text) as an integer >= 1; one SuiteError naming it if not."""
+    from suite.errors import SuiteError
+
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        number = 0
+    if number < 1:
+        raise SuiteError(f"--{option} {value!r}: an integer >= 1")
+    return number
+
+
 def format_bytes(size: int | float | None) -> str:
     """Binary units with three significant digits; None prints as an em dash."""
     if size is None:

@@ -106,21 +106,13 @@ def load_baseline(path: Path) -> dict:
     return baseline
 
 
-def _normalised(processes: list[dict], baseline: list[dict]) -> tuple[list, list, float | None]:
-    """Rates divided by the machine's speed around each process, when every process on both
-    sides measured it: a busy machine slows the suite and the product chain alike. Returns the
-    two lists and how fast the machine ran now against the baseline (None: not measured)."""
-    speeds = [p["machine_speed"] for p in processes + baseline]
-    if any(speed is None for speed in speeds):
-        return [p["rate"] for p in processes], [p["rate"] for p in baseline], None
-    machine = statistics.fmean(p["machine_speed"] for p in processes) / statistics.fmean(
-        p["machine_speed"] for p in baseline
-    )
-    return (
-        [p["rate"] / p["machine_speed"] for p in processes],
-        [p["rate"] / p["machine_speed"] for p in baseline],
-        machine,
-    )
+def _machine_ratio(processes: list[dict], baseline: list[dict]) -> float | None:
+    """How fast the machine ran now against the baseline (its product chain's mean speed), when
+    every process on both sides measured it; None otherwise."""
+    if any(p["machine_speed"] is None for p in processes + baseline):
+        return None
+    now = statistics.fmean(p["machine_speed"] for p in processes)
+    return now / statistics.fmean(p["machine_speed"] for p in baseline)
 
 
 def _verdict(interval: dict, tolerance: float) -> tuple[str, str | None]:
@@ -160,7 +152,7 @@ def compare(baseline: dict, results_dir: Path, tolerance=TOLERANCE, alpha=ALPHA)
         rates_now = [p["rate"] for p in processes]
         rates_then = [p["rate"] for p in entry["processes"]]
         interval = ratio_interval(rates_now, rates_then, confidence=1 - alpha)
-        _, _, machine = _normalised(processes, entry["processes"])
+        machine = _machine_ratio(processes, entry["processes"])
         change = interval["ratio"] - 1
         row.update(now=statistics.fmean(rates_now), change=change, p=interval["p"],
                    machine=machine, processes=[len(rates_now), len(rates_then)])  # fmt: skip

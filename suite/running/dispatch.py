@@ -14,7 +14,6 @@ import threading
 import uuid
 from pathlib import Path
 
-from suite.errors import SuiteError
 from suite.hosts.docker import (
     HostOutcome,
     choose_hosts,
@@ -25,19 +24,12 @@ from suite.hosts.docker import (
 )
 from suite.running.runner import run_spec, summary_lines
 from suite.specs import Spec
+from suite.units import positive_int
 
 
 def parse_round(value) -> int | None:
     """`inv run --round N` (text from the command line): an integer >= 1, or None."""
-    if value is None:
-        return None
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        number = 0
-    if number < 1:
-        raise SuiteError(f"--round {value!r}: an integer >= 1 (the trials' N-th processes)")
-    return number
+    return None if value is None else positive_int("round", value)
 
 
 def dispatch(spec: Spec, overrides: dict, results: Path, *, host=None, force=False,

@@ -41,25 +41,16 @@ def models_table(workload: str | None, resolution, batch, precision: str) -> str
     from tabulate import tabulate
 
     from suite.errors import SuiteError
-    from suite.units import format_bytes
+    from suite.units import format_bytes, positive_int
     from suite.workloads import PRECISIONS, WORKLOADS
-
-    def positive(option, value):
-        try:
-            number = int(value)
-        except (TypeError, ValueError):
-            number = 0
-        if number < 1:
-            raise SuiteError(f"--{option} {value!r}: an integer >= 1")
-        return number
 
     if precision not in PRECISIONS:
         raise SuiteError(f"--precision {precision!r}: one of {', '.join(PRECISIONS)}")
-    batch = positive("batch", batch)
+    batch = positive_int("batch", batch)
     names = [get_workload(workload).name] if workload else list(WORKLOADS)
     rows = []
     for name in names:
-        size = positive("resolution", resolution) if resolution else None
+        size = positive_int("resolution", resolution) if resolution else None
         size = size or WORKLOADS[name].reference_resolution
         s = model_summary(name, size, batch, precision)
         largest = s["largest_activation"]
