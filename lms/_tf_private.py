@@ -6,6 +6,7 @@
 - `ConcreteFunction.from_func_graph(graph, function_type, attrs)`: a new callable from an edited
   FuncGraph, sharing the original's captured variables.
 - `_pywrap_util_port.IsMklEnabled()`: whether oneDNN's CPU kernels and graph passes are on.
+- `tsl.profiler.protobuf.xplane_pb2`: the profiler's XSpace proto (not exported as tf.*).
 """
 
 from tensorflow.python.eager.polymorphic_function import concrete_function as _concrete
@@ -33,3 +34,12 @@ def concrete_function_from_graph(original, graph):
 
 def onednn_enabled() -> bool:
     return bool(_pywrap_util_port.IsMklEnabled())
+
+
+def xplane_pb2():
+    """The module of the profiler's XSpace proto, where this TensorFlow keeps it."""
+    try:
+        from tensorflow.tsl.profiler.protobuf import xplane_pb2 as module
+    except ImportError:  # older layouts
+        from tensorflow.core.profiler.protobuf import xplane_pb2 as module
+    return module

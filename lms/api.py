@@ -24,7 +24,8 @@ from lms.options import check_options
 from lms.planner import log_plan, plan
 from lms.rewriter import REWRITTEN_MARK, rewrite
 from lms.simulator import simulate
-from lms.swap import DeviceCopy, HostStore
+from lms.steptime import SwapGraph
+from lms.swap import DeviceCopy, HostStore, Traffic
 from lms.tuner import Tuned, tune
 
 log = logging.getLogger("lms")
@@ -55,6 +56,7 @@ class LMSFunction:
         self.lms, self.function = lms, function
         self._prepared = {}
         self._warned_leftovers = False
+        self._traffic, self._steps = Traffic(), 0
 
     @staticmethod
     def _key(args):
@@ -90,6 +92,9 @@ class LMSFunction:
                 raise
             result = self._without_order(args, error)
         count, size = store.clear() if store is not None else (0, 0)
+        self._steps += 1
+        if store is not None:
+            self._traffic.add(store.take_traffic())
         if count and not self._warned_leftovers:
             self._warned_leftovers = True
             log.warning(
@@ -127,6 +132,62 @@ class LMSFunction:
         """What the last preparation planned (see `LMS.report`)."""
         return self.lms.report
 
+    def profile(self, *args):
+        """Run one step under TensorFlow's profiler: (lms.StepProfile of its ops, lms.SwapGraph
+        of its swaps), what `lms.project` replays on another link. Run a step first: the first
+        call traces, plans and rewrites."""
+        from lms.profile import profile_step, swap_graph
+
+        callable_, _ = self.prepare(*args)
+        profile = profile_step(self, *args)
+        graph = getattr(callable_, "graph", None)
+        swaps = swap_graph(graph, self.lms.batch_size) if graph is not None else SwapGraph({})
+        return profile, swaps
+
+    def reset_traffic(self) -> None:
+        """Forget the swap traffic counted so far (e.g. after warm-up steps)."""
+        if self.lms.store is not None:
+            self.lms.store.take_traffic()
+        self._traffic, self._steps = Traffic(), 0
+
+    def traffic(self) -> dict | None:
+        """The swap traffic per step since the last `reset_traffic` (None before any step).
+
+        On the emulated device it is measured in the host store: swaps, bytes, and the seconds
+        spent in swap ops (the host copy, and the wait for an emulated link); bandwidth is bytes
+        over those seconds. With device copies (a GPU) the counts and bytes are the plan's, as
+        every swap op runs once per step; their time needs the profiler (`lms.profile`), so the
+        seconds and bandwidths are None here."""
+        if not self._steps:
+            return None
+        steps = self._steps
+        if self.lms._mechanism_kind() == "host-store":
+            t, source = self._traffic, "host-store"
+            out_seconds, in_seconds = t.out_seconds / steps, t.in_seconds / steps
+        else:
+            report = self.lms.report or {}
+            t = Traffic(
+                report.get("swapped_tensors", 0) * steps,
+                report.get("swap_ins", 0) * steps,
+                report.get("swapped_bytes", 0) * steps,
+                report.get("swapped_in_bytes", 0) * steps,
+            )
+            source, out_seconds, in_seconds = "plan", None, None
+        link = self.lms.link
+        return {
+            "source": source,
+            "steps": steps,
+            "swap_outs_per_step": t.swap_outs / steps,
+            "swap_ins_per_step": t.swap_ins / steps,
+            "out_bytes_per_step": t.out_bytes / steps,
+            "in_bytes_per_step": t.in_bytes / steps,
+            "out_seconds_per_step": out_seconds,
+            "in_seconds_per_step": in_seconds,
+            "out_bandwidth": t.out_bytes / steps / out_seconds if out_seconds else None,
+            "in_bandwidth": t.in_bytes / steps / in_seconds if in_seconds else None,
+            "link": None if link is None else link.as_dict(),
+        }
+
 
 class LMS(keras.callbacks.Callback):
     """Large Model Support for a TensorFlow 2 training step.
@@ -147,6 +208,9 @@ class LMS(keras.callbacks.Callback):
     allocator: "bfc" (default) checks the plan with the chunks TensorFlow's BFC allocator would
         give its allocations (lms/allocator.py; up to twice the bytes asked each) and tunes again
         if that padding pushes it over the budget; None plans with the bytes asked only.
+    link: on the emulated device, an `lms.Link` or {"bandwidth": "16GB/s", "latency": "10us"}
+        the host store's copies are slowed to, so that link speed changes measured throughput
+        (lms/link.py); a GPU's copies take its real link.
     """
 
     def __init__(
@@ -166,6 +230,7 @@ class LMS(keras.callbacks.Callback):
         batch_size=None,
         plot=None,
         allocator="bfc",
+        link=None,
     ):
         super().__init__()
         checked = check_options(
@@ -183,8 +248,10 @@ class LMS(keras.callbacks.Callback):
             batch_size=batch_size,
             plot=plot,
             allocator=allocator,
+            link=link,
         )
         self.parameters = checked["parameters"]
+        self.link = checked["link"]
         device_bytes = checked["device_bytes"]
         if device_bytes is None:
             device_bytes = gpu_memory_bytes() if _has_gpu() else None
@@ -228,9 +295,13 @@ class LMS(keras.callbacks.Callback):
         if name == "auto":
             name = "device-copy" if _has_gpu() else "host-store"
         if name == "device-copy":
+            if self.link is not None:
+                raise ParameterError(
+                    "link emulates a link on the emulated device; this LMS copies through a GPU"
+                )
             return DeviceCopy()
         if self.store is None:
-            self.store = HostStore()
+            self.store = HostStore(self.link)
         return self.store
 
     def _analyse_and_tune(self, function, args, keep_closest: bool, parameters=None):

@@ -3,6 +3,7 @@ validates a configuration (a spec loader, a CLI) imports this and stays light.""
 
 from lms.budget import budget_bytes, parse_size
 from lms.errors import ParameterError
+from lms.link import Link
 from lms.parameters import Parameters
 
 MECHANISMS = ("auto", "host-store", "device-copy")
@@ -25,6 +26,7 @@ def check_options(
     batch_size=None,
     plot=None,
     allocator="bfc",
+    link=None,
 ) -> dict:
     """`LMS`'s arguments checked and normalized: `parameters` (an lms.Parameters),
     `device_bytes` (None: the GPU's, read when the LMS object is made), and the rest as given.
@@ -46,6 +48,13 @@ def check_options(
         not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1
     ):
         raise ParameterError(f"batch_size must be an integer >= 1; received {batch_size!r}")
+    if link is not None:
+        link = Link.of(link)
+        if mechanism == "device-copy":
+            raise ParameterError(
+                "link emulates a CPU-GPU link on the emulated device (mechanism 'host-store' "
+                "or 'auto' without a GPU); a GPU's copies take its real link"
+            )
     device_bytes = None
     if device_memory is not None:
         device_bytes = parse_size(device_memory, "device_memory")
@@ -61,4 +70,5 @@ def check_options(
         "batch_size": batch_size,
         "plot": plot,
         "allocator": allocator,
+        "link": link,
     }

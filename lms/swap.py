@@ -15,10 +15,14 @@ one by one through TensorFlow's Python op constructors (benchmarks/lms_speed.py)
 
 import itertools
 import threading
+import time
+from dataclasses import dataclass, fields
 
 import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2, node_def_pb2
+
+from lms.link import EmulatedLink, Link
 
 ALIGNMENT = 64  # TensorFlow's buffers are 64-byte aligned (EIGEN_MAX_ALIGN_BYTES)
 
@@ -100,16 +104,45 @@ class DeviceCopy(SwapMechanism):
         ]
 
 
+@dataclass
+class Traffic:
+    """What swap ops moved: counts, bytes, and the seconds spent inside them (the host copy
+    and, with an emulated link, the wait for it)."""
+
+    swap_outs: int = 0
+    swap_ins: int = 0
+    out_bytes: int = 0
+    in_bytes: int = 0
+    out_seconds: float = 0.0
+    in_seconds: float = 0.0
+
+    def add(self, other: "Traffic") -> None:
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+
 class HostStore(SwapMechanism):
-    """The emulated device's host: arrays kept by handle, freed after their last swap-in."""
+    """The emulated device's host: arrays kept by handle, freed after their last swap-in.
+
+    link: an `lms.Link` the store's copies are slowed to (see lms/link.py); None copies at the
+    speed of host memory."""
 
     name = "host-store"
 
-    def __init__(self):
+    def __init__(self, link: Link | None = None):
         self._arrays, self._readers = {}, {}
         self._lock = threading.Lock()
         self._handles = itertools.count()
         self._tokens = None
+        self.link = link
+        self._engines = EmulatedLink(link) if link is not None else None
+        self._traffic = Traffic()
+
+    def take_traffic(self) -> Traffic:
+        """What the swap ops moved since the last call."""
+        with self._lock:
+            traffic, self._traffic = self._traffic, Traffic()
+        return traffic
 
     @property
     def held_bytes(self) -> int:
@@ -125,23 +158,37 @@ class HostStore(SwapMechanism):
         return left
 
     def _put(self, array, readers):
+        started = time.perf_counter()
+        done = self._engines.reserve("out", array.nbytes) if self._engines else started
         handle = next(self._handles)
+        copy = aligned_copy(array)  # the array may alias TensorFlow's buffer, which must be freed
+        if self._engines:
+            self._engines.wait_until(done)
         with self._lock:
-            # a copy: the array may alias TensorFlow's buffer, which must be freed
-            self._arrays[handle] = aligned_copy(array)
+            self._arrays[handle] = copy
             self._readers[handle] = int(readers)
+            self._traffic.swap_outs += 1
+            self._traffic.out_bytes += array.nbytes
+            self._traffic.out_seconds += time.perf_counter() - started
         # A one-element vector, not a 0-d array or numpy scalar: TensorFlow's PyFunc kept one
         # small Python object per call for a 0-d result here (1.5 MB per 1,000 steps with 47
         # swaps; benchmarks/lms_host_memory.py), none for a vector.
         return np.array([handle], dtype=np.int64)
 
     def _get(self, handle):
+        started = time.perf_counter()
         handle = int(handle[0])
         with self._lock:
             array = self._arrays[handle]
             self._readers[handle] -= 1
             if self._readers[handle] == 0:
                 del self._arrays[handle], self._readers[handle]
+        if self._engines:
+            self._engines.wait_until(self._engines.reserve("in", array.nbytes))
+        with self._lock:
+            self._traffic.swap_ins += 1
+            self._traffic.in_bytes += array.nbytes
+            self._traffic.in_seconds += time.perf_counter() - started
         # TensorFlow wraps the returned (aligned) array without copying it; the swap-in's
         # DeepCopy then copies it into the allocator, so no reader writes into the stored array
         return array

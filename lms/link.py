@@ -1,0 +1,128 @@
+"""The CPU–GPU link: its description (bandwidth per direction and latency) and, on the emulated
+device, a link that really delays the host store's copies.
+
+A GPU's copy engines move one transfer at a time per direction; a transfer of n bytes takes
+`latency + n / bandwidth`. `EmulatedLink` does the same with wall-clock time: each transfer
+reserves its direction's engine from the moment it is asked for (or when the engine frees up)
+for that long, and the swap op returns at the end of its reservation. The host copy the swap
+does meanwhile overlaps the reservation, so an op takes the longer of the two. Swap ops wait
+with `time.sleep`, which holds one of TensorFlow's inter-op threads but no core: compute goes
+on beside them as it goes on beside a GPU's copy engines.
+
+No TensorFlow here: the suite checks a spec's `link` table with this module alone.
+"""
+
+import math
+import re
+import threading
+import time
+from dataclasses import dataclass
+
+from lms.errors import ParameterError
+
+_BANDWIDTH = re.compile(r"^\s*([0-9.eE+-]+)\s*([kmgt]i?b|b)\s*/\s*s\s*$", re.IGNORECASE)
+_BYTES = {"b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12}
+_BYTES.update({"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40})
+_DURATION = re.compile(r"^\s*([0-9.eE+-]+)\s*(ns|us|µs|ms|s)\s*$")
+_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0}
+DIRECTIONS = ("out", "in")  # out: device to host (swap-out); in: host to device (swap-in)
+
+
+def _parse_quantity(value, name, pattern, units, what, allow_zero):
+    """A number with a unit of `units` (pattern groups: number, unit), or a bare number."""
+    wrong = ParameterError(f"{name} must be {what}; received {value!r}")
+    if isinstance(value, bool):
+        raise wrong
+    if isinstance(value, int | float):
+        amount = float(value)
+    elif isinstance(value, str) and (match := pattern.match(value)):
+        try:
+            amount = float(match.group(1)) * units[match.group(2).lower()]
+        except ValueError:
+            raise wrong from None
+    else:
+        raise wrong
+    if not math.isfinite(amount) or amount < 0 or (amount == 0 and not allow_zero):
+        raise wrong
+    return amount
+
+
+def parse_bandwidth(value, name: str = "bandwidth") -> float:
+    """Bytes per second of "16GB/s", "12.5 GiB/s" or a positive number of bytes per second."""
+    what = "a bandwidth like '16GB/s' or '900MiB/s' (or bytes per second as a number)"
+    return _parse_quantity(value, name, _BANDWIDTH, _BYTES, what, False)
+
+
+def parse_duration(value, name: str = "latency") -> float:
+    """Seconds of "10us", "1.5ms", "0s" or a number of seconds (>= 0)."""
+    what = "a duration like '10us', '2ms' or '0s' (or seconds as a number)"
+    return _parse_quantity(value, name, _DURATION, _SECONDS, what, True)
+
+
+@dataclass(frozen=True)
+class Link:
+    """A CPU–GPU link: bytes per second per direction, and the fixed cost of each transfer."""
+
+    bandwidth: float
+    latency: float = 0.0
+
+    def __post_init__(self):
+        object.__setattr__(self, "bandwidth", parse_bandwidth(self.bandwidth))
+        object.__setattr__(self, "latency", parse_duration(self.latency))
+
+    @classmethod
+    def of(cls, value, name: str = "link") -> "Link":
+        """A Link from a Link or a mapping {bandwidth, latency (default 0)}; one ParameterError
+        naming the key otherwise."""
+        if isinstance(value, Link):
+            return value
+        if not isinstance(value, dict):
+            raise ParameterError(
+                f"{name} must be a table like {{bandwidth = '16GB/s', latency = '10us'}}; "
+                f"received {value!r}"
+            )
+        unknown = sorted(set(value) - {"bandwidth", "latency"})
+        if unknown:
+            raise ParameterError(
+                f"{name} has unknown key(s) {unknown}; allowed: 'bandwidth', 'latency'"
+            )
+        if "bandwidth" not in value:
+            raise ParameterError(f"{name} needs a bandwidth, e.g. '16GB/s'")
+        return cls(
+            parse_bandwidth(value["bandwidth"], f"{name}.bandwidth"),
+            parse_duration(value.get("latency", 0.0), f"{name}.latency"),
+        )
+
+    def seconds(self, nbytes: int) -> float:
+        """How long one transfer of `nbytes` occupies its direction."""
+        return self.latency + nbytes / self.bandwidth
+
+    def as_dict(self) -> dict:
+        return {"bandwidth": self.bandwidth, "latency": self.latency}
+
+    def describe(self) -> str:
+        return f"{self.bandwidth / 1e9:g} GB/s, {self.latency * 1e6:g} us"
+
+
+class EmulatedLink:
+    """Copy engines for the host store: one transfer at a time per direction, in the order
+    they are asked for (see the module docstring)."""
+
+    def __init__(self, link: Link):
+        self.link = link
+        self._free_at = dict.fromkeys(DIRECTIONS, 0.0)
+        self._lock = threading.Lock()
+
+    def reserve(self, direction: str, nbytes: int) -> float:
+        """Book a transfer now; return the `time.perf_counter()` at which it is done."""
+        with self._lock:
+            start = max(time.perf_counter(), self._free_at[direction])
+            end = start + self.link.seconds(nbytes)
+            self._free_at[direction] = end
+        return end
+
+    @staticmethod
+    def wait_until(end: float) -> None:
+        remaining = end - time.perf_counter()
+        if remaining > 0:
+            time.sleep(remaining)

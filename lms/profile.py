@@ -1,0 +1,129 @@
+"""Per-op times of one step from TensorFlow's profiler: what the step-time model (lms/steptime.py)
+replays with a different link.
+
+`profile_step` runs a callable under `tf.profiler.experimental` and reads the XSpace it writes:
+on the host, the executor's op events ("name:Type", one per op run, on its compute threads); on
+a GPU, the device plane's kernel and copy events as well. The XSpace proto ships with
+TensorFlow (`tsl.profiler.protobuf.xplane_pb2`; lms/_tf_private.py finds it).
+"""
+
+import glob
+import os
+import tempfile
+from dataclasses import dataclass
+
+import tensorflow as tf
+
+from lms import _tf_private
+from lms.steptime import SwapGraph, swap_kind
+
+
+@dataclass(frozen=True)
+class OpEvent:
+    """One op run: its graph name, type, and start and duration in seconds from the first op."""
+
+    name: str
+    type: str
+    start: float
+    duration: float
+
+    @property
+    def end(self) -> float:
+        return self.start + self.duration
+
+
+@dataclass(frozen=True)
+class StepProfile:
+    ops: tuple  # OpEvent, by start
+    copies: tuple  # OpEvent of a GPU's host<->device copies (empty on the host)
+
+    @property
+    def makespan(self) -> float:
+        return max((e.end for e in self.ops), default=0.0)
+
+
+def _op_events(plane, names_with_colon: bool):
+    """OpEvents of `plane`, with absolute start in picoseconds; executor bookkeeping is skipped."""
+    metadata = plane.event_metadata
+    events = []
+    for line in plane.lines:
+        base = line.timestamp_ns * 1000
+        for event in line.events:
+            name = metadata[event.metadata_id].name
+            if names_with_colon:
+                if ":" not in name or "::" in name:
+                    continue
+                name, _, kind = name.rpartition(":")
+            else:
+                kind = metadata[event.metadata_id].display_name or name
+            events.append((base + event.offset_ps, event.duration_ps, name, kind))
+    return events
+
+
+def _read_xspace(logdir: str):
+    paths = sorted(glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True))
+    if not paths:
+        raise RuntimeError(f"the profiler wrote no XSpace under {logdir}")
+    space = _tf_private.xplane_pb2().XSpace()
+    with open(paths[-1], "rb") as handle:
+        space.ParseFromString(handle.read())
+    return space
+
+
+def profile_step(callable_, *args) -> StepProfile:
+    """Run `callable_(*args)` once under the profiler; its op events (host compute threads) and,
+    on a GPU, the device's host<->device copies. Call it after a warm-up step: the first call
+    of a tf.function traces and optimizes."""
+    with tempfile.TemporaryDirectory(prefix="lms-profile-") as logdir:
+        tf.profiler.experimental.start(logdir)
+        try:
+            callable_(*args)
+        finally:
+            tf.profiler.experimental.stop()
+        space = _read_xspace(logdir)
+    host, copies = [], []
+    for plane in space.planes:
+        if plane.name.startswith("/host:"):
+            host += _op_events(plane, True)
+        elif plane.name.startswith("/device:GPU"):  # GPU only: copies on the device's streams
+            copies += [e for e in _op_events(plane, False) if "memcpy" in e[3].lower()]
+    if not host:
+        raise RuntimeError("the profile holds no op events (was the step a tf.function?)")
+    origin = min(e[0] for e in host)
+
+    def events(raw):
+        return tuple(
+            OpEvent(name, kind, (start - origin) / 1e12, duration / 1e12)
+            for start, duration, name, kind in sorted(raw)
+        )
+
+    return StepProfile(events(host), events(copies))
+
+
+def swap_graph(graph, batch_size: int | None = None) -> SwapGraph:
+    """The swaps of a rewritten step's graph for the step-time model: each swap op's direction,
+    bytes and source, and which ops read (data or control) a swap op. `batch_size` substitutes
+    an unknown leading dimension, as in the analysis."""
+    transfers, gates = {}, {}
+    ops = graph.get_operations()
+    for op in ops:
+        kind = swap_kind(op.name)
+        if kind == "out":
+            tensor = op.inputs[0]
+            dims = [(batch_size or 1) if d is None else d for d in tensor.shape.as_list()]
+            count = 1
+            for d in dims:
+                count *= d
+            transfers[op.name] = ("out", count * tensor.dtype.size, None)
+    for op in ops:
+        if swap_kind(op.name) == "in":
+            source = op.inputs[0].op.name
+            transfers[op.name] = ("in", transfers[source][1], source)
+    for op in ops:
+        if op.name in transfers:
+            continue
+        read = {t.op.name for t in op.inputs} | {c.name for c in op.control_inputs}
+        hits = sorted(read & transfers.keys())
+        if hits:
+            gates[op.name] = tuple(hits)
+    return SwapGraph(transfers, gates)
