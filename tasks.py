@@ -227,6 +227,32 @@ def plan(c, spec=None, workload=None, resolution=None, batch=None, precision=Non
     print(json.dumps(reports, indent=1))
 
 
+@task(
+    help={
+        "spec": "spec to project (default: suite.spec)",
+        "link": "comma-separated named links (default: all of lms.link.LINKS)",
+        "gpu": "host (measure here; default) or v100, a100, h100 (roofline estimate)",
+        "workload": "only this workload's trials",
+        "resolution": "override the resolution (as in `inv run`)",
+        "batch": "override the batch size",
+        "precision": "override the precision",
+        "output": "directory of projection.json (default: suite.reports)",
+    }
+)
+@_user_errors
+def project(c, spec=None, link=None, gpu="host", workload=None, resolution=None, batch=None,
+            precision=None, output=None):  # fmt: skip
+    """Project the LMS trials' images/sec on named CPU-GPU links (JSON; a section of the report)."""
+    from suite.running.projection import project_spec
+    from suite.specs import load_spec
+
+    names = [n.strip() for n in link.split(",") if n.strip()] if link else None
+    overrides = {"resolution": resolution, "batch": batch, "precision": precision}
+    loaded = load_spec(spec or c.suite.spec, overrides)
+    results = project_spec(loaded, Path(output or c.suite.reports), names, gpu, workload)
+    print(json.dumps(results, indent=1))
+
+
 @task
 @_user_errors
 def hostinfo(c):
@@ -274,6 +300,18 @@ def test(c, compat=True, lint=True, docker=True, k=None):
 
 
 namespace = Collection(
-    build, run, search, report, baseline, regress, publish, models, plan, hostinfo, specs, test
+    build,
+    run,
+    search,
+    report,
+    baseline,
+    regress,
+    publish,
+    models,
+    plan,
+    project,
+    hostinfo,
+    specs,
+    test,
 )
 # defaults: invoke.yaml (suite.*), the only place they are written

@@ -39,6 +39,7 @@ _EXPORTS = {
     "explain_peak": "lms.explain",
     "format_size": "lms.budget",
     "gpu_memory_bytes": "lms.budget",
+    "named_links": "lms.link",
     "parse_size": "lms.budget",
     "plan": "lms.planner",
     "profile_step": "lms.profile",

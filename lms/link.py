@@ -104,6 +104,26 @@ class Link:
         return f"{self.bandwidth / 1e9:g} GB/s, {self.latency * 1e6:g} us"
 
 
+# Named CPU-GPU links, per direction. Latencies are typical published one-way figures (an
+# assumption: at the sizes swapped, megabytes, bandwidth decides).
+LINKS = {
+    "nvlink2": ("NVLink 2.0 CPU-GPU (POWER9, 3 bricks)", Link(75e9, 5e-6)),
+    "pcie3": ("PCIe 3.0 x16", Link(16e9, 10e-6)),
+    "pcie3-shared": ("PCIe 3.0 x16, two GPUs behind one switch", Link(8e9, 10e-6)),
+    "pcie4": ("PCIe 4.0 x16", Link(32e9, 10e-6)),
+    "pcie5": ("PCIe 5.0 x16", Link(64e9, 10e-6)),
+    "nvlink-c2c": ("NVLink-C2C (Grace Hopper)", Link(450e9, 2e-6)),
+}
+
+
+def named_links(names) -> dict:
+    """{name: (description, Link)} for names of LINKS; one ParameterError naming the allowed."""
+    unknown = [n for n in names if n not in LINKS]
+    if unknown:
+        raise ParameterError(f"unknown link(s) {unknown}; allowed: {', '.join(LINKS)}")
+    return {n: LINKS[n] for n in names}
+
+
 class EmulatedLink:
     """Copy engines for the host store: one transfer at a time per direction, in the order
     they are asked for (see the module docstring)."""

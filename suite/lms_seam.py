@@ -23,8 +23,9 @@ LMS_FIELDS = {
     "safety_ratio": 0.8,  # of the memory the plan may fill (lms.LMS's default)
 }
 # Accepted in an `lms` table but resolved (and hashed) only when given, so that the hashes of
-# LMS trials recorded before the field existed still match: lms.Parameters' default applies.
-OPTIONAL_LMS_FIELDS = ("ordering",)
+# LMS trials recorded before the field existed still match: lms's default applies. `link`
+# (emulated device only) is {bandwidth = "16GB/s", latency = "10us"}, hashed in bytes/s and s.
+OPTIONAL_LMS_FIELDS = ("ordering", "link")
 
 
 def check_lms_table(table: dict) -> dict:
@@ -33,8 +34,16 @@ def check_lms_table(table: dict) -> dict:
     resolved = {**LMS_FIELDS, **table}
     if resolved["device_memory"] is not None:
         resolved["device_memory"] = lms.parse_size(resolved["device_memory"], "device_memory")
+    if resolved.get("link") is not None:  # one spelling per link: "16GB/s" and 16e9 hash alike
+        link = lms.Link.of(resolved["link"]).as_dict()  # 12 digits: "10us" is 10 * 1e-6 = 1e-5
+        resolved["link"] = {key: float(f"{value:.12g}") for key, value in link.items()}
     lms.check_options(**{k: v for k, v in resolved.items() if v is not None})
     return resolved
+
+
+def link_text(link: dict) -> str:
+    """An `lms.link` table as "16 GB/s, 10 us"."""
+    return lms.Link.of(link).describe()
 
 
 def device_memory(params: "TrialParams") -> int | None:

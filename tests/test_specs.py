@@ -8,6 +8,7 @@ import pytest
 
 from suite.errors import SpecError, SuiteError
 from suite.specs import available_specs, load_spec, parse_spec, trial_hash
+from suite.specs.model import lms_text
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,6 +28,19 @@ batch = 2
 def spec_with(study_extra="", defaults_extra="", top_extra=""):
     text = BASE.replace("[defaults]\n", f"{top_extra}\n[defaults]\n{defaults_extra}\n")
     return text + study_extra
+
+
+def test_an_emulated_link_enters_the_hash_in_one_spelling():
+    def trial(link):
+        lms = f"lms = {{link = {link}}}" if link else "lms = true"
+        return parse_spec(spec_with(defaults_extra=lms), "t.toml").trials[0]
+
+    fast = trial('{bandwidth = "16GB/s", latency = "10us"}')
+    assert fast.params.lms["link"] == {"bandwidth": 16e9, "latency": 1e-5}
+    assert fast.hash == trial("{bandwidth = 16e9, latency = 1e-5}").hash
+    assert fast.hash != trial('{bandwidth = "2GB/s", latency = "10us"}').hash
+    assert trial(None).hash not in {fast.hash}
+    assert "16 GB/s, 10 us emulated link" in lms_text(fast.params.lms)
 
 
 def test_shipped_specs_load():
@@ -154,6 +168,11 @@ def test_the_embedded_default_is_the_mission_at_cpu_size():
             spec_with(defaults_extra='lms = {device_memory = "big"}'),
             "defaults.lms.device_memory",
             "16GiB",
+        ),
+        (
+            spec_with(defaults_extra='lms = {link = {bandwidth = "fast"}}'),
+            "defaults.lms.link",
+            "a bandwidth like '16GB/s'",
         ),
         (
             spec_with(defaults_extra="lms = {safety_ratio = 1.5}"),

@@ -114,6 +114,32 @@ def test_plan_prints_the_plan_and_plots_it_without_training(tmp_path):
     assert wrong.returncode == 2 and last_line.startswith("error: --device-memory 'lots': a size")
 
 
+def test_project_prints_throughput_per_link_and_the_report_plots_it(tmp_path):
+    common = ["--spec", "smoke", "--workload", "googlenet", "--resolution", "64", "--batch", "2",
+              "--output", str(tmp_path)]  # fmt: skip
+    roofline = inv("project", *common, "--gpu", "v100", "--link", "pcie3,nvlink2")
+    assert roofline.returncode == 0, roofline.stderr
+    (estimate,) = json.loads(roofline.stdout[roofline.stdout.index("[\n") :])
+    assert (estimate["gpu"], estimate["resolution"], estimate["batch"]) == ("v100", 64, 2)
+    pcie3, nvlink2 = estimate["links"]
+    assert estimate["in_bytes_per_step"] > 0 and estimate["swaps"] > 0
+    # the same swaps over a 4.7x faster link: never slower, never above the compute-bound rate
+    assert pcie3["images_per_sec"] <= nvlink2["images_per_sec"]
+    assert nvlink2["images_per_sec"] <= estimate["images_per_sec_without_link_waits"] * 1.000001
+    measured = inv("project", *common, "--link", "pcie3")  # --gpu host: profiled here
+    assert measured.returncode == 0, measured.stderr
+    (here,) = json.loads((tmp_path / "projection.json").read_text())
+    assert here["gpu"] == "host" and here["links"][0]["step_seconds"] >= here["compute_seconds"]
+    results = tmp_path / "results"
+    results.mkdir()
+    assert inv("report", "--results", str(results), "--output", str(tmp_path)).returncode == 0
+    report = (tmp_path / "report.md").read_text()
+    assert "## Projected throughput per link" in report and "PCIe 3.0 x16" in report
+    assert (tmp_path / "projection.png").read_bytes().startswith(b"\x89PNG")
+    wrong = inv("project", *common, "--link", "usb2")
+    assert wrong.returncode == 2 and "allowed: nvlink2, pcie3" in wrong.stderr.splitlines()[-1]
+
+
 def test_a_virtualenv_left_broken_by_a_failed_setup_is_made_again(tmp_path):
     """The first `./inv` creates .venv; one interrupted there (a python without pip) must not
     stay broken. Without an index the install then fails, and leaves no stamp to skip it."""

@@ -201,7 +201,8 @@ def test_resume_after_sigkill_loses_at_most_the_trial_in_flight(tmp_path):
 
 
 def test_lms_trains_within_a_budget_the_plain_step_exceeds(tmp_path):
-    """The emulated device for real: same budget, LMS off is out of memory, LMS on trains."""
+    """The emulated device for real: same budget, LMS off is out of memory, LMS on trains (over
+    an emulated 2 GB/s link); the record holds the plan and the swap traffic it measured."""
     spec = parse_spec(TINY.format(resolutions="[224]", defaults=""), "t.toml")
     params = spec.trials[0].params.replace(batch=8, steps=2)
     plain = run_trial(params, 600, tmp_path / "plain.log")
@@ -211,7 +212,11 @@ def test_lms_trains_within_a_budget_the_plain_step_exceeds(tmp_path):
     off = run_trial(with_budget, 600, tmp_path / "off.log")
     on_params = (
         parse_spec(
-            TINY.format(resolutions="[224]", defaults=f"lms = true\nmemory_budget = {budget}"), "t"
+            TINY.format(
+                resolutions="[224]",
+                defaults=f'lms = {{link = {{bandwidth = "2GB/s"}}}}\nmemory_budget = {budget}',
+            ),
+            "t",
         )
         .trials[0]
         .params
@@ -223,6 +228,12 @@ def test_lms_trains_within_a_budget_the_plain_step_exceeds(tmp_path):
     assert plan["swapped_bytes"] > 0 and plan["peak_bytes_with_lms"] <= budget
     assert plan["parameters"]["swapout_threshold"] >= 1  # auto-tuned
     assert on.metrics["peak_memory_bytes"] <= budget < plain.metrics["peak_memory_bytes"]
+    traffic = on.metrics["lms_traffic"]  # per measured step, counted in the host store
+    assert traffic["source"] == "host-store" and traffic["steps"] == 2
+    assert traffic["out_bytes_per_step"] == plan["swapped_bytes"]
+    assert traffic["in_bytes_per_step"] == plan["swapped_in_bytes"]
+    assert traffic["in_seconds_per_step"] >= plan["swapped_in_bytes"] / 2e9  # the link's time
+    assert traffic["link"] == {"bandwidth": 2e9, "latency": 0.0}
 
 
 def test_repeats_run_in_rounds_so_compared_trials_share_the_machine_load(tmp_path):

@@ -26,6 +26,7 @@ from suite.records import (
 from suite.reporting.answer import answer_tables, process_rates, rate_text
 from suite.reporting.limits_table import limits_table
 from suite.reporting.memory_plots import plot_timelines
+from suite.reporting.projection_section import projection_section
 from suite.reporting.sweep_plots import plot_sweeps
 from suite.specs.model import lms_text
 from suite.stats import ratio_interval, ratio_text
@@ -92,6 +93,7 @@ def _throughput_table(by_host: dict) -> str:
     rows = []
     reference = next((h for h, r in sorted(by_host.items()) if process_rates(r.records)), None)
     compare = len(by_host) > 1 and reference is not None
+    swapping = any(r["metrics"].get("lms_traffic") for h in by_host.values() for r in h.ok)
     for host, result in sorted(by_host.items()):
         info = record_params(result.records[-1]).info
         rows.append(
@@ -101,6 +103,7 @@ def _throughput_table(by_host: dict) -> str:
                 rate_text(result.records),
                 _fmt_rate(result.rate(info.rate_key), 1e6),
                 format_bytes(result.peak()),
+                *([traffic_text(result.ok)] if swapping else []),
                 result.records[-1]["device"] or "—",
                 len(result.records),
             ]
@@ -110,10 +113,32 @@ def _throughput_table(by_host: dict) -> str:
             ratio = ratio_interval(rates, process_rates(by_host[reference].records))
             versus = "reference" if host == reference else ratio_text(ratio) if rates else "—"
             rows[-1].insert(3, versus)
-    headers = ["host", "outcomes", "images/sec", info.rate_unit, "peak memory", "device", "records"]
+    headers = ["host", "outcomes", "images/sec", info.rate_unit, "peak memory"]
+    headers += ["swapped per step (out / in)"] if swapping else []
+    headers += ["device", "records"]
     if compare:
         headers.insert(3, f"vs {reference}")
     return tabulate(rows, headers, tablefmt="github", disable_numparse=True)
+
+
+def traffic_text(records) -> str:
+    """The swap traffic of a host's trial processes, per step: bytes each way, swaps, and the
+    bandwidth the time in swap ops implies (host store only), e.g. "131 MiB / 189 MiB
+    (143 / 194 swaps, 2.1 / 1.1 GB/s)"."""
+    traffic = [r["metrics"]["lms_traffic"] for r in records if r["metrics"].get("lms_traffic")]
+    if not traffic:
+        return "—"
+
+    def mean(key):
+        return sum(t[key] for t in traffic) / len(traffic)
+
+    text = f"{format_bytes(mean('out_bytes_per_step'))} / {format_bytes(mean('in_bytes_per_step'))}"
+    text += f" ({mean('swap_outs_per_step'):.0f} / {mean('swap_ins_per_step'):.0f} swaps"
+    if all(t["out_seconds_per_step"] and t["in_seconds_per_step"] for t in traffic):
+        out_rate = mean("out_bytes_per_step") / mean("out_seconds_per_step") / 1e9
+        in_rate = mean("in_bytes_per_step") / mean("in_seconds_per_step") / 1e9
+        text += f", {out_rate:.2g} / {in_rate:.2g} GB/s"
+    return text + ")"
 
 
 def _known(value) -> str:
@@ -304,6 +329,7 @@ def render_report(results_dir: Path, output_dir: Path, title: str = "LMS benchma
         provenance=provenance,
         left_out=left_out,
         regression=_regression(output_dir),
+        projection=projection_section(records, output_dir),
         sweeps=plot_sweeps(records, output_dir),
         timelines=plot_timelines(records, output_dir),
     )

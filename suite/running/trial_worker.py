@@ -70,6 +70,8 @@ def run(params: "TrialParams") -> dict:
     total = params.warmup_steps + params.steps
 
     def on_step(index, seconds):
+        if planner is not None and index + 1 == params.warmup_steps:
+            train_step.reset_traffic()  # swap traffic of the measured steps only
         if index == 0 or (index + 1) % max(1, total // 10) == 0 or index + 1 == total:
             _log(f"step {index + 1}/{total}: {seconds:.3f}s")
 
@@ -96,6 +98,8 @@ def run(params: "TrialParams") -> dict:
     memory = {"peak_memory_bytes": result.peak_bytes, "memory_budget_bytes": budget}
     if planner is not None:
         memory["lms"] = planner.report  # the plan beside the measured peak
+        # bytes, swaps and seconds in swap ops per measured step (lms.LMSFunction.traffic)
+        memory["lms_traffic"] = train_step.traffic()
     if result.over_budget:
         return {
             "outcome": "out_of_memory",

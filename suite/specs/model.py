@@ -9,6 +9,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from suite.lms_seam import link_text
+
 
 def trial_hash(params: dict) -> str:
     """Canonical hash of resolved parameters: sorted-key JSON, SHA-256, 16 hex digits.
@@ -91,9 +93,11 @@ def lms_text(settings: dict | None) -> str:
         return "off"
     names = ("swapout_threshold", "swapin_ahead", "swapin_groupby", "sync_mode", "ordering")
     fixed = [f"{n} {settings[n]}" for n in names if settings.get(n, -1) != -1 and n in settings]
+    link = settings.get("link")
+    over = f", {link_text(link)} emulated link" if link else ""
     if all(settings.get(n, -1) == -1 for n in names[:3]):
-        return "on (auto-tuned)"
-    return f"on ({', '.join(fixed)})"
+        return f"on (auto-tuned{over})"
+    return f"on ({', '.join(fixed)}{over})"
 
 
 @dataclass(frozen=True)

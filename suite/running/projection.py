@@ -1,0 +1,152 @@
+"""`inv project`: projected images/sec of a spec's LMS trials on named CPU-GPU links.
+
+Two sources of per-op compute times (lms/steptime.py replays either on each link):
+- `--gpu host` (default): this machine at the trial's size, measured. The trial's step is built
+  with its LMS settings, run, timed (median of a few steps) and profiled once. On the emulated
+  device this is what benchmarks/link_projection.py validates against emulated links.
+- `--gpu v100|a100|h100`: a roofline estimate from the rewritten graph (lms/roofline.py),
+  planned for that GPU's memory (or the spec's `lms.device_memory`); nothing runs, so the seed
+  specs' GPU sizes project here too.
+
+Results go to `projection.json` beside the report, which `inv report` turns into a section with a
+plot of throughput against link bandwidth (measured points where records of emulated links
+exist).
+"""
+
+import json
+import statistics
+import time
+from pathlib import Path
+
+import lms
+from suite.errors import SuiteError
+from suite.lms_seam import lms_options
+from suite.records import write_atomic
+from suite.specs import Spec, TrialParams
+
+PROJECTION_FILE = "projection.json"
+GPU_MEMORY = {"v100": "16GiB", "a100": "40GiB", "h100": "80GiB"}
+DEFAULT_LINKS = ("nvlink2", "pcie3", "pcie3-shared", "pcie4", "pcie5", "nvlink-c2c")
+
+
+def _build(params: TrialParams):
+    from suite.workloads import build_workload, training
+
+    model, loss_fn = build_workload(params.workload, params.resolution, params.batch,
+                                    params.precision, params.classes)  # fmt: skip
+    return training.make_train_step(model, loss_fn, training.make_optimizer(), params.precision)
+
+
+def _measured(params: TrialParams, steps: int = 3):
+    """(profile, swaps, median step seconds) of the trial's LMS step run here."""
+    from suite.workloads import data
+
+    options = lms_options(params)
+    options.pop("link", None)  # the host's own copies: the links are what is projected
+    function = lms.LMS(**options).wrap(_build(params))
+    batch = data.synthetic_batch(params.info, params.resolution, params.batch, params.classes)
+    for _ in range(2):  # trace, plan and rewrite; then warm up
+        function(*batch)
+    times = []
+    for _ in range(steps):
+        started = time.perf_counter()
+        function(*batch)
+        times.append(time.perf_counter() - started)
+    profile, swaps = function.profile(*batch)
+    return profile, swaps, statistics.median(times)
+
+
+def _roofline(params: TrialParams, gpu: str):
+    """(profile, swaps, None): the trial's step planned for `gpu` and estimated on it."""
+    from lms.profile import swap_graph
+    from lms.roofline import GPUS, roofline_profile
+    from suite.workloads import data
+
+    options = lms_options(params)
+    options.pop("link", None)
+    if not (params.lms or {}).get("device_memory"):
+        options["device_memory"] = GPU_MEMORY[gpu]
+    options["mechanism"] = "device-copy"  # a GPU's swaps, never run here
+    function = lms.LMS(**options).wrap(_build(params))
+    specs = data.batch_specs(params.info, params.resolution, params.batch, params.classes)
+    try:
+        callable_, _ = function.prepare(*specs)
+    except lms.NothingFitsError as error:
+        raise SuiteError(f"{params.workload} {params.resolution}px batch {params.batch} on "
+                         f"{gpu}: {error}") from None  # fmt: skip
+    graph = callable_.graph
+    return roofline_profile(graph, GPUS[gpu], params.batch), swap_graph(graph, params.batch), None
+
+
+def project_trial(params: TrialParams, links: dict, gpu: str) -> dict:
+    profile, swaps, step_seconds = _measured(params) if gpu == "host" else _roofline(params, gpu)
+    moved = swaps.bytes_per_direction
+    rows = []
+    for name, (description, link) in links.items():
+        projected = lms.project(profile, swaps, link, step_seconds)
+        rows.append(
+            {
+                "link": name,
+                "description": description,
+                "bandwidth": link.bandwidth,
+                "latency": link.latency,
+                "step_seconds": projected.step_seconds,
+                "images_per_sec": params.batch / projected.step_seconds,
+                "busy_out_s": projected.busy_out,
+                "busy_in_s": projected.busy_in,
+            }
+        )
+    compute = lms.project(profile, swaps, None, step_seconds).compute_seconds
+    return {
+        "workload": params.workload,
+        "resolution": params.resolution,
+        "batch": params.batch,
+        "precision": params.precision,
+        "gpu": gpu,
+        "compute_seconds": compute,
+        "images_per_sec_without_link_waits": params.batch / compute,
+        "out_bytes_per_step": moved["out"],
+        "in_bytes_per_step": moved["in"],
+        "swaps": len(swaps.transfers),
+        "links": rows,
+    }
+
+
+def project_spec(
+    spec: Spec, output_dir: Path, link_names=None, gpu: str = "host", workload: str | None = None
+) -> list[dict]:
+    """Projections of the LMS trials of `spec`, written to output_dir/projection.json."""
+    from lms.roofline import GPUS
+
+    if gpu != "host" and gpu not in GPUS:
+        raise SuiteError(f"--gpu {gpu!r}: allowed: host, {', '.join(GPUS)}")
+    try:
+        links = lms.named_links(link_names or DEFAULT_LINKS)
+    except lms.ParameterError as error:
+        raise SuiteError(f"--link: {error}") from None
+    trials = [
+        t for t in spec.plannable_trials() if t.params.lms and workload in (None, t.params.workload)
+    ]
+    if not trials:
+        raise SuiteError(f"spec {spec.name} has no LMS trial"
+                         + (f" of workload {workload!r}" if workload else ""))  # fmt: skip
+    results = []
+    for number, trial in enumerate(trials, 1):
+        p = trial.params
+        print(f"[{number}/{len(trials)}] {p.workload} {p.resolution}px batch {p.batch} "
+              f"{p.precision} on {gpu} ({trial.study})", flush=True)  # fmt: skip
+        results.append({"spec": spec.name, "study": trial.study, "spec_hash": trial.hash,
+                        **project_trial(p, links, gpu)})  # fmt: skip
+    output_dir.mkdir(parents=True, exist_ok=True)
+    write_atomic(output_dir / PROJECTION_FILE, json.dumps(results, indent=1) + "\n")
+    return results
+
+
+def load_projection(output_dir: Path) -> list[dict] | None:
+    path = Path(output_dir) / PROJECTION_FILE
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise SuiteError(f"{path}: not valid JSON ({error}); run `inv project` again") from None
