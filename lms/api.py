@@ -57,6 +57,7 @@ class LMSFunction:
         self._prepared = {}
         self._warned_leftovers = False
         self._traffic, self._steps = Traffic(), 0
+        self._copy_seconds = None  # GPU: seconds of device copies per step, from a profile
 
     @staticmethod
     def _key(args):
@@ -140,6 +141,11 @@ class LMSFunction:
 
         callable_, _ = self.prepare(*args)
         profile = profile_step(self, *args)
+        if profile.copies:  # GPU only: the copy engines' events time the swaps
+            self._copy_seconds = {
+                direction: sum(e.duration for e in profile.copies if key in e.type.lower())
+                for direction, key in (("out", "dtoh"), ("in", "htod"))
+            }
         graph = getattr(callable_, "graph", None)
         swaps = swap_graph(graph, self.lms.batch_size) if graph is not None else SwapGraph({})
         return profile, swaps
@@ -156,8 +162,8 @@ class LMSFunction:
         On the emulated device it is measured in the host store: swaps, bytes, and the seconds
         spent in swap ops (the host copy, and the wait for an emulated link); bandwidth is bytes
         over those seconds. With device copies (a GPU) the counts and bytes are the plan's, as
-        every swap op runs once per step; their time needs the profiler (`lms.profile`), so the
-        seconds and bandwidths are None here."""
+        every swap op runs once per step, and the seconds are those of the device's copy events
+        in the last `profile()` step (GPU only); None before one."""
         if not self._steps:
             return None
         steps = self._steps
@@ -173,6 +179,8 @@ class LMSFunction:
                 report.get("swapped_in_bytes", 0) * steps,
             )
             source, out_seconds, in_seconds = "plan", None, None
+            if self._copy_seconds:
+                out_seconds, in_seconds = self._copy_seconds["out"], self._copy_seconds["in"]
         link = self.lms.link
         return {
             "source": source,

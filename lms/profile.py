@@ -42,22 +42,48 @@ class StepProfile:
         return max((e.end for e in self.ops), default=0.0)
 
 
-def _op_events(plane, names_with_colon: bool):
-    """OpEvents of `plane`, with absolute start in picoseconds; executor bookkeeping is skipped."""
+def _op_events(plane):
+    """The executor's op events of a host plane ("name:Type"), absolute start in picoseconds;
+    its bookkeeping ("Class::Method") is skipped."""
     metadata = plane.event_metadata
     events = []
     for line in plane.lines:
         base = line.timestamp_ns * 1000
         for event in line.events:
             name = metadata[event.metadata_id].name
-            if names_with_colon:
-                if ":" not in name or "::" in name:
-                    continue
+            if ":" in name and "::" not in name:
                 name, _, kind = name.rpartition(":")
-            else:
-                kind = metadata[event.metadata_id].display_name or name
-            events.append((base + event.offset_ps, event.duration_ps, name, kind))
+                events.append((base + event.offset_ps, event.duration_ps, name, kind))
     return events
+
+
+def _device_events(plane):
+    """GPU only: kernels and copies of a device plane, as one event per TensorFlow op (first
+    start to last end of the op's kernels, from each event's `tf_op` stat), and the copies
+    alone ("MemcpyHtoD" / "MemcpyDtoH")."""
+    metadata, stats = plane.event_metadata, plane.stat_metadata
+    spans, copies = {}, []
+    for line in plane.lines:
+        base = line.timestamp_ns * 1000
+        for event in line.events:
+            kind = metadata[event.metadata_id].display_name or metadata[event.metadata_id].name
+            start, end = base + event.offset_ps, base + event.offset_ps + event.duration_ps
+            tf_op = next(
+                (
+                    value.str_value or plane.stat_metadata[value.ref_value].name
+                    for value in event.stats
+                    if stats[value.metadata_id].name == "tf_op"
+                ),
+                None,
+            )
+            if "memcpy" in kind.lower():
+                copies.append((start, event.duration_ps, tf_op or kind, kind))
+            if tf_op:
+                name, _, op_type = tf_op.rpartition(":")
+                first, last, _ = spans.get(name, (start, end, op_type))
+                spans[name] = (min(first, start), max(last, end), op_type)
+    ops = [(a, b - a, name, kind) for name, (a, b, kind) in spans.items()]
+    return ops, copies
 
 
 def _read_xspace(logdir: str):
@@ -71,8 +97,9 @@ def _read_xspace(logdir: str):
 
 
 def profile_step(callable_, *args) -> StepProfile:
-    """Run `callable_(*args)` once under the profiler; its op events (host compute threads) and,
-    on a GPU, the device's host<->device copies. Call it after a warm-up step: the first call
+    """Run `callable_(*args)` once under the profiler; its op events and copies. On the host the
+    ops are the executor's events on its compute threads; on a GPU they are the device's kernels
+    and copies per op (the host only enqueues them). Call it after a warm-up step: the first call
     of a tf.function traces and optimizes."""
     with tempfile.TemporaryDirectory(prefix="lms-profile-") as logdir:
         tf.profiler.experimental.start(logdir)
@@ -81,15 +108,18 @@ def profile_step(callable_, *args) -> StepProfile:
         finally:
             tf.profiler.experimental.stop()
         space = _read_xspace(logdir)
-    host, copies = [], []
+    host, device, copies = [], [], []
     for plane in space.planes:
         if plane.name.startswith("/host:"):
-            host += _op_events(plane, True)
-        elif plane.name.startswith("/device:GPU"):  # GPU only: copies on the device's streams
-            copies += [e for e in _op_events(plane, False) if "memcpy" in e[3].lower()]
+            host += _op_events(plane)
+        elif plane.name.startswith("/device:GPU"):  # GPU only
+            ops, plane_copies = _device_events(plane)
+            device += ops
+            copies += plane_copies
+    host = device or host
     if not host:
         raise RuntimeError("the profile holds no op events (was the step a tf.function?)")
-    origin = min(e[0] for e in host)
+    origin = min(e[0] for e in host + copies)
 
     def events(raw):
         return tuple(

@@ -143,7 +143,7 @@ def swapped_step():
         swapout_threshold=1,
         swapin_ahead=1,
         swapin_groupby=0,
-        link={"bandwidth": "1GB/s", "latency": "100us"},
+        link={"bandwidth": "0.1GB/s", "latency": "100us"},
     )
     function = planner.wrap(step)
     function(images, labels)
@@ -163,11 +163,12 @@ def test_lms_counts_the_swap_traffic_of_each_step(swapped_step):
     assert traffic["swap_ins_per_step"] == report["swap_ins"]
     assert traffic["out_bytes_per_step"] == report["swapped_bytes"]
     assert traffic["in_bytes_per_step"] == report["swapped_in_bytes"]
-    # the emulated link: every transfer takes at least latency + bytes / bandwidth
-    least = report["swap_ins"] * 100e-6 + report["swapped_in_bytes"] / 1e9
-    assert traffic["in_seconds_per_step"] >= least
-    assert traffic["in_bandwidth"] <= 1e9
-    assert traffic["link"] == {"bandwidth": 1e9, "latency": pytest.approx(100e-6)}
+    # the emulated link: every transfer takes latency + bytes / bandwidth (it wakes up by about
+    # time.sleep's lateness early, ~5 % of these transfers, and the Python around it adds some)
+    least = report["swap_ins"] * 100e-6 + report["swapped_in_bytes"] / 0.1e9
+    assert traffic["in_seconds_per_step"] >= 0.9 * least
+    assert traffic["in_bandwidth"] <= 0.1e9 / 0.9
+    assert traffic["link"] == {"bandwidth": 0.1e9, "latency": pytest.approx(100e-6)}
 
 
 def test_a_profiled_step_names_every_swap_and_replays_to_its_own_time(swapped_step):
@@ -190,3 +191,47 @@ def test_a_profiled_step_names_every_swap_and_replays_to_its_own_time(swapped_st
     times = [project(profile, swaps, Link(b), 0.5).step_seconds for b in (1e11, 1e9, 1e7)]
     assert 0.5 - 1e-9 <= times[0] <= times[1] <= times[2]
     assert times[2] >= report["swapped_in_bytes"] / 1e7  # at 10 MB/s the link dominates
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_projection_on_the_measured_link_is_the_measured_step():
+    """GPU only (skipped here): the step-time model against the real link. A step with
+    everything swapped is profiled; its replay on the link measured by the host description
+    (64 MiB copies) must be within 10 % of the measured step time; and the copy events give the
+    swap traffic its seconds."""
+    import statistics
+    import time
+
+    import keras
+    import tensorflow as tf
+
+    from suite.hosts.link import SIZES, measure_gpu_copies
+    from suite.workloads import training
+    from suite.workloads.losses import classification
+
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((224, 224, 3), batch_size=8)
+    x = inputs
+    for _ in range(6):
+        x = keras.layers.Conv2D(64, 3, padding="same", activation="relu")(x)
+    model = keras.Model(inputs, keras.layers.Dense(10)(keras.layers.GlobalAveragePooling2D()(x)))
+    step = training.make_train_step(model, classification, keras.optimizers.SGD(0.01), "fp32")
+    images = tf.random.stateless_uniform((8, 224, 224, 3), seed=(1, 2))
+    labels = tf.random.stateless_uniform((8,), (3, 4), maxval=10, dtype=tf.int32)
+    function = lms.LMS(swapout_threshold=1, swapin_ahead=1, swapin_groupby=0).wrap(step)
+    for _ in range(3):
+        function(images, labels)
+    times = []
+    for _ in range(10):
+        started = time.perf_counter()
+        function(images, labels).numpy()
+        times.append(time.perf_counter() - started)
+    profile, swaps = function.profile(images, labels)
+    copies = measure_gpu_copies(0)
+    at = SIZES.index(2**26)
+    link = Link(min(copies["host_to_device_gbps"][at], copies["device_to_host_gbps"][at]) * 1e9)
+    measured = statistics.median(times)
+    projected = project(profile, swaps, link, measured).step_seconds
+    assert abs(projected / measured - 1) < 0.10
+    traffic = function.traffic()
+    assert traffic["source"] == "plan" and traffic["in_seconds_per_step"] > 0

@@ -24,6 +24,11 @@ HOST = {
     "python_version": "3.11.7",
     "image_digest": None,
     "suite": {"commit": "abcdef1234567890", "dirty": False},
+    "link": {
+        "sizes_bytes": [2**20, 2**23, 2**26, 2**28, 2**30],
+        "memcpy_gbps": [40.0, 30.0, 12.0, 11.0, 10.0],
+        "gpus": [],
+    },
 }
 
 
@@ -75,9 +80,21 @@ def test_report_tables_numbers_hosts_and_plot(tmp_path):
     ref_a, ref_b = store_host(tmp_path, HOST), store_host(tmp_path, other)
     append_record(results_file(tmp_path, "alpha"), record("alpha", ref_a, "aaaa", 12.5, 0.25))
     append_record(results_file(tmp_path, "beta"), record("beta", ref_b, "aaaa", 30.0, 0.5))
-    append_record(
-        results_file(tmp_path, "beta"), record("beta", ref_b, "aaaa", 32.0, 0.5, repeat=1)
-    )
+    swapping = record("beta", ref_b, "aaaa", 32.0, 0.5, repeat=1)
+    swapping["metrics"]["lms_traffic"] = {
+        "source": "host-store",
+        "steps": 5,
+        "swap_outs_per_step": 143,
+        "swap_ins_per_step": 194,
+        "out_bytes_per_step": 131 * 2**20,
+        "in_bytes_per_step": 189 * 2**20,
+        "out_seconds_per_step": 131 * 2**20 / 2e9,
+        "in_seconds_per_step": 189 * 2**20 / 1e9,
+        "out_bandwidth": 2e9,
+        "in_bandwidth": 1e9,
+        "link": {"bandwidth": 2e9, "latency": 0.0},
+    }
+    append_record(results_file(tmp_path, "beta"), swapping)
     append_record(
         results_file(tmp_path, "beta"),
         record("beta", ref_b, "bbbb", 0, 0, resolution=96, outcome="crashed"),
@@ -92,6 +109,10 @@ def test_report_tables_numbers_hosts_and_plot(tmp_path):
     assert "1 crashed" in text
     assert "300 MiB" in text
     assert "ppc64le" in text and "2.14.1 / 3.15.1" in text
+    assert "| copy GB/s at 1 MiB / 64 MiB / 1 GiB | memcpy 40 / 12 / 10" in text
+    # swap traffic beside throughput: per step, both ways, with the bandwidth its time implies
+    assert "swapped per step (out / in)" in text
+    assert "131 MiB / 189 MiB (143 / 194 swaps, 2 / 1 GB/s)" in text
     png = (tmp_path / "out" / "throughput.png").read_bytes()
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 5000
     assert "![Training throughput per workload and host](throughput.png)" in text

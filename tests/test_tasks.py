@@ -62,6 +62,12 @@ def test_hostinfo_prints_json_description():
     # what TensorFlow sees here: no GPU on a CPU machine, every GPU on a GPU host
     assert len(description["gpus"]) == len(tf.config.list_physical_devices("GPU"))
     assert (description["cuda_version"] is None) == (not tf.test.is_built_with_cuda())
+    # the link: copy bandwidth from 1 MiB to 1 GiB, host memory and each GPU's copies
+    link = description["link"]
+    assert link["sizes_bytes"][0] == 2**20 and link["sizes_bytes"][-1] == 2**30
+    assert len(link["memcpy_gbps"]) == len(link["sizes_bytes"])
+    assert all(rate > 0 for rate in link["memcpy_gbps"])
+    assert len(link["gpus"]) == len(description["gpus"])
 
 
 def test_specs_lists_every_shipped_spec_with_its_studies():

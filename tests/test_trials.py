@@ -232,7 +232,8 @@ def test_lms_trains_within_a_budget_the_plain_step_exceeds(tmp_path):
     assert traffic["source"] == "host-store" and traffic["steps"] == 2
     assert traffic["out_bytes_per_step"] == plan["swapped_bytes"]
     assert traffic["in_bytes_per_step"] == plan["swapped_in_bytes"]
-    assert traffic["in_seconds_per_step"] >= plan["swapped_in_bytes"] / 2e9  # the link's time
+    # the link's time (it wakes up by time.sleep's lateness, ~0.1 ms, early per transfer)
+    assert traffic["in_seconds_per_step"] >= 0.95 * plan["swapped_in_bytes"] / 2e9
     assert traffic["link"] == {"bandwidth": 2e9, "latency": 0.0}
 
 

@@ -12,9 +12,10 @@ import platform
 import socket
 import subprocess
 import sys
-import time
 from importlib import metadata
 from pathlib import Path
+
+from suite.hosts.link import describe_link, gpu_topology
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # Identifies the container image a run used; set by the container runner, None natively.
@@ -66,13 +67,13 @@ def describe_gpus() -> tuple[list[dict] | None, str | None]:
         return None, None
     try:
         gpus = []
-        for index in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        for handle in handles:
             gpus.append(
                 {
                     "model": _text(pynvml.nvmlDeviceGetName(handle)),
                     "memory_bytes": int(pynvml.nvmlDeviceGetMemoryInfo(handle).total),
-                    "link": _gpu_link(pynvml, handle),
+                    "link": gpu_topology(pynvml, handle, handles),
                 }
             )
         return gpus, _text(pynvml.nvmlSystemGetDriverVersion())
@@ -82,59 +83,6 @@ def describe_gpus() -> tuple[list[dict] | None, str | None]:
 
 def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _gpu_link(pynvml, handle) -> dict:
-    link = {"pcie_generation": None, "pcie_width": None, "nvlink_links": None}
-    try:
-        link["pcie_generation"] = pynvml.nvmlDeviceGetCurrPcieLinkGeneration(handle)
-        link["pcie_width"] = pynvml.nvmlDeviceGetCurrPcieLinkWidth(handle)
-    except pynvml.NVMLError:
-        pass
-    active = 0
-    try:
-        for index in range(pynvml.NVML_NVLINK_MAX_LINKS):
-            if pynvml.nvmlDeviceGetNvLinkState(handle, index) == pynvml.NVML_FEATURE_ENABLED:
-                active += 1
-        link["nvlink_links"] = active
-    except pynvml.NVMLError:
-        link["nvlink_links"] = active or None
-    return link
-
-
-def measure_host_device_bandwidth(size_bytes: int = 256 * 2**20) -> dict | None:
-    """GPU only: GB/s of a host->device and a device->host copy of `size_bytes`. None without a
-    GPU (on the CPU there is no link to measure)."""
-    import tensorflow as tf
-
-    if not tf.config.list_physical_devices("GPU"):
-        return None
-
-    def best_seconds(copy):
-        best = float("inf")
-        for _ in range(5):
-            start = time.perf_counter()
-            copy()
-            best = min(best, time.perf_counter() - start)
-        return best
-
-    with tf.device("CPU:0"):
-        host = tf.ones([size_bytes // 4], tf.float32)
-    with tf.device("GPU:0"):
-        device = tf.identity(host)
-
-    def to_device():
-        with tf.device("GPU:0"):
-            tf.reduce_sum(tf.identity(host)).numpy()
-
-    def to_host():
-        with tf.device("CPU:0"):
-            tf.identity(device).numpy()
-
-    return {
-        "host_to_device": size_bytes / best_seconds(to_device) / 1e9,
-        "device_to_host": size_bytes / best_seconds(to_host) / 1e9,
-    }
 
 
 def suite_version() -> dict:
@@ -199,7 +147,8 @@ def describe_host() -> dict:
         "driver_version": driver,
         "cuda_version": build.get("cuda_version"),
         "cudnn_version": build.get("cudnn_version"),
-        "host_device_bandwidth_gbps": measure_host_device_bandwidth() if tf else None,
+        # copy bandwidth per size: host memory, and each GPU's link as TensorFlow copies
+        "link": describe_link(len(tf.config.list_physical_devices("GPU")) if tf else 0),
         "tensorflow_version": tf.__version__ if tf else None,
         "keras_version": keras_version,
         "python_version": platform.python_version(),

@@ -146,6 +146,31 @@ def _known(value) -> str:
     return "—" if value is None else str(value)
 
 
+def _link_text(description: dict) -> str:
+    """Measured copy bandwidth at three sizes: per GPU host->device / device->host and its
+    topology, else host memory (memcpy: what bounds the emulated device's swaps)."""
+    link = description.get("link")
+    if not link:
+        return "—"
+    picks = [link["sizes_bytes"].index(s) for s in (2**20, 2**26, 2**30)]
+
+    def rates(values):
+        return " / ".join(f"{values[i]:.3g}" for i in picks)
+
+    parts = []
+    for gpu, info in zip(link["gpus"], description.get("gpus") or [], strict=False):
+        topology = info.get("link") or {}
+        how = (
+            f"NVLink to CPU x{topology['nvlink_to_cpu']}"
+            if topology.get("nvlink_to_cpu")
+            else f"PCIe {_known(topology.get('pcie_generation'))} "
+            f"x{_known(topology.get('pcie_width'))}"
+        )
+        parts.append(f"GPU{gpu['index']} ({how}): in {rates(gpu['host_to_device_gbps'])}, "
+                     f"out {rates(gpu['device_to_host_gbps'])}")  # fmt: skip
+    return "; ".join(parts) if parts else f"memcpy {rates(link['memcpy_gbps'])}"
+
+
 def _hosts_table(records: list[dict], results_dir: Path) -> str:
     fields = [
         ("architecture", lambda d: d["architecture"]),
@@ -163,6 +188,7 @@ def _hosts_table(records: list[dict], results_dir: Path) -> str:
                 else ("none" if d["gpus"] == [] else "unknown")
             ),
         ),
+        ("copy GB/s at 1 MiB / 64 MiB / 1 GiB", _link_text),
         (
             "driver / CUDA / cuDNN",
             lambda d: " / ".join(

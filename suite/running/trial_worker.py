@@ -95,6 +95,8 @@ def run(params: "TrialParams") -> dict:
             "metrics": {"peak_memory_bytes": None, "memory_budget_bytes": budget},
         }
     speed_after = training.machine_speed(device)
+    if planner is not None and device.startswith("GPU"):  # GPU only: time the swap copies
+        train_step.profile(*next_batch())
     memory = {"peak_memory_bytes": result.peak_bytes, "memory_budget_bytes": budget}
     if planner is not None:
         memory["lms"] = planner.report  # the plan beside the measured peak
