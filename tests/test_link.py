@@ -120,9 +120,8 @@ def test_a_swap_in_queues_behind_another_on_its_direction():
     assert project(two_in, swaps, Link(1e9)).step_seconds == pytest.approx(6.0)
 
 
-@pytest.fixture(scope="module")
-def swapped_step():
-    """A small CNN with everything swapped, planned once: (function, planner, images, labels)."""
+def conv_step(resolution, batch, channels, layers):
+    """A training step of a plain CNN and one batch: (step, images, labels)."""
     import keras
     import tensorflow as tf
 
@@ -130,14 +129,21 @@ def swapped_step():
     from suite.workloads.losses import classification
 
     keras.utils.set_random_seed(0)
-    inputs = keras.Input((48, 48, 3), batch_size=2)
+    inputs = keras.Input((resolution, resolution, 3), batch_size=batch)
     x = inputs
-    for _ in range(4):
-        x = keras.layers.Conv2D(8, 3, padding="same", activation="relu")(x)
+    for _ in range(layers):
+        x = keras.layers.Conv2D(channels, 3, padding="same", activation="relu")(x)
     model = keras.Model(inputs, keras.layers.Dense(10)(keras.layers.GlobalAveragePooling2D()(x)))
     step = training.make_train_step(model, classification, keras.optimizers.SGD(0.01), "fp32")
-    images = tf.random.stateless_uniform((2, 48, 48, 3), seed=(1, 2))
-    labels = tf.random.stateless_uniform((2,), (3, 4), maxval=10, dtype=tf.int32)
+    images = tf.random.stateless_uniform((batch, resolution, resolution, 3), seed=(1, 2))
+    labels = tf.random.stateless_uniform((batch,), (3, 4), maxval=10, dtype=tf.int32)
+    return step, images, labels
+
+
+@pytest.fixture(scope="module")
+def swapped_step():
+    """A small CNN with everything swapped, planned once: (function, planner, images, labels)."""
+    step, images, labels = conv_step(48, 2, 8, 4)
     planner = lms.LMS(
         device_memory="1TiB",
         swapout_threshold=1,
@@ -202,22 +208,9 @@ def test_on_a_gpu_the_projection_on_the_measured_link_is_the_measured_step():
     import statistics
     import time
 
-    import keras
-    import tensorflow as tf
-
     from suite.hosts.link import SIZES, measure_gpu_copies
-    from suite.workloads import training
-    from suite.workloads.losses import classification
 
-    keras.utils.set_random_seed(0)
-    inputs = keras.Input((224, 224, 3), batch_size=8)
-    x = inputs
-    for _ in range(6):
-        x = keras.layers.Conv2D(64, 3, padding="same", activation="relu")(x)
-    model = keras.Model(inputs, keras.layers.Dense(10)(keras.layers.GlobalAveragePooling2D()(x)))
-    step = training.make_train_step(model, classification, keras.optimizers.SGD(0.01), "fp32")
-    images = tf.random.stateless_uniform((8, 224, 224, 3), seed=(1, 2))
-    labels = tf.random.stateless_uniform((8,), (3, 4), maxval=10, dtype=tf.int32)
+    step, images, labels = conv_step(224, 8, 64, 6)
     function = lms.LMS(swapout_threshold=1, swapin_ahead=1, swapin_groupby=0).wrap(step)
     for _ in range(3):
         function(images, labels)
