@@ -230,7 +230,7 @@ def plan(c, spec=None, workload=None, resolution=None, batch=None, precision=Non
 @task(
     help={
         "spec": "spec to project (default: suite.spec)",
-        "link": "comma-separated named links (default: all of lms.link.LINKS)",
+        "link": "comma-separated named links (lms.link.LINKS; default: all) or bandwidths (2GB/s)",
         "gpu": "host (measure here; default) or v100, a100, h100 (roofline estimate)",
         "workload": "only this workload's trials",
         "resolution": "override the resolution (as in `inv run`)",

@@ -29,10 +29,14 @@ DEFAULT_CASES = ["googlenet", "deeplabv3plus", "mobilenetv2", "transformer"]
 EVERYTHING = {"swapout_threshold": 1, "swapin_ahead": 1, "swapin_groupby": 0}
 
 
-def child(case: str, speeds: list[str], latency: str, rounds: int, steps: int) -> dict:
+def child(case: str, speeds: list[str], latency: str, rounds: int, steps: int, inter_op: int):
     import keras
+    import tensorflow as tf
 
     import lms
+
+    if inter_op:
+        tf.config.threading.set_inter_op_parallelism_threads(inter_op)
 
     keras.utils.set_random_seed(0)
     step, images, labels = build_case(*CASES[case])
@@ -89,11 +93,19 @@ def main() -> None:
     parser.add_argument("--latency", default="10us")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument(
+        "--inter-op",
+        type=int,
+        default=0,
+        help="TensorFlow's inter-op threads (0: its default, one per core); a swap op waiting "
+        "for the emulated link holds one",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     speeds = args.speeds.split(",")
     if args.child:
-        print(json.dumps(child(args.child, speeds, args.latency, args.rounds, args.steps)))
+        result = child(args.child, speeds, args.latency, args.rounds, args.steps, args.inter_op)
+        print(json.dumps(result))
         return
     print(
         f"{'case':<15} {'link':<9} {'measured':>9} {'projected':>9} {'error':>7} "
@@ -103,6 +115,7 @@ def main() -> None:
     for case in args.case or DEFAULT_CASES:
         arguments = ["--child", case, "--speeds", args.speeds, "--latency", args.latency]
         arguments += ["--rounds", str(args.rounds), "--steps", str(args.steps)]
+        arguments += ["--inter-op", str(args.inter_op)]
         result = run_json_child(__file__, arguments, case)
         if result is None:
             continue

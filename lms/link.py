@@ -118,11 +118,21 @@ LINKS = {
 
 
 def named_links(names) -> dict:
-    """{name: (description, Link)} for names of LINKS; one ParameterError naming the allowed."""
-    unknown = [n for n in names if n not in LINKS]
-    if unknown:
-        raise ParameterError(f"unknown link(s) {unknown}; allowed: {', '.join(LINKS)}")
-    return {n: LINKS[n] for n in names}
+    """{name: (description, Link)} for names of LINKS or bandwidths ("2GB/s": that bandwidth
+    per direction, 10 us per transfer); one ParameterError naming what is allowed."""
+    links = {}
+    for name in names:
+        if name in LINKS:
+            links[name] = LINKS[name]
+            continue
+        try:
+            link = Link(parse_bandwidth(name), 10e-6)
+        except ParameterError:
+            raise ParameterError(
+                f"unknown link {name!r}; allowed: {', '.join(LINKS)}, or a bandwidth like '2GB/s'"
+            ) from None
+        links[name] = (f"{link.bandwidth / 1e9:g} GB/s per direction", link)
+    return links
 
 
 class EmulatedLink:

@@ -228,3 +228,24 @@ def test_on_a_gpu_the_projection_on_the_measured_link_is_the_measured_step():
     assert abs(projected / measured - 1) < 0.10
     traffic = function.traffic()
     assert traffic["source"] == "plan" and traffic["in_seconds_per_step"] > 0
+
+
+def test_the_roofline_times_an_op_by_its_flops_or_its_bytes():
+    import tensorflow as tf
+
+    from lms.roofline import Device, roofline_profile
+
+    device = Device("test", {"float32": 1e12}, 1e11, launch=1e-6)
+
+    @tf.function
+    def step(a, b):
+        return tf.nn.relu(tf.matmul(a, b))
+
+    graph = step.get_concrete_function(
+        tf.TensorSpec([1024, 1024]), tf.TensorSpec([1024, 1024])
+    ).graph
+    times = {e.type: e.duration for e in roofline_profile(graph, device).ops}
+    # 2 * 1024^3 FLOPs at 1 TFLOP/s (its 12 MiB at 100 GB/s take less); ReLU moves 8 MiB
+    assert times["MatMul"] == pytest.approx(1e-6 + 2 * 1024**3 / 1e12)
+    assert times["Relu"] == pytest.approx(1e-6 + 2 * 4 * 1024**2 / 1e11)
+    assert times["Placeholder"] == 0.0

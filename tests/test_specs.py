@@ -43,6 +43,18 @@ def test_an_emulated_link_enters_the_hash_in_one_spelling():
     assert "16 GB/s, 10 us emulated link" in lms_text(fast.params.lms)
 
 
+def test_studies_that_differ_only_in_their_link_are_projected_once():
+    from suite.running.projection import projected_trials
+
+    spec = load_spec("link-emulated")
+    assert len(spec.trials) == 8
+    chosen = projected_trials(spec)
+    assert [t.study for t in chosen] == ["googlenet-host-memory", "deeplabv3plus-host-memory"]
+    assert [t.study for t in projected_trials(load_spec("smoke"), "googlenet")] == [
+        "googlenet-throughput"
+    ]  # its LMS-on trial only
+
+
 def test_shipped_specs_load():
     names = available_specs()
     assert {

@@ -132,15 +132,17 @@ def test_project_prints_throughput_per_link_and_the_report_plots_it(tmp_path):
     # the same swaps over a 4.7x faster link: never slower, never above the compute-bound rate
     assert pcie3["images_per_sec"] <= nvlink2["images_per_sec"]
     assert nvlink2["images_per_sec"] <= estimate["images_per_sec_without_link_waits"] * 1.000001
-    measured = inv("project", *common, "--link", "pcie3")  # --gpu host: profiled here
+    measured = inv("project", *common, "--link", "pcie3,0.5GB/s")  # --gpu host: profiled here
     assert measured.returncode == 0, measured.stderr
     (here,) = json.loads((tmp_path / "projection.json").read_text())
     assert here["gpu"] == "host" and here["links"][0]["step_seconds"] >= here["compute_seconds"]
+    assert here["links"][1]["bandwidth"] == 0.5e9  # any bandwidth, beside the named links
     results = tmp_path / "results"
     results.mkdir()
     assert inv("report", "--results", str(results), "--output", str(tmp_path)).returncode == 0
     report = (tmp_path / "report.md").read_text()
     assert "## Projected throughput per link" in report and "PCIe 3.0 x16" in report
+    assert "0.5 GB/s per direction" in report
     assert (tmp_path / "projection.png").read_bytes().startswith(b"\x89PNG")
     wrong = inv("project", *common, "--link", "usb2")
     assert wrong.returncode == 2 and "allowed: nvlink2, pcie3" in wrong.stderr.splitlines()[-1]

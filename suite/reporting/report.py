@@ -137,7 +137,7 @@ def traffic_text(records) -> str:
     if all(t["out_seconds_per_step"] and t["in_seconds_per_step"] for t in traffic):
         out_rate = mean("out_bytes_per_step") / mean("out_seconds_per_step") / 1e9
         in_rate = mean("in_bytes_per_step") / mean("in_seconds_per_step") / 1e9
-        text += f", {out_rate:.2g} / {in_rate:.2g} GB/s"
+        text += f", {out_rate:.3g} / {in_rate:.3g} GB/s"
     return text + ")"
 
 

@@ -112,6 +112,20 @@ def project_trial(params: TrialParams, links: dict, gpu: str) -> dict:
     }
 
 
+def projected_trials(spec: Spec, workload: str | None = None) -> list:
+    """The spec's LMS trials (of one workload if given), once per configuration: studies that
+    differ only in their emulated link project once, the links being the projection's axis."""
+    trials, seen = [], set()
+    for t in spec.plannable_trials():
+        if not t.params.lms or workload not in (None, t.params.workload):
+            continue
+        unlinked = t.params.replace(lms={k: v for k, v in t.params.lms.items() if k != "link"})
+        if unlinked.hash not in seen:
+            seen.add(unlinked.hash)
+            trials.append(t)
+    return trials
+
+
 def project_spec(
     spec: Spec, output_dir: Path, link_names=None, gpu: str = "host", workload: str | None = None
 ) -> list[dict]:
@@ -124,9 +138,7 @@ def project_spec(
         links = lms.named_links(link_names or DEFAULT_LINKS)
     except lms.ParameterError as error:
         raise SuiteError(f"--link: {error}") from None
-    trials = [
-        t for t in spec.plannable_trials() if t.params.lms and workload in (None, t.params.workload)
-    ]
+    trials = projected_trials(spec, workload)
     if not trials:
         raise SuiteError(f"spec {spec.name} has no LMS trial"
                          + (f" of workload {workload!r}" if workload else ""))  # fmt: skip
