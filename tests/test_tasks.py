@@ -144,6 +144,11 @@ def test_project_prints_throughput_per_link_and_the_report_plots_it(tmp_path):
     assert "## Projected throughput per link" in report and "PCIe 3.0 x16" in report
     assert "0.5 GB/s per direction" in report
     assert (tmp_path / "projection.png").read_bytes().startswith(b"\x89PNG")
+    import tensorflow as tf
+
+    if not tf.config.list_physical_devices("GPU"):  # a seed's GPU size is not profiled on a CPU
+        seed = inv("project", "--spec", "googlenet-enlarged", "--output", str(tmp_path))
+        assert seed.returncode == 2 and "is sized for a GPU" in seed.stderr.splitlines()[-1]
     wrong = inv("project", *common, "--link", "usb2")
     assert wrong.returncode == 2 and "allowed: nvlink2, pcie3" in wrong.stderr.splitlines()[-1]
 

@@ -112,6 +112,23 @@ def project_trial(params: TrialParams, links: dict, gpu: str) -> dict:
     }
 
 
+def _check_sized_for_here(trials) -> None:
+    """`--gpu host` profiles a step here. On a machine without a GPU only emulated-device trials
+    (with a memory_budget) are sized for that; a seed's GPU-sized trial (GoogLeNet 2240² b15)
+    would take hours and tens of GiB, so it is refused with the roofline as the way out."""
+    import tensorflow as tf
+
+    if tf.config.list_physical_devices("GPU"):
+        return
+    for trial in trials:
+        if trial.params.memory_budget_bytes is None:
+            raise SuiteError(
+                f"{trial.study}: {trial.params.describe()} is sized for a GPU (no memory_budget: "
+                "not an emulated-device trial) and this machine has none; project it with "
+                "--gpu v100, a100 or h100 (a roofline estimate), or on a GPU host"
+            )
+
+
 def projected_trials(spec: Spec, workload: str | None = None) -> list:
     """The spec's LMS trials (of one workload if given), once per configuration: studies that
     differ only in their emulated link project once, the links being the projection's axis."""
@@ -142,6 +159,8 @@ def project_spec(
     if not trials:
         raise SuiteError(f"spec {spec.name} has no LMS trial"
                          + (f" of workload {workload!r}" if workload else ""))  # fmt: skip
+    if gpu == "host":
+        _check_sized_for_here(trials)
     results = []
     for number, trial in enumerate(trials, 1):
         p = trial.params
