@@ -64,12 +64,15 @@ def parse_duration(value, name: str = "latency") -> float:
 class Link:
     """A CPU–GPU link: bytes per second per direction, and the fixed cost of each transfer."""
 
-    bandwidth: float
+    bandwidth: float  # bytes/s host to device (swap-ins), and the other way unless given
     latency: float = 0.0
+    out_bandwidth: float | None = None  # bytes/s device to host (swap-outs), if it differs
 
     def __post_init__(self):
         object.__setattr__(self, "bandwidth", parse_bandwidth(self.bandwidth))
         object.__setattr__(self, "latency", parse_duration(self.latency))
+        if self.out_bandwidth is not None:
+            object.__setattr__(self, "out_bandwidth", parse_bandwidth(self.out_bandwidth))
 
     @classmethod
     def of(cls, value, name: str = "link") -> "Link":
@@ -94,26 +97,35 @@ class Link:
             parse_duration(value.get("latency", 0.0), f"{name}.latency"),
         )
 
-    def seconds(self, nbytes: int) -> float:
-        """How long one transfer of `nbytes` occupies its direction."""
-        return self.latency + nbytes / self.bandwidth
+    def seconds(self, nbytes: int, direction: str = "in") -> float:
+        """How long one transfer of `nbytes` occupies its direction ("in" or "out")."""
+        rate = self.out_bandwidth if direction == "out" and self.out_bandwidth else self.bandwidth
+        return self.latency + nbytes / rate
 
     def as_dict(self) -> dict:
-        return {"bandwidth": self.bandwidth, "latency": self.latency}
+        values = {"bandwidth": self.bandwidth, "latency": self.latency}
+        if self.out_bandwidth is not None:
+            values["out_bandwidth"] = self.out_bandwidth
+        return values
 
     def describe(self) -> str:
         return f"{self.bandwidth / 1e9:g} GB/s, {self.latency * 1e6:g} us"
 
 
-# Named CPU-GPU links, per direction. Latencies are typical published one-way figures (an
-# assumption: at the sizes swapped, megabytes, bandwidth decides).
+# Named CPU-GPU links, per direction, at the bandwidths public measurements give (pinned host
+# memory; DESIGN.md section 6), not the nominal peaks: host to device, then device to host where
+# it differs. Latencies are typical one-way figures (an assumption: at the megabytes swapped,
+# bandwidth decides).
 LINKS = {
-    "nvlink2": ("NVLink 2.0 CPU-GPU (POWER9, 3 bricks)", Link(75e9, 5e-6)),
-    "pcie3": ("PCIe 3.0 x16", Link(16e9, 10e-6)),
-    "pcie3-shared": ("PCIe 3.0 x16, two GPUs behind one switch", Link(8e9, 10e-6)),
-    "pcie4": ("PCIe 4.0 x16", Link(32e9, 10e-6)),
-    "pcie5": ("PCIe 5.0 x16", Link(64e9, 10e-6)),
-    "nvlink-c2c": ("NVLink-C2C (Grace Hopper)", Link(450e9, 2e-6)),
+    "nvlink2": ("NVLink 2.0 CPU-GPU (POWER9, 3 bricks; 68 of 75 GB/s)", Link(68e9, 5e-6)),
+    "pcie3": ("PCIe 3.0 x16 (12.2 / 12.9 of 15.75 GB/s)", Link(12.2e9, 10e-6, 12.9e9)),
+    "pcie3-shared": (
+        "PCIe 3.0 x16, two GPUs behind one switch, both copying",
+        Link(6.1e9, 10e-6, 6.45e9),
+    ),
+    "pcie4": ("PCIe 4.0 x16 (~25 of 31.5 GB/s)", Link(25e9, 10e-6)),
+    "pcie5": ("PCIe 5.0 x16 (~55.6 of 63 GB/s)", Link(55.6e9, 10e-6)),
+    "nvlink-c2c": ("NVLink-C2C (Grace Hopper; 375 / 297 of 450 GB/s)", Link(375e9, 2e-6, 297e9)),
 }
 
 
@@ -149,7 +161,7 @@ class EmulatedLink:
         """Book a transfer now; return the `time.perf_counter()` at which it is done."""
         with self._lock:
             start = max(time.perf_counter(), self._free_at[direction])
-            end = start + self.link.seconds(nbytes)
+            end = start + self.link.seconds(nbytes, direction)
             self._free_at[direction] = end
         return end
 

@@ -77,7 +77,7 @@ def _replay(profile, swaps: SwapGraph, link: Link, scale: float, host_copies: bo
             asked = start + shift
             if source in done:
                 asked = max(asked, done[source] - max(0.0, profiled_end[source] - start))
-            seconds = link.seconds(nbytes)
+            seconds = link.seconds(nbytes, direction)
             free[direction] = max(asked, free[direction]) + seconds
             busy[direction] += seconds
             done[event.name] = max(free[direction], asked + (duration if host_copies else 0))

@@ -27,6 +27,14 @@ def _measured_points(records: list[dict]) -> dict:
     return points
 
 
+def _per_direction(link: dict) -> str:
+    """ "16 GB/s", or "12.2 / 12.9 GB/s" (host to device / device to host) where they differ."""
+    into, out = link["bandwidth"], link.get("out_bandwidth", link["bandwidth"])
+    if into == out:
+        return f"{into / 1e9:g} GB/s"
+    return f"{into / 1e9:g} / {out / 1e9:g} GB/s"
+
+
 def projection_section(records: list[dict], output_dir: Path) -> dict | None:
     projections = load_projection(output_dir)
     if not projections:
@@ -39,12 +47,12 @@ def projection_section(records: list[dict], output_dir: Path) -> dict | None:
                 f"{p['workload']} {size} ({p['study']})",
                 p["gpu"],
                 link["description"],
-                f"{link['bandwidth'] / 1e9:g} GB/s",
+                _per_direction(link),
                 f"{link['images_per_sec']:.3g}",
                 f"{link['images_per_sec'] / p['images_per_sec_without_link_waits']:.2f}",
                 f"{link['busy_in_s'] / link['step_seconds']:.0%}",
             ])  # fmt: skip
-    headers = ["trial", "compute", "link", "per direction", "images/sec",
+    headers = ["trial", "compute", "link", "per direction (in / out)", "images/sec",
                "of compute-bound", "link busy (in)"]  # fmt: skip
     moved = {
         f"{p['workload']} {p['resolution']}px b{p['batch']}": (

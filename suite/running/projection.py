@@ -88,7 +88,8 @@ def project_trial(params: TrialParams, links: dict, gpu: str) -> dict:
             {
                 "link": name,
                 "description": description,
-                "bandwidth": link.bandwidth,
+                "bandwidth": link.bandwidth,  # host to device
+                "out_bandwidth": link.out_bandwidth or link.bandwidth,  # device to host
                 "latency": link.latency,
                 "step_seconds": projected.step_seconds,
                 "images_per_sec": params.batch / projected.step_seconds,
