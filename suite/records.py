@@ -24,7 +24,8 @@ from suite.specs.model import TrialParams
 
 SCHEMA_VERSION = 1
 # how a trial ended: it trained, ran out of (emulated) device memory, died, or did not finish
-OUTCOMES = ("ok", "out_of_memory", "crashed", "timed_out")
+# skipped: the host lacks what the trial needs (e.g. 4 GPUs), said in the record's error
+OUTCOMES = ("ok", "out_of_memory", "crashed", "timed_out", "skipped")
 log = logging.getLogger("suite.records")
 
 # field -> type(s) every record must carry (validated on write and on load)

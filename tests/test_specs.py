@@ -79,7 +79,16 @@ def _lms_levers(settings):
 def test_seed_parameters():
     """The seeds as they ran: GoogLeNet enlarged with LMS swapping everything (and auto-tuned),
     DeepLabV3+ with TFLMSv2's 1/1/0/0 for the sweep and LMS off and on in its searches."""
-    everything, auto = load_spec("googlenet-enlarged").trials
+    googlenet = load_spec("googlenet-enlarged").trials
+    everything, auto, everything_4, auto_4 = googlenet
+    # the seeds' 1 and 4 GPUs: batch 15 per GPU, one worker process each
+    assert [t.params.gpus for t in googlenet] == [1, 1, 4, 4]
+    assert everything_4.params.global_batch == 60
+    assert everything_4.params.replace(gpus=1).hash == everything.hash
+    # DeepLab's batch 16 is global, split over 4 and 8 GPUs
+    deeplab_trials = load_spec("deeplab-v3plus").trials
+    per_gpu = {(t.params.gpus, t.params.batch, t.params.global_batch) for t in deeplab_trials}
+    assert per_gpu == {(1, 16, 16), (4, 4, 16), (8, 2, 16)}
     for trial in (everything, auto):
         p = trial.params
         assert (p.resolution, p.batch, p.precision, p.steps, p.classes) == (
@@ -88,7 +97,7 @@ def test_seed_parameters():
     assert _lms_levers(auto.params.lms) == {**TFLMSV2_EVERYTHING, "swapout_threshold": -1,
                                             "swapin_ahead": -1, "swapin_groupby": -1}  # fmt: skip
     deeplab = load_spec("deeplab-v3plus")
-    assert {t.params.batch for t in deeplab.trials} == {16}
+    assert {t.params.global_batch for t in deeplab.trials} == {16}
     assert {t.params.steps for t in deeplab.trials} == {1000}
     assert all(_lms_levers(t.params.lms) == TFLMSV2_EVERYTHING for t in deeplab.trials)
     kinds = {s.kind: s for s in deeplab.searches}
@@ -191,6 +200,13 @@ def test_the_embedded_default_is_the_mission_at_cpu_size():
             "defaults.lms.safety_ratio",
             "(0, 1]",
         ),
+        (spec_with(defaults_extra="gpus = 0"), "defaults.gpus", "an integer >= 1"),
+        (
+            spec_with(defaults_extra='gpus = 4\nbatch_scope = "global"'),
+            "study[0].batch",
+            "a multiple of the 4 replicas",
+        ),
+        (spec_with(defaults_extra='batch_scope = "node"'), "defaults.batch_scope", "'global'"),
         (BASE.replace('kind = "throughput"', 'kind = "fastest"'), "study[0].kind", "'sweep'"),
         (
             BASE.replace('workload = "googlenet"', 'workload = "vgg"'),

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from suite.lms_seam import check_lms_table
 from suite.records import load_records, results_file
 from suite.running.runner import run_spec
 from suite.running.trial import run_trial
@@ -249,3 +250,38 @@ def test_repeats_run_in_rounds_so_compared_trials_share_the_machine_load(tmp_pat
     assert order == [(32, 0), (48, 0), (32, 1), (48, 1)]
     assert [line.split("]")[0] for line in lines if line.startswith("[trial")] == [
         "[trial 1/4", "[trial 2/4", "[trial 3/4", "[trial 4/4"]  # fmt: skip
+
+
+def test_two_replicas_train_like_one_on_the_same_global_batch_with_lms_per_worker(tmp_path):
+    """Two worker processes over 127.0.0.1 (MultiWorkerMirroredStrategy, one thread each) and
+    one process, same global batch of 4: the same losses step after step (GoogLeNet has no
+    batch normalization, whose statistics would be per replica). With LMS, each worker plans and
+    swaps for its own device and still trains the same."""
+    base = tiny_spec("[64]").trials[0].params.replace(steps=3, warmup_steps=0)
+    one = run_trial(base.replace(batch=4), 600, tmp_path / "one.log")
+    # on a machine without GPUs, replicas are CPU workers of the emulated device (a budget each)
+    two = run_trial(base.replace(batch=2, gpus=2, memory_budget_bytes=2**30), 600,
+                    tmp_path / "two.log")  # fmt: skip
+    everything = {"swapout_threshold": 1, "swapin_ahead": 1, "swapin_groupby": 0}
+    with_lms = base.replace(batch=2, gpus=2, lms=check_lms_table(everything),
+                            memory_budget_bytes=2**30)  # fmt: skip
+    swapped = run_trial(with_lms, 600, tmp_path / "lms.log")
+    for result in (one, two, swapped):
+        assert result.outcome == "ok", result.error
+    assert one.metrics["replicas"] == 1 and two.metrics["replicas"] == 2
+    # the global batch's rate, and each replica's half of it
+    rate, per_replica = two.metrics["images_per_sec"], two.metrics["images_per_sec_per_replica"]
+    assert rate["mean"] == pytest.approx(2 * per_replica["mean"])
+    workers = two.metrics["workers"]
+    assert [w["outcome"] for w in workers] == ["ok", "ok"]
+    assert workers[0]["final_loss"] == pytest.approx(workers[1]["final_loss"], rel=1e-6)
+    assert two.metrics["final_loss"] == pytest.approx(one.metrics["final_loss"], rel=1e-4)
+    assert swapped.metrics["final_loss"] == pytest.approx(one.metrics["final_loss"], rel=1e-4)
+    assert swapped.metrics["lms"]["swapped_bytes"] > 0
+    assert swapped.metrics["lms_traffic"]["out_bytes_per_step"] > 0
+    # a GPU-sized trial (no memory budget) for 2 GPUs, on a host with fewer: skipped, saying why
+    import tensorflow as tf
+
+    if len(tf.config.list_physical_devices("GPU")) < 2:
+        skipped = run_trial(base.replace(gpus=2), 600, tmp_path / "skipped.log")
+        assert skipped.outcome == "skipped" and "needs 2 GPUs per node" in skipped.error

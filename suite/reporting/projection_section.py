@@ -7,6 +7,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from suite.records import record_params
+from suite.reporting.figures import finish, new_figure
 from suite.running.projection import load_projection
 from suite.units import format_bytes
 
@@ -70,12 +71,7 @@ def projection_section(records: list[dict], output_dir: Path) -> dict | None:
 
 
 def _plot(projections, measured, path: Path) -> bool:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axis = plt.subplots(figsize=(7, 4.2))
+    figure, axis = new_figure()
     for p in projections:
         label = f"{p['workload']} {p['resolution']}px b{p['batch']} ({p['gpu']})"
         links = sorted(p["links"], key=lambda link: link["bandwidth"])
@@ -90,12 +86,5 @@ def _plot(projections, measured, path: Path) -> bool:
                       color=line.get_color(), markersize=9,
                       label=f"{p['workload']} measured, emulated link")  # fmt: skip
     axis.set_xscale("log")
-    axis.set_xlabel("link bandwidth per direction (GB/s)")
-    axis.set_ylabel("images/sec")
-    axis.set_title("Projected LMS throughput per CPU-GPU link")
-    axis.legend(fontsize=7)
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
-    return True
+    return finish(figure, axis, path, "link bandwidth host to device (GB/s)", "images/sec",
+                  "Projected LMS throughput per CPU-GPU link")  # fmt: skip

@@ -27,6 +27,7 @@ from suite.reporting.answer import answer_tables, process_rates, rate_text
 from suite.reporting.limits_table import limits_table
 from suite.reporting.memory_plots import plot_timelines
 from suite.reporting.projection_section import projection_section
+from suite.reporting.scaling import scaling_section
 from suite.reporting.sweep_plots import plot_sweeps
 from suite.specs.model import lms_text
 from suite.stats import ratio_interval, ratio_text
@@ -356,6 +357,7 @@ def render_report(results_dir: Path, output_dir: Path, title: str = "LMS benchma
         left_out=left_out,
         regression=_regression(output_dir),
         projection=projection_section(records, output_dir),
+        scaling=scaling_section(records, output_dir),
         sweeps=plot_sweeps(records, output_dir),
         timelines=plot_timelines(records, output_dir),
     )

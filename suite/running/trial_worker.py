@@ -6,6 +6,7 @@ device) is a result; any other exception is written as a crashed result and exit
 that dies without writing a result is classified by the parent (`suite.running.trial`).
 """
 
+import contextlib
 import json
 import sys
 import time
@@ -26,40 +27,70 @@ def _log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+def _replica_strategy(tf, params: "TrialParams", index: int):
+    """MultiWorkerMirroredStrategy for a trial of several replicas (suite/running/replicas.py
+    says why), None for one. On a CPU each worker gets one thread; on a GPU host, one GPU."""
+    if params.replicas == 1:
+        return None
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:  # GPU only: worker i computes on GPU i of the node
+        tf.config.set_visible_devices(gpus[index % len(gpus)], "GPU")
+    else:
+        tf.config.threading.set_intra_op_parallelism_threads(1)
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+    return tf.distribute.MultiWorkerMirroredStrategy()  # its cluster: TF_CONFIG
+
+
 def run(params: "TrialParams") -> dict:
     import keras
     import tensorflow as tf
 
     import lms
     from suite import lms_seam, stats
+    from suite.running.replicas import worker_index
     from suite.workloads import build_workload, data, training
 
     info = params.info
+    index = worker_index() or 0
+    strategy = _replica_strategy(tf, params, index)
     keras.utils.set_random_seed(params.seed)
     device = "GPU:0" if tf.config.list_physical_devices("GPU") else "CPU:0"
     resolution, batch = params.resolution, params.batch
     budget = params.memory_budget_bytes
 
     started = time.perf_counter()
-    model, loss_fn = build_workload(info.name, resolution, batch, params.precision, params.classes)
+    with strategy.scope() if strategy else contextlib.nullcontext():
+        model, loss_fn = build_workload(info.name, resolution, batch, params.precision,
+                                        params.classes)  # fmt: skip
+        optimizer = training.make_optimizer()
     planner = lms_seam.make_planner(params)
     train_step = training.make_train_step(
-        model, loss_fn, training.make_optimizer(), params.precision
+        model, loss_fn, optimizer, params.precision, strategy, params.global_batch
     )
     source = params.data
+    # every replica reads the global batch and trains on its own slice of it: N replicas of
+    # batch b see exactly what one replica of batch N x b sees
+    mine = slice(index * batch, (index + 1) * batch)
     with tf.device(device):
         if source["kind"] == "synthetic":
-            batch_tensors = data.synthetic_batch(
-                info, resolution, batch, params.classes, params.seed
+            images, labels = data.synthetic_batch(
+                info, resolution, params.global_batch, params.classes, params.seed
             )
+            batch_tensors = (images[mine], labels[mine])
 
             def next_batch():
                 return batch_tensors
         else:
             iterator = iter(
-                data.tfrecord_dataset(info, source["format"], source["path"], resolution, batch)
+                data.tfrecord_dataset(
+                    info, source["format"], source["path"], resolution, params.global_batch
+                )
             )
-            next_batch = iterator.__next__
+
+            def next_batch():
+                images, labels = next(iterator)
+                return images[mine], labels[mine]
+
     if planner is not None:  # traced, planned and rewritten on the first (warm-up) call
         train_step = planner.wrap(train_step)
     build_seconds = time.perf_counter() - started
@@ -111,8 +142,12 @@ def run(params: "TrialParams") -> dict:
             f"{budget} B (emulated device)",
         }
     metrics = stats.throughput_metrics(
-        result.step_seconds, batch, info.elements_per_sample(resolution), info.rate_key
-    )
+        result.step_seconds, params.global_batch, info.elements_per_sample(resolution),
+        info.rate_key,
+    )  # fmt: skip
+    metrics["replicas"] = params.replicas
+    metrics["nodes"] = params.nodes
+    metrics["images_per_sec_per_replica"] = stats.summarize_rates(result.step_seconds, batch)
     metrics.update(memory)
     metrics.update(
         {
@@ -138,7 +173,17 @@ def main(argv: list[str]) -> int:
     with open(params_path) as handle:
         raw = json.load(handle)
     try:
-        result = run(TrialParams.from_dict(raw))
+        params = TrialParams.from_dict(raw)
+        from suite.running.replicas import launch, missing_devices, worker_index
+
+        if params.replicas > 1 and worker_index() is None:  # the launcher of the workers
+            missing = missing_devices(params.gpus, params.memory_budget_bytes is not None)
+            if missing:
+                result = {"outcome": "skipped", "device": None, "metrics": None, "error": missing}
+            else:
+                result = launch(params_path, result_path, params.replicas)
+        else:
+            result = run(params)
         code = 0
     except Exception as error:  # any failure of the workload is a recorded result
         traceback.print_exc()

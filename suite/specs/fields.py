@@ -24,6 +24,9 @@ TRIAL_DEFAULTS = {
     "memory_budget": None,  # emulated device: peak above this is out-of-memory
     "seed": 0,
     "lms": False,  # false, true (auto-tuned), or a table of LMS parameters
+    "gpus": 1,  # devices per node: data-parallel replicas, one worker process each
+    "nodes": 1,
+    "batch_scope": "replica",  # `batch` per replica (global = batch x replicas), or "global"
 }
 STUDY_FIELDS = {  # required
     "throughput": {"resolution", "batch"},
@@ -89,8 +92,10 @@ class Checker:
         """Validate one TRIAL_DEFAULTS field; returns its resolved form."""
         if key == "precision":
             return self.choice(name, value, tuple(PRECISIONS))
-        if key in ("steps", "repeats"):
+        if key in ("steps", "repeats", "gpus", "nodes"):
             return self.integer(name, value, 1)
+        if key == "batch_scope":
+            return self.choice(name, value, ("replica", "global"))
         if key in ("warmup_steps", "seed"):
             return self.integer(name, value, 0)
         if key == "classes":

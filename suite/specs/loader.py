@@ -111,6 +111,8 @@ def _trial_params(workload, resolution, batch, resolved) -> TrialParams:
         memory_budget_bytes=resolved["memory_budget"],
         seed=resolved["seed"],
         lms=resolved["lms"] or None,
+        gpus=resolved["gpus"],
+        nodes=resolved["nodes"],
     )
 
 
@@ -178,6 +180,12 @@ def _add_study(spec, check, where, study, study_name, kind, workload, resolved, 
     lms_on = resolved["lms"] or dict(LMS_FIELDS)
     if batch is not None:
         batch = check.integer(f"{where}.batch", batch, 1)
+        replicas = resolved["gpus"] * resolved["nodes"]
+        if resolved["batch_scope"] == "global":  # trials hold the batch per replica
+            if batch % replicas:
+                check.fail(f"{where}.batch", batch, f"a multiple of the {replicas} replicas "
+                           "(batch_scope 'global')")  # fmt: skip
+            batch //= replicas
     if kind in RUNNABLE_KINDS:
         if kind == "throughput":
             resolutions = [check.resolution(f"{where}.resolution", study["resolution"], workload)]

@@ -42,14 +42,28 @@ class TrialParams:
     memory_budget_bytes: int | None  # the emulated device's memory; None: the device's own
     seed: int
     lms: dict | None = None  # the resolved `lms` table (suite.lms_seam), None: LMS off
+    gpus: int = 1  # devices per node, one worker process each (data-parallel replicas)
+    nodes: int = 1
 
     def to_dict(self) -> dict:
-        """The canonical form. `lms` only when on, so that trials without it keep the hashes
-        they had before LMS existed."""
+        """The canonical form. `lms` only when on, `gpus` and `nodes` only when not 1, so that
+        trials without them keep the hashes they had before these fields existed."""
         values = dataclasses.asdict(self)
         if values["lms"] is None:
             del values["lms"]
+        for key in ("gpus", "nodes"):
+            if values[key] == 1:
+                del values[key]
         return values
+
+    @property
+    def replicas(self) -> int:
+        return self.gpus * self.nodes
+
+    @property
+    def global_batch(self) -> int | None:
+        """The samples one step trains on over all replicas (`batch` is per replica)."""
+        return None if self.batch is None else self.batch * self.replicas
 
     @classmethod
     def from_dict(cls, values: dict) -> "TrialParams":
@@ -58,7 +72,7 @@ class TrialParams:
         names = {f.name for f in dataclasses.fields(cls)}
         if not isinstance(values, dict):
             raise ValueError(f"trial parameters must be a JSON object, not {type(values).__name__}")
-        missing = sorted(names - {"lms"} - set(values))
+        missing = sorted(names - {"lms", "gpus", "nodes"} - set(values))
         unknown = sorted(set(values) - names)
         if missing or unknown:
             raise ValueError(f"trial parameters: missing {missing or 'none'}, unknown "
@@ -84,7 +98,16 @@ class TrialParams:
         return get_workload(self.workload)
 
     def describe(self) -> str:
-        return f"{self.workload} {self.resolution}px batch {self.batch} {self.precision}"
+        text = f"{self.workload} {self.resolution}px batch {self.batch} {self.precision}"
+        return text + replicas_text(self)
+
+
+def replicas_text(params: "TrialParams") -> str:
+    """ "" for one replica, else " x 4 GPUs (global batch 60)" (" on 2 nodes" when more)."""
+    if params.replicas == 1:
+        return ""
+    nodes = f" on {params.nodes} nodes" if params.nodes > 1 else ""
+    return f" x {params.gpus} GPUs{nodes} (global batch {params.global_batch})"
 
 
 def lms_text(settings: dict | None) -> str:
@@ -204,7 +227,7 @@ class Spec:
         for study, (p, resolutions) in sizes.items():
             low, high = min(resolutions), max(resolutions)
             side = f"{low}px" if low == high else f"{low}-{high}px ({len(set(resolutions))} sizes)"
-            what[study] = f"{p.workload} {side} batch {p.batch} {p.precision}"
+            what[study] = f"{p.workload} {side} batch {p.batch} {p.precision}{replicas_text(p)}"
         for sweep in self.switch_sweeps:
             p, r = sweep.params, sweep.resolutions
             what[sweep.study] = f"{p.workload} {r[0]}-{r[-1]}px batch {p.batch} {p.precision}"

@@ -21,22 +21,35 @@ def make_optimizer():
     return keras.optimizers.SGD(learning_rate=0.005, momentum=0.9)
 
 
-def make_train_step(model, loss_fn, optimizer, precision: str):
-    """A tf.function (images, labels) -> loss that trains `model` by one step."""
+def make_train_step(model, loss_fn, optimizer, precision: str, strategy=None, global_batch=None):
+    """A tf.function (images, labels) -> loss that trains `model` by one step.
+
+    With a tf.distribute `strategy` (several replicas) each replica's loss is its batch mean
+    weighted by its share of `global_batch`, so that the gradients the optimizer sums over the
+    replicas are those of the global batch's mean loss, and the step returns that mean."""
     scale = FP16_LOSS_SCALE if precision == "fp16" else None
     variables = model.trainable_variables
-    optimizer.build(variables)
+    with strategy.scope() if strategy is not None else contextlib.nullcontext():
+        optimizer.build(variables)  # its slots are replicated variables too
 
-    @tf.function
-    def train_step(images, labels):
+    def replica_step(images, labels):
         with tf.GradientTape() as tape:
             loss = loss_fn(labels, model(images, training=True))
+            if strategy is not None:
+                loss *= tf.cast(tf.shape(images)[0], loss.dtype) / global_batch
             scaled = loss * scale if scale else loss
         gradients = tape.gradient(scaled, variables)
         if scale:
             gradients = [g / scale for g in gradients]
         optimizer.apply_gradients(zip(gradients, variables, strict=True))
         return loss
+
+    @tf.function
+    def train_step(images, labels):
+        if strategy is None:
+            return replica_step(images, labels)
+        losses = strategy.run(replica_step, args=(images, labels))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
 
     return train_step
 

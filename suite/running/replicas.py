@@ -1,0 +1,108 @@
+"""A data-parallel trial on one node: one worker process per device, joined by TensorFlow's
+MultiWorkerMirroredStrategy over 127.0.0.1.
+
+Why one process per device (MultiWorkerMirroredStrategy) rather than MirroredStrategy in one
+process: it is how the seeds ran (IBM DDL and Horovod: a process per GPU); the same worker code
+spans nodes, where Slurm starts the processes instead of this launcher; and on a CPU machine N
+processes are N real devices of the emulated kind, each with its own allocator (so a memory
+budget is per replica, as a GPU's memory is) and its own LMS host store. MirroredStrategy would
+see one CPU device.
+
+The launcher is the trial process `suite.running.trial` started: it picks free loopback ports,
+starts the workers (`SUITE_WORKER_INDEX`, `TF_CONFIG`), waits for all of them, and writes one
+result: worker 0's metrics, the worst outcome of any worker, and each worker's summary.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+WORKER_INDEX = "SUITE_WORKER_INDEX"
+SEVERITY = ("ok", "out_of_memory", "timed_out", "crashed")  # the worst of the workers wins
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports on 127.0.0.1 free right now (bound to port 0, then released)."""
+    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def tf_config(ports: list[int], index: int) -> str:
+    workers = [f"127.0.0.1:{port}" for port in ports]
+    return json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})
+
+
+def worker_index() -> int | None:
+    """This process's worker index when a launcher (or Slurm) started it as one, else None."""
+    value = os.environ.get(WORKER_INDEX)
+    return None if value is None else int(value)
+
+
+def missing_devices(gpus: int, emulated: bool) -> str | None:
+    """Why this node cannot run `gpus` workers, or None. A node with fewer GPUs cannot; a node
+    without any runs them as CPU workers only for an emulated-device trial (a memory budget):
+    a seed's 4-GPU study is not meant to crawl on a CPU."""
+    import tensorflow as tf
+
+    here = len(tf.config.list_physical_devices("GPU"))
+    if here >= gpus or (here == 0 and emulated):
+        return None
+    return f"needs {gpus} GPUs per node; this host has {here or 'none'}"
+
+
+def launch(params_path: str, result_path: str, replicas: int) -> dict:
+    """Run `replicas` workers of the trial in `params_path`; return the merged result."""
+    ports = free_ports(replicas)
+    processes, results = [], []
+    for index in range(replicas):
+        env = {**os.environ, WORKER_INDEX: str(index), "TF_CONFIG": tf_config(ports, index)}
+        worker_result = f"{result_path}.worker{index}"
+        results.append(Path(worker_result))
+        command = [sys.executable, "-m", "suite.running.trial_worker", params_path, worker_result]
+        processes.append(subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL))
+    codes = [p.wait() for p in processes]
+    return merge(
+        [json.loads(r.read_text()) if r.exists() else None for r in results],
+        codes,
+    )
+
+
+def merge(results: list[dict | None], codes: list[int]) -> dict:
+    """One trial result from its workers': worker 0's metrics and device, the worst outcome,
+    every worker's error, and `workers` (each one's outcome, median step time, peak, loss)."""
+    summaries = []
+    for index, (result, code) in enumerate(zip(results, codes, strict=True)):
+        if result is None:
+            error = f"worker {index} exited with code {code} without a result"
+            result = {"outcome": "crashed", "metrics": None, "device": None, "error": error}
+        metrics = result.get("metrics") or {}
+        summaries.append(
+            {
+                "outcome": result["outcome"],
+                "error": result.get("error"),
+                "step_time_s": (metrics.get("step_time_s") or {}).get("median"),
+                "peak_memory_bytes": metrics.get("peak_memory_bytes"),
+                "final_loss": metrics.get("final_loss"),
+            }
+        )
+    worst = max(summaries, key=lambda s: SEVERITY.index(s["outcome"]))
+    first = results[0] or {}
+    metrics = dict(first.get("metrics") or {}) if results[0] else None
+    if metrics is not None:
+        metrics["workers"] = summaries
+    errors = [f"worker {i}: {s['error']}" for i, s in enumerate(summaries) if s["error"]]
+    return {
+        "outcome": worst["outcome"],
+        "device": first.get("device"),
+        "metrics": metrics,
+        "error": "; ".join(errors)[:4000] if errors else None,
+    }
