@@ -277,18 +277,24 @@ def specs(c):
         ".venv-tf2.14 (created on first use)",
         "lint": "run ruff check and ruff format --check first",
         "docker": "run the container tests (installs and starts a Docker engine if missing)",
+        "slurm": "run the Slurm tests (installs and starts a one-node Slurm if missing)",
         "k": "only tests matching this pytest -k expression",
     }
 )
-def test(c, compat=True, lint=True, docker=True, k=None):
+def test(c, compat=True, lint=True, docker=True, slurm=True, k=None):
     """Lint, then run the tests on this environment and the compat tests on TF 2.14.1."""
     selector = f" -k {json.dumps(k)}" if k else ""
     with c.cd(str(ROOT)):
-        marker = ""
+        skipped = []
         if docker:  # the container tests need a Docker engine: install and start one if missing
             c.run("bash scripts/docker.sh", echo=True)
         else:
-            marker = " -m 'not docker'"
+            skipped.append("not docker")
+        if slurm:  # the Slurm tests need a real one: munge, slurmctld, slurmd on this machine
+            c.run("bash scripts/slurm.sh", echo=True)
+        else:
+            skipped.append("not slurm")
+        marker = f" -m {json.dumps(' and '.join(skipped))}" if skipped else ""
         if lint:
             c.run(f"{sys.executable} -m ruff check .", echo=True)
             c.run(f"{sys.executable} -m ruff format --check .", echo=True)

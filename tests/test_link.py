@@ -156,6 +156,7 @@ def swapped_step():
     return function, planner, images, labels
 
 
+@pytest.mark.compat  # lms's profile and emulated link on TensorFlow 2.14.1 too
 def test_lms_counts_the_swap_traffic_of_each_step(swapped_step):
     function, planner, images, labels = swapped_step
     function.reset_traffic()
@@ -177,6 +178,7 @@ def test_lms_counts_the_swap_traffic_of_each_step(swapped_step):
     assert traffic["link"] == {"bandwidth": 0.1e9, "latency": pytest.approx(100e-6)}
 
 
+@pytest.mark.compat  # lms's profile and emulated link on TensorFlow 2.14.1 too
 def test_a_profiled_step_names_every_swap_and_replays_to_its_own_time(swapped_step):
     function, planner, images, labels = swapped_step
     profile, swaps = function.profile(images, labels)
@@ -230,6 +232,7 @@ def test_on_a_gpu_the_projection_on_the_measured_link_is_the_measured_step():
     assert traffic["source"] == "plan" and traffic["in_seconds_per_step"] > 0
 
 
+@pytest.mark.compat  # lms's profile and emulated link on TensorFlow 2.14.1 too
 def test_the_roofline_times_an_op_by_its_flops_or_its_bytes():
     import tensorflow as tf
 

@@ -1,9 +1,10 @@
 """Where `inv run` runs a spec: natively on this machine, in containers on Docker hosts, or both.
 
-`--hosts` names the hosts; without it, the images `inv build` built earlier in the same invocation
-(`invoke build run report`) choose the hosts of invoke.yaml that run them; with neither, the spec
-runs natively. `--native` adds this machine to the containers. Every place runs the same spec
-file with the same overrides, so every trial has one spec hash wherever it ran.
+`--hosts` names the hosts (Docker hosts, or Slurm clusters: `scheduler: slurm`, whose trials
+become jobs, suite/running/slurm.py); without it, the images `inv build` built earlier in the
+same invocation (`invoke build run report`) choose the hosts of invoke.yaml that run them; with
+neither, the spec runs natively. `--native` adds this machine to the containers. Every place runs
+the same spec file with the same overrides, so every trial has one spec hash wherever it ran.
 
 Places that share this machine (native, the local daemon, SSH to loopback) would slow each other
 if run at once, and a ratio between them would measure that. They run in rounds instead: round r
@@ -23,6 +24,7 @@ from suite.hosts.docker import (
     run_on_hosts,
 )
 from suite.running.runner import run_spec, summary_lines
+from suite.running.slurm import slurm_hosts
 from suite.specs import Spec
 from suite.units import positive_int
 
@@ -39,11 +41,14 @@ def dispatch(spec: Spec, overrides: dict, results: Path, *, host=None, force=Fal
     """Run `spec` where asked; return (Docker hosts that failed, Docker hosts). `round_`: only
     that round (inside a container of an interleaved run)."""
     configured = configured or {}
-    chosen = choose_hosts(hosts, configured, default_image) if hosts else None
-    if chosen is None and built:
+    names = [h.strip() for h in hosts.split(",") if h.strip()] if hosts else []
+    clusters = slurm_hosts(names, configured)  # their trials become jobs
+    containers = [n for n in names if n not in {c.name for c in clusters}]
+    chosen = choose_hosts(",".join(containers), configured, default_image) if containers else None
+    if chosen is None and built and not clusters:
         chosen = hosts_for_images(configured, default_image, list(built))
     chosen = chosen or []
-    here = native or not chosen
+    here = native or not (chosen or clusters)
     if chosen:
         hashes = ", ".join(t.hash for t in spec.trials[:3]) + (", ..." * (len(spec.trials) > 3))
         places = ", ".join(f"{h.name} ({h.image})" for h in chosen)
@@ -91,6 +96,10 @@ def dispatch(spec: Spec, overrides: dict, results: Path, *, host=None, force=Fal
                                  echo)  # fmt: skip
             with lock:
                 outcomes.extend(found)
+    for cluster in clusters:
+        echo(f"running {spec.name} as Slurm jobs on {cluster.name}")
+        echo("\n".join(summary_lines(run_spec(spec, results, cluster.name, force, echo=echo,
+                                              run_id=run_id, place=cluster))))  # fmt: skip
     if thread:
         thread.join()
     if outcomes:

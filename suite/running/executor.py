@@ -56,7 +56,11 @@ class TrialExecutor:
         echo=print,
         extra_env: dict | None = None,
         run_id: str | None = None,
+        place=None,
     ):
+        """`place`: where trials run other than in a process here, e.g. a Slurm host
+        (suite.running.slurm): its run_trial() and describe(results_dir)."""
+        self.place = place
         self.results_dir = Path(results_dir)
         self.host = host or default_host_name()
         self.path = results_file(self.results_dir, self.host)
@@ -76,7 +80,10 @@ class TrialExecutor:
     @property
     def host_ref(self) -> str:
         if self._host_ref is None:
-            self._host_ref = store_host(self.results_dir, capture_host_description())
+            description = (
+                self.place.describe(self.results_dir) if self.place else capture_host_description()
+            )
+            self._host_ref = store_host(self.results_dir, description)
         return self._host_ref
 
     def mean_trial_s(self) -> float | None:
@@ -89,7 +96,8 @@ class TrialExecutor:
             return record
         started = utc_now()
         log_path = log_file(self.results_dir, self.host, f"{trial.hash}-{repeat}")
-        result = run_trial(trial.params, trial.timeout_s, log_path, self.extra_env)
+        launch = self.place.run_trial if self.place else run_trial
+        result = launch(trial.params, trial.timeout_s, log_path, self.extra_env)
         self.elapsed.append(result.wall_s)
         self.outcomes[result.outcome] = self.outcomes.get(result.outcome, 0) + 1
         record = {

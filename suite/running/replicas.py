@@ -41,8 +41,15 @@ def tf_config(ports: list[int], index: int) -> str:
     return json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})
 
 
+def under_slurm() -> bool:
+    """Whether Slurm started this process as one task of several (`srun` in a trial's job)."""
+    return int(os.environ.get("SLURM_STEP_NUM_TASKS", "1")) > 1 and "SLURM_PROCID" in os.environ
+
+
 def worker_index() -> int | None:
-    """This process's worker index when a launcher (or Slurm) started it as one, else None."""
+    """This process's worker index when a launcher or Slurm started it as one, else None."""
+    if under_slurm():
+        return int(os.environ["SLURM_PROCID"])
     value = os.environ.get(WORKER_INDEX)
     return None if value is None else int(value)
 

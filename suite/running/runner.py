@@ -83,11 +83,13 @@ def run_spec(
     studies: tuple | None = None,
     round_: int | None = None,
     run_id: str | None = None,
+    place=None,
 ) -> RunSummary:
     """Run `spec` (only `studies` if given): trials, then switch sweeps, then limit searches.
     `round_` r: only every trial's r-th process, and the sweeps and searches in round 1 (a
-    dispatcher interleaving places that share this machine runs the rounds in turn)."""
-    executor = TrialExecutor(results_dir, host, force, echo, extra_env, run_id)
+    dispatcher interleaving places that share this machine runs the rounds in turn). `place`:
+    where the trial processes run when not here (a Slurm host: each one a job)."""
+    executor = TrialExecutor(results_dir, host, force, echo, extra_env, run_id, place)
     if studies is not None:
         spec = select_studies(spec, studies)
     summary = RunSummary(executor.path, 0, 0, executor.outcomes)

@@ -27,17 +27,30 @@ def _log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+# first port of a Slurm job's workers on each node (one per task from there)
+SLURM_PORT_BASE = 23456
+
+
 def _replica_strategy(tf, params: "TrialParams", index: int):
     """MultiWorkerMirroredStrategy for a trial of several replicas (suite/running/replicas.py
     says why), None for one. On a CPU each worker gets one thread; on a GPU host, one GPU."""
+    from suite.running.replicas import under_slurm
+
     if params.replicas == 1:
         return None
     gpus = tf.config.list_physical_devices("GPU")
-    if gpus:  # GPU only: worker i computes on GPU i of the node
-        tf.config.set_visible_devices(gpus[index % len(gpus)], "GPU")
-    else:
+    if not gpus:
         tf.config.threading.set_intra_op_parallelism_threads(1)
         tf.config.threading.set_inter_op_parallelism_threads(1)
+    if under_slurm():  # the cluster from Slurm's tasks; it gives each task its GPUs
+        # without GPUs it still needs a positive count per task: one per task, never applied
+        resolver = tf.distribute.cluster_resolver.SlurmClusterResolver(
+            port_base=SLURM_PORT_BASE, gpus_per_node=len(gpus) or params.gpus, gpus_per_task=1,
+            auto_set_gpu=bool(gpus),
+        )  # fmt: skip
+        return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
+    if gpus:  # GPU only: worker i computes on GPU i of the node
+        tf.config.set_visible_devices(gpus[index % len(gpus)], "GPU")
     return tf.distribute.MultiWorkerMirroredStrategy()  # its cluster: TF_CONFIG
 
 

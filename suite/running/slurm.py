@@ -1,0 +1,155 @@
+"""A Slurm cluster as a host: each trial process becomes a job, submitted with `sbatch --wait`.
+
+A host of invoke.yaml with `scheduler: slurm` (partition, account, time_limit, python: the
+interpreter on the nodes with the suite installed, workdir: a directory the nodes share) runs a
+spec through the same runner as this machine, with the trial's process replaced by a job:
+
+- the job runs `srun python -m suite.running.trial_worker` with `nodes x gpus` tasks; a trial of
+  several replicas gets its cluster from Slurm (`SlurmClusterResolver`, see
+  suite/running/replicas.py) and each task writes its worker's result;
+- the job's time limit is the trial's timeout; its output is the trial's log;
+- the result comes back through `workdir` into `results/` like any host's records (with
+  `metrics.slurm_job`); a job that fails, is cancelled or times out without a result is recorded
+  with Slurm's state and reason (`scontrol show job`), never lost.
+
+The host description is captured by a job too, so a record describes the node it ran on.
+"""
+
+import json
+import math
+import re
+import shlex
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from suite.environment import child_environment
+from suite.errors import SuiteError
+from suite.running.replicas import merge
+from suite.running.trial import TrialResult
+from suite.specs.model import TrialParams
+
+KNOWN_KEYS = {"scheduler", "partition", "account", "time_limit", "python", "workdir"}
+STATE_OUTCOMES = {"TIMEOUT": "timed_out", "DEADLINE": "timed_out", "OUT_OF_MEMORY": "crashed"}
+
+
+@dataclass
+class SlurmHost:
+    name: str
+    partition: str | None = None
+    account: str | None = None
+    time_limit: str | None = None  # the longest a job may ask for; a trial asks its timeout
+    python: str = sys.executable
+    workdir: str | None = None  # shared by the nodes; default: the results directory
+
+    @classmethod
+    def from_config(cls, name: str, settings: dict) -> "SlurmHost":
+        unknown = sorted(set(settings) - KNOWN_KEYS)
+        if unknown:
+            raise SuiteError(f"invoke.yaml suite.hosts.{name}: unknown key(s) {unknown}; a Slurm "
+                             f"host takes {', '.join(sorted(KNOWN_KEYS))}")  # fmt: skip
+        values = {k: settings[k] for k in KNOWN_KEYS - {"scheduler"} if settings.get(k)}
+        return cls(name, **values)
+
+    def _sbatch_options(self, minutes: int, nodes: int = 1, tasks_per_node: int = 1) -> list:
+        options = [f"--nodes={nodes}", f"--ntasks-per-node={tasks_per_node}",
+                   f"--time={minutes}"]  # fmt: skip
+        options += [f"--partition={self.partition}"] if self.partition else []
+        options += [f"--account={self.account}"] if self.account else []
+        return options
+
+    def _submit(self, script: str, options: list, env: dict, output: Path) -> tuple[str, int]:
+        """(job id, sbatch's exit code) of a job run to its end (`sbatch --wait`)."""
+        output.parent.mkdir(parents=True, exist_ok=True)
+        command = ["sbatch", "--wait", "--parsable", f"--output={output}", *options]
+        try:
+            completed = subprocess.run(command, input=script, capture_output=True, text=True,
+                                       env=env)  # fmt: skip
+        except FileNotFoundError:
+            hint = "install Slurm's client commands (on this machine: bash scripts/slurm.sh)"
+            raise SuiteError(f"host {self.name}: sbatch not found: {hint}") from None
+        job = completed.stdout.strip().split(";")[0]
+        if not job:
+            raise SuiteError(f"host {self.name}: sbatch refused the job: "
+                             f"{completed.stderr.strip()[:500]}")  # fmt: skip
+        return job, completed.returncode
+
+    def job_state(self, job: str) -> tuple[str, str]:
+        """(state, reason) of a finished job from `scontrol show job`, or ("UNKNOWN", why)."""
+        completed = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True,
+                                   text=True)  # fmt: skip
+        fields = dict(re.findall(r"(\w+)=(\S*)", completed.stdout))
+        if "JobState" not in fields:
+            return "UNKNOWN", completed.stderr.strip() or "job no longer known to slurmctld"
+        return fields["JobState"], fields.get("Reason", "None")
+
+    def _scratch(self, results_dir: Path) -> Path:
+        root = Path(self.workdir) if self.workdir else results_dir / "slurm"
+        scratch = root / "jobs" / uuid.uuid4().hex[:12]
+        scratch.mkdir(parents=True)
+        return scratch
+
+    def run_trial(self, params: TrialParams, timeout_s: float, log_path: Path,
+                  extra_env: dict | None = None) -> TrialResult:  # fmt: skip
+        """One trial process as a job; the same TrialResult a local process gives."""
+        started = time.perf_counter()
+        scratch = self._scratch(log_path.parents[2])
+        params_file, result_file = scratch / "params.json", scratch / "result.json"
+        params_file.write_text(json.dumps(params.to_dict()))
+        tasks = params.replicas
+        target = shlex.quote(str(result_file))
+        if tasks > 1:  # each task writes its worker's result (merged below)
+            target += ".worker$SLURM_PROCID"
+        worker = (f"{shlex.quote(self.python)} -m suite.running.trial_worker "
+                  f"{shlex.quote(str(params_file))} {target}")  # fmt: skip
+        script = f"#!/bin/bash\nsrun --kill-on-bad-exit=0 bash -c {shlex.quote(worker)}\n"
+        minutes = max(1, math.ceil(timeout_s / 60))
+        options = self._sbatch_options(minutes, params.nodes, params.gpus)
+        options.append(f"--job-name=lms-{params.hash}")
+        job, code = self._submit(script, options, child_environment(extra_env), log_path)
+        wall = time.perf_counter() - started
+        if tasks > 1:
+            workers = [Path(f"{result_file}.worker{i}") for i in range(tasks)]
+            found = [json.loads(p.read_text()) if p.exists() else None for p in workers]
+            result = merge(found, [code] * tasks) if any(found) else None
+        else:
+            result = json.loads(result_file.read_text()) if result_file.exists() else None
+        if result is not None:  # the trial's own account of how it ended
+            metrics = result["metrics"]
+            if metrics is not None:
+                metrics["slurm_job"] = job
+            error = result["error"]
+            if result["outcome"] != "ok":
+                error = f"slurm job {job}: {error}"
+            return TrialResult(result["outcome"], metrics, error, result["device"], wall, code)
+        state, reason = self.job_state(job)  # no result: Slurm's account
+        error = f"slurm job {job} ended {state} (reason: {reason}; sbatch exit code {code})"
+        return TrialResult(STATE_OUTCOMES.get(state, "crashed"), {"slurm_job": job}, error, None,
+                           wall, code)  # fmt: skip
+
+    def describe(self, results_dir: Path) -> dict:
+        """The description of a node of the cluster, captured by a job there."""
+        scratch = self._scratch(Path(results_dir))
+        output = scratch / "description.json"
+        code = ("import json, sys; from suite.hosts.description import describe_host; "
+                f"open({str(output)!r}, 'w').write(json.dumps(describe_host()))")  # fmt: skip
+        script = f"#!/bin/bash\nsrun {shlex.quote(self.python)} -c {shlex.quote(code)}\n"
+        job, status = self._submit(script, self._sbatch_options(30), child_environment(),
+                                   scratch / "description.log")  # fmt: skip
+        if not output.exists():
+            state, reason = self.job_state(job)
+            raise SuiteError(f"host {self.name}: the description job {job} ended {state} "
+                             f"({reason}); log: {scratch / 'description.log'}")  # fmt: skip
+        return json.loads(output.read_text())
+
+
+def slurm_hosts(names: list[str], configured: dict) -> list[SlurmHost]:
+    """The hosts among `names` that invoke.yaml marks `scheduler: slurm`."""
+    return [
+        SlurmHost.from_config(name, configured[name])
+        for name in names
+        if (configured.get(name) or {}).get("scheduler") == "slurm"
+    ]
