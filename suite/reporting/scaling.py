@@ -85,6 +85,7 @@ def _plot(groups: dict, path: Path) -> bool:
         drawn = True
     if not drawn:
         return discard(figure)
+    axis.set_xticks(sorted({n for runs in groups.values() for n in runs}))  # whole replicas
     return finish(figure, axis, path, "replicas (worker processes, one device each)",
                   "images/sec, all replicas",
                   "Data-parallel scaling (dotted: ideal from one replica)")  # fmt: skip
