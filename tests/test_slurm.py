@@ -100,3 +100,51 @@ def test_a_cancelled_job_is_recorded_as_cancelled(tmp_path):
     canceller.join()
     assert result.outcome == "crashed"
     assert "ended CANCELLED" in result.error, result.error
+
+
+def test_a_trial_the_cluster_cannot_hold_is_skipped_and_its_job_cancelled(tmp_path):
+    # a two-node trial on the one-node partition: sbatch accepts it and it would wait forever
+    # (PartitionConfig, then PartitionNodeLimit); the host cancels it and records why
+    host = SlurmHost("cluster", partition="debug")
+    params = _tiny_params().replace(nodes=2)
+    result = host.run_trial(params, 120, tmp_path / "logs" / "cluster" / "c.log")
+    assert result.outcome == "skipped", result.error
+    assert "2 node(s) x 1 task(s)" in result.error
+    assert "(PartitionNodeLimit)" in result.error or "(PartitionConfig)" in result.error
+    job = result.metrics["slurm_job"]
+    assert host.job_state(job)[0] in ("CANCELLED", "UNKNOWN")
+    queued = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True,
+                            text=True)  # fmt: skip
+    assert "PENDING" not in queued.stdout
+
+
+def test_max_jobs_submits_a_specs_trials_at_once(tmp_path):
+    spec = tmp_path / "tiny.toml"
+    spec.write_text(TINY.split("[[study]]")[0] + "repeats = 2\n" + "[[study]]" +
+                    TINY.split("[[study]]")[1])  # fmt: skip
+    config = tmp_path / "hosts.yaml"
+    config.write_text(
+        "suite:\n  hosts:\n    cluster: {scheduler: slurm, partition: debug, max_jobs: 2}\n"
+    )
+    run = [str(ROOT / "inv"), "-f", str(config), "run", "--spec", str(spec), "--hosts",
+           "cluster", "--results", str(tmp_path / "r")]  # fmt: skip
+    completed = subprocess.run(run, capture_output=True, text=True, timeout=900)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    first, second = sorted(load_records(results_file(tmp_path / "r", "cluster")),
+                           key=lambda r: r["repeat"])  # fmt: skip
+    assert (first["outcome"], second["outcome"]) == ("ok", "ok")
+    assert first["metrics"]["slurm_job"] != second["metrics"]["slurm_job"]
+    # both submitted before either ended (a trial takes seconds: TensorFlow's import alone)
+    assert max(first["started_at"], second["started_at"]) < min(
+        first["finished_at"], second["finished_at"]
+    )
+    again = subprocess.run(run, capture_output=True, text=True, timeout=300)
+    assert "2 already recorded" in again.stdout and "0 to run" in again.stdout, again.stdout
+
+
+def test_max_jobs_must_be_a_positive_integer():
+    from suite.errors import SuiteError
+
+    for bad in (0, "2", True):
+        with pytest.raises(SuiteError, match=r"suite.hosts.cluster.max_jobs: .*integer >= 1"):
+            SlurmHost.from_config("cluster", {"scheduler": "slurm", "max_jobs": bad})

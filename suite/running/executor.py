@@ -3,6 +3,7 @@ or returns the record already there (resume, and trials shared between studies r
 
 import os
 import socket
+import threading
 import uuid
 from pathlib import Path
 
@@ -73,18 +74,22 @@ class TrialExecutor:
         self.outcomes = {}  # outcome -> count, of the trials run
         # groups the records of one run (inv regress); given when a run is made of rounds
         self.run_id = run_id or uuid.uuid4().hex[:12]
+        self._lock = threading.RLock()  # trials may run in threads (a Slurm host's max_jobs)
 
     def done(self, trial: Trial, repeat: int = 0) -> dict | None:
         return self.recorded.get((trial.hash, repeat))
 
     @property
     def host_ref(self) -> str:
-        if self._host_ref is None:
-            description = (
-                self.place.describe(self.results_dir) if self.place else capture_host_description()
-            )
-            self._host_ref = store_host(self.results_dir, description)
-        return self._host_ref
+        with self._lock:
+            if self._host_ref is None:
+                description = (
+                    self.place.describe(self.results_dir)
+                    if self.place
+                    else capture_host_description()
+                )
+                self._host_ref = store_host(self.results_dir, description)
+            return self._host_ref
 
     def mean_trial_s(self) -> float | None:
         return sum(self.elapsed) / len(self.elapsed) if self.elapsed else None
@@ -98,6 +103,10 @@ class TrialExecutor:
         log_path = log_file(self.results_dir, self.host, f"{trial.hash}-{repeat}")
         launch = self.place.run_trial if self.place else run_trial
         result = launch(trial.params, trial.timeout_s, log_path, self.extra_env)
+        with self._lock:
+            return self._record(trial, repeat, spec, extra, started, log_path, result)
+
+    def _record(self, trial, repeat, spec, extra, started, log_path, result) -> dict:
         self.elapsed.append(result.wall_s)
         self.outcomes[result.outcome] = self.outcomes.get(result.outcome, 0) + 1
         record = {

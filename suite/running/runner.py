@@ -2,9 +2,12 @@
 
 Every trial is looked up in the host's records first (by spec hash and repeat) and only run when
 missing, so an interrupted run resumes where it stopped and trials shared between studies run
-once. Progress lines say trial k of n and an ETA.
+once. Progress lines say trial k of n and an ETA. A Slurm host with `max_jobs` > 1 has that
+many of a spec's trials in its queue at once (sweeps and searches decide each trial from the
+last, so they stay one at a time).
 """
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,14 +66,25 @@ def run_trials(spec: Spec, executor: TrialExecutor, summary: RunSummary, round_=
         f"spec {spec.name}: {len(planned)} trials; {summary.skipped} already recorded in "
         f"{executor.path}; {len(todo)} to run"
     )
-    for index, (trial, repeat) in enumerate(todo, start=1):
+    parallel = getattr(executor.place, "max_jobs", 1)  # a Slurm host may run several at once
+
+    def run_one(index: int, trial, repeat: int) -> None:
         mean = executor.mean_trial_s()
-        remaining = mean * (len(todo) - index + 1) if mean else None
+        remaining = mean * (len(todo) - index + 1) / parallel if mean else None
         executor.echo(
             f"[trial {index}/{len(todo)}] {trial.describe()} repeat {repeat + 1}/"
             f"{trial.repeats} [{trial.hash}] {format_eta(remaining)}"
         )
         executor.run(trial, repeat, spec)
+
+    if parallel == 1 or len(todo) < 2:
+        for index, (trial, repeat) in enumerate(todo, start=1):
+            run_one(index, trial, repeat)
+        return
+    with ThreadPoolExecutor(min(parallel, len(todo))) as pool:
+        futures = [pool.submit(run_one, i, t, r) for i, (t, r) in enumerate(todo, start=1)]
+        for future in futures:
+            future.result()  # the first error, after the others have ended
 
 
 def run_spec(

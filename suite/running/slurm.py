@@ -1,9 +1,12 @@
-"""A Slurm cluster as a host: each trial process becomes a job, submitted with `sbatch --wait`.
+"""A Slurm cluster as a host: each trial process becomes a job.
 
 A host of invoke.yaml with `scheduler: slurm` (partition, account, time_limit, python: the
 interpreter on the nodes with the suite installed, workdir: a directory the nodes share) runs a
 spec through the same runner as this machine, with the trial's process replaced by a job:
 
+- the job is submitted and its state read until it ends (never `sbatch --wait`: a job that
+  asks for more than the partition has waits forever; it is cancelled and the trial recorded
+  `skipped` with Slurm's reason);
 - the job runs `srun python -m suite.running.trial_worker` with `nodes x gpus` tasks; a trial of
   several replicas gets its cluster from Slurm (`SlurmClusterResolver`, see
   suite/running/replicas.py) and each task writes its worker's result;
@@ -32,8 +35,31 @@ from suite.running.replicas import merge
 from suite.running.trial import TrialResult
 from suite.specs.model import TrialParams
 
-KNOWN_KEYS = {"scheduler", "partition", "account", "time_limit", "python", "workdir"}
+KNOWN_KEYS = {"scheduler", "partition", "account", "time_limit", "python", "workdir", "max_jobs"}
 STATE_OUTCOMES = {"TIMEOUT": "timed_out", "DEADLINE": "timed_out", "OUT_OF_MEMORY": "crashed"}
+# states of a job that has not ended (squeue's long names)
+ACTIVE_STATES = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED",
+                 "RESIZING", "SIGNALING", "STAGE_OUT", "REQUEUE_HOLD", "REQUEUE_FED"}  # fmt: skip
+# reasons a pending job gives when the partition, its limits or the account can never run it
+# (seen here: a two-node trial on a one-node partition waits with PartitionConfig, then
+# PartitionNodeLimit, four tasks on a two-CPU node with PartitionConfig, forever: sbatch
+# accepts both)
+NEVER_STARTS_REASONS = {"PartitionNodeLimit", "PartitionTimeLimit", "PartitionConfig",
+                        "BadConstraints", "InvalidAccount", "InvalidQOS", "AccountNotAllowed",
+                        "QOSNotAllowed", "QOSMaxNodePerJobLimit", "QOSMaxCpuPerJobLimit",
+                        "QOSMaxGRESPerJob", "QOSMaxWallDurationPerJobLimit"}  # fmt: skip
+# sbatch's words when it refuses outright what no node of the partition has
+NEVER_FITS_TEXTS = ("Requested node configuration is not available",
+                    "Node count specification invalid")  # fmt: skip
+POLL_FIRST_S, POLL_MAX_S = 0.5, 10.0  # how often a job's state is read: sooner at first
+
+
+class JobNeverStarts(Exception):
+    """The cluster cannot run a job as asked (the trial wants more nodes or devices than it has)."""
+
+    def __init__(self, job: str | None, reason: str):
+        super().__init__(reason)
+        self.job, self.reason = job, reason
 
 
 @dataclass
@@ -44,6 +70,16 @@ class SlurmHost:
     time_limit: str | None = None  # the longest a job may ask for; a trial asks its timeout
     python: str = sys.executable
     workdir: str | None = None  # shared by the nodes; default: the results directory
+    max_jobs: int = 1  # a spec's trials (not its sweeps' or searches') submitted at once
+
+    def __post_init__(self):
+        if (
+            isinstance(self.max_jobs, bool)
+            or not isinstance(self.max_jobs, int)
+            or self.max_jobs < 1
+        ):
+            raise SuiteError(f"invoke.yaml suite.hosts.{self.name}.max_jobs: {self.max_jobs!r}; "
+                             "an integer >= 1 (trials submitted at once)")  # fmt: skip
 
     @classmethod
     def from_config(cls, name: str, settings: dict) -> "SlurmHost":
@@ -51,7 +87,7 @@ class SlurmHost:
         if unknown:
             raise SuiteError(f"invoke.yaml suite.hosts.{name}: unknown key(s) {unknown}; a Slurm "
                              f"host takes {', '.join(sorted(KNOWN_KEYS))}")  # fmt: skip
-        values = {k: settings[k] for k in KNOWN_KEYS - {"scheduler"} if settings.get(k)}
+        values = {k: settings[k] for k in KNOWN_KEYS - {"scheduler"} if settings.get(k) is not None}
         return cls(name, **values)
 
     def _sbatch_options(self, minutes: int, nodes: int = 1, tasks_per_node: int = 1) -> list:
@@ -61,10 +97,10 @@ class SlurmHost:
         options += [f"--account={self.account}"] if self.account else []
         return options
 
-    def _submit(self, script: str, options: list, env: dict, output: Path) -> tuple[str, int]:
-        """(job id, sbatch's exit code) of a job run to its end (`sbatch --wait`)."""
+    def _submit(self, script: str, options: list, env: dict, output: Path) -> str:
+        """The id of the submitted job (`sbatch --parsable`); an error if sbatch refused it."""
         output.parent.mkdir(parents=True, exist_ok=True)
-        command = ["sbatch", "--wait", "--parsable", f"--output={output}", *options]
+        command = ["sbatch", "--parsable", f"--output={output}", *options]
         try:
             completed = subprocess.run(command, input=script, capture_output=True, text=True,
                                        env=env)  # fmt: skip
@@ -72,19 +108,56 @@ class SlurmHost:
             hint = "install Slurm's client commands (on this machine: bash scripts/slurm.sh)"
             raise SuiteError(f"host {self.name}: sbatch not found: {hint}") from None
         job = completed.stdout.strip().split(";")[0]
-        if not job:
-            raise SuiteError(f"host {self.name}: sbatch refused the job: "
-                             f"{completed.stderr.strip()[:500]}")  # fmt: skip
-        return job, completed.returncode
+        if completed.returncode != 0 or not job:
+            refusal = completed.stderr.strip()[:500]
+            if any(text in refusal for text in NEVER_FITS_TEXTS):
+                raise JobNeverStarts(None, refusal)
+            raise SuiteError(f"host {self.name}: sbatch refused the job: {refusal}")
+        return job
 
     def job_state(self, job: str) -> tuple[str, str]:
-        """(state, reason) of a finished job from `scontrol show job`, or ("UNKNOWN", why)."""
+        """(state, reason) of a job from `scontrol show job`, or ("UNKNOWN", why)."""
+        fields = self._job_fields(job)
+        if "JobState" not in fields:
+            return "UNKNOWN", fields.get("error") or "job no longer known to slurmctld"
+        return fields["JobState"], fields.get("Reason", "None")
+
+    @staticmethod
+    def _job_fields(job: str) -> dict:
         completed = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True,
                                    text=True)  # fmt: skip
         fields = dict(re.findall(r"(\w+)=(\S*)", completed.stdout))
-        if "JobState" not in fields:
-            return "UNKNOWN", completed.stderr.strip() or "job no longer known to slurmctld"
-        return fields["JobState"], fields.get("Reason", "None")
+        if not fields:
+            fields["error"] = completed.stderr.strip()
+        return fields
+
+    def _wait(self, job: str) -> int:
+        """Wait for `job` to end; its exit code (scontrol's ExitCode), -1 when unknown. A job
+        that waits for a reason time does not cure (the partition has fewer nodes or CPUs than
+        it asks) is cancelled: JobNeverStarts. A job may wait in the queue for any other
+        reason as long as the cluster keeps it waiting: that is what a queue is for."""
+        try:
+            return self._poll(job)
+        except BaseException:  # interrupted (Ctrl-C) or failed here: the job must not live on
+            subprocess.run(["scancel", job], capture_output=True)
+            raise
+
+    def _poll(self, job: str) -> int:
+        pause, strikes = POLL_FIRST_S, 0
+        while True:
+            fields = self._job_fields(job)
+            state = fields.get("JobState")
+            if state is None:  # forgotten (MinJobAge passed): ended, exit code unknown
+                return -1
+            never = state == "PENDING" and fields.get("Reason") in NEVER_STARTS_REASONS
+            strikes = strikes + 1 if never else 0
+            if strikes == 2:  # twice in a row: not a passing state of the scheduler's
+                raise JobNeverStarts(job, fields["Reason"])
+            if state not in ACTIVE_STATES:
+                code = fields.get("ExitCode", "").split(":")[0]
+                return int(code) if code.isdigit() else -1
+            time.sleep(pause)
+            pause = min(pause * 1.5, POLL_MAX_S)
 
     def _scratch(self, results_dir: Path) -> Path:
         root = Path(self.workdir) if self.workdir else results_dir / "slurm"
@@ -109,7 +182,15 @@ class SlurmHost:
         minutes = max(1, math.ceil(timeout_s / 60))
         options = self._sbatch_options(minutes, params.nodes, params.gpus)
         options.append(f"--job-name=lms-{params.hash}")
-        job, code = self._submit(script, options, child_environment(extra_env), log_path)
+        try:
+            job = self._submit(script, options, child_environment(extra_env), log_path)
+            code = self._wait(job)
+        except JobNeverStarts as never:
+            where = f"slurm job {never.job} was cancelled" if never.job else "sbatch refused it"
+            error = (f"{where}: the cluster cannot run {params.nodes} node(s) x {params.gpus} "
+                     f"task(s) as asked ({never.reason})")  # fmt: skip
+            return TrialResult("skipped", {"slurm_job": never.job} if never.job else None, error,
+                               None, time.perf_counter() - started, None)  # fmt: skip
         wall = time.perf_counter() - started
         if tasks > 1:
             workers = [Path(f"{result_file}.worker{i}") for i in range(tasks)]
@@ -126,7 +207,7 @@ class SlurmHost:
                 error = f"slurm job {job}: {error}"
             return TrialResult(result["outcome"], metrics, error, result["device"], wall, code)
         state, reason = self.job_state(job)  # no result: Slurm's account
-        error = f"slurm job {job} ended {state} (reason: {reason}; sbatch exit code {code})"
+        error = f"slurm job {job} ended {state} (reason: {reason}; exit code {code})"
         return TrialResult(STATE_OUTCOMES.get(state, "crashed"), {"slurm_job": job}, error, None,
                            wall, code)  # fmt: skip
 
@@ -137,8 +218,15 @@ class SlurmHost:
         code = ("import json, sys; from suite.hosts.description import describe_host; "
                 f"open({str(output)!r}, 'w').write(json.dumps(describe_host()))")  # fmt: skip
         script = f"#!/bin/bash\nsrun {shlex.quote(self.python)} -c {shlex.quote(code)}\n"
-        job, status = self._submit(script, self._sbatch_options(30), child_environment(),
-                                   scratch / "description.log")  # fmt: skip
+        try:
+            job = self._submit(script, self._sbatch_options(5), child_environment(),
+                               scratch / "description.log")  # fmt: skip
+            self._wait(job)
+        except JobNeverStarts as never:
+            raise SuiteError(
+                f"host {self.name}: the cluster cannot run the job that describes "
+                f"a node (1 node, 1 task, 5 minutes): {never.reason}"
+            ) from None
         if not output.exists():
             state, reason = self.job_state(job)
             raise SuiteError(f"host {self.name}: the description job {job} ended {state} "
