@@ -67,7 +67,7 @@ def run(c, spec=None, results=None, host=None, resolution=None, batch=None, step
 
 @task(
     help={
-        "arch": "native (this machine's), x86_64, ppc64le or both (default: invoke.yaml "
+        "arch": "native (this machine's), x86_64, aarch64, ppc64le or all (default: invoke.yaml "
         "suite.build.arch)",
         "base": "'local' (debootstrap + docker import here, cached) or a base image name",
         "extras": "TensorFlow from PyPI: cpu, gpu, or none (ppc64le always none)",

@@ -1,6 +1,7 @@
 """Reports render from stored records only: hand-made records with known numbers."""
 
 import copy
+import re
 
 from suite.records import (
     SCHEMA_VERSION,
@@ -254,3 +255,22 @@ def test_replicas_get_a_scaling_table_with_efficiency_against_one_replica(tmp_pa
     row = next(line for line in table.splitlines() if "| 2 " in line)
     assert "9 " in row and "90% (" in row
     assert (tmp_path / "out" / "scaling.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_an_emulated_host_is_flagged_wherever_its_rates_appear(tmp_path):
+    emulated = copy.deepcopy(HOST)
+    emulated.update(architecture="aarch64", emulation="qemu-user: aarch64 on an x86_64 kernel")
+    refs = {"local": store_host(tmp_path, HOST), "local-arm64": store_host(tmp_path, emulated)}
+    for host, rate in (("local", 20.0), ("local-arm64", 0.5)):
+        for repeat in range(2):
+            made = record(host, refs[host], "same", rate + repeat * 0.1, 0.1, repeat=repeat)
+            append_record(results_file(tmp_path, host), made)
+    text = render_report(tmp_path, tmp_path / "out").read_text()
+    head = text[: text.index("## The answer")]
+    assert "⚠ **local-arm64 is emulated** (qemu-user: aarch64 on an x86_64 kernel)" in head
+    assert "**local is emulated**" not in text
+    answer = text[text.index("## The answer") : text.index("## Details per configuration")]
+    details = text[text.index("## Details per configuration") : text.index("## Hosts")]
+    for table in (answer, details):
+        assert "| local-arm64 ⚠ emulated |" in table and "| local " in table
+    assert re.search(r"\*\*emulation\*\* ⚠ differs\s*\| native\s*\| qemu-user: aarch64", text)

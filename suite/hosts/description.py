@@ -39,6 +39,25 @@ def _cpuinfo() -> list[dict]:
     return blocks
 
 
+# /proc/cpuinfo keys only an x86 kernel writes; qemu-user passes the host's file through
+X86_CPUINFO_KEYS = ("vendor_id", "flags")
+
+
+def detect_emulation() -> str | None:
+    """How this process's architecture is emulated, or None when it runs natively. Under
+    qemu-user (a foreign image on binfmt_misc) the kernel is the host's: /proc/cpuinfo then
+    describes an x86_64 processor while Python reports aarch64 or ppc64le. Rates measured so
+    say how fast the emulator is, not the architecture."""
+    machine = platform.machine()
+    if machine in ("x86_64", "i686", "AMD64"):
+        return None
+    blocks = _cpuinfo()
+    if any(key in block for block in blocks for key in X86_CPUINFO_KEYS):
+        model = next((b.get("model name") for b in blocks if b.get("model name")), "x86_64")
+        return f"qemu-user: {machine} on an x86_64 kernel ({model})"
+    return None
+
+
 def describe_cpu() -> dict:
     import psutil
 
@@ -139,6 +158,7 @@ def describe_host() -> dict:
     return {
         "hostname": socket.gethostname(),
         "architecture": platform.machine(),
+        "emulation": detect_emulation(),  # None: native
         "os": {"system": platform.system(), "kernel": platform.release()},
         "cpu": describe_cpu(),
         "memory_bytes": psutil.virtual_memory().total,

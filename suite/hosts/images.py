@@ -1,4 +1,4 @@
-"""`inv build`: the suite image for x86_64 and ppc64le from images/Dockerfile, with the docker SDK.
+"""`inv build`: the suite image for x86_64, aarch64 and ppc64le from images/Dockerfile (docker SDK).
 
 The build context is made here: the Dockerfile, the suite's sources (src/), requirements files
 generated from pyproject.toml's pins (build/), and this machine's CA bundle (build/), which only
@@ -30,6 +30,9 @@ FROM_DEBIAN_ON_PPC64LE = {
     "jinja2": "python3-jinja2",
     "paramiko": "python3-paramiko",
 }
+# aarch64: PyPI's CPU build of TensorFlow is the `tensorflow` wheel itself (manylinux_2_27_aarch64;
+# there is no tensorflow-cpu for aarch64), the same version as x86_64's tensorflow-cpu
+CPU_WHEEL_ON_AARCH64 = {"tensorflow-cpu": "tensorflow"}
 CA_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
 
 
@@ -82,7 +85,10 @@ def prepare_context(directory: Path, arch: str) -> dict:
         base = [r for r in base if _name(r) not in FROM_DEBIAN_ON_PPC64LE]
     (build / "requirements-base.txt").write_text("\n".join(base) + "\n")
     for extra in ("cpu", "gpu"):
-        (build / f"requirements-{extra}.txt").write_text("\n".join(extras[extra]) + "\n")
+        pins = extras[extra]
+        if arch == "aarch64":
+            pins = [CPU_WHEEL_ON_AARCH64.get(_name(r), _name(r)) + r[len(_name(r)) :] for r in pins]
+        (build / f"requirements-{extra}.txt").write_text("\n".join(pins) + "\n")
     src = directory / "src"
     src.mkdir()
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
@@ -131,14 +137,14 @@ def local_docker(timeout: int):
 
 
 def build_images(arch: str, base: str, extras: str, echo=print) -> list[dict]:
-    """`inv build`: the image of `arch` ("both": x86_64 and ppc64le; ppc64le without TensorFlow,
-    which PyPI lacks) on the local daemon. Returns each image's facts."""
+    """`inv build`: the image of `arch` ("all": x86_64, aarch64 and ppc64le; ppc64le without
+    TensorFlow, which PyPI lacks) on the local daemon. Returns each image's facts."""
     if arch == "native":  # what this machine runs without emulation
         arch = platform.machine()
         if arch not in ARCHES:
             raise SuiteError(f"this machine is {arch}; the suite builds images for "
                              f"{', '.join(ARCHES)} (give --arch)")  # fmt: skip
-    arches = list(ARCHES) if arch == "both" else [arch]
+    arches = list(ARCHES) if arch == "all" else [arch]
     client = local_docker(timeout=600)
     return [
         build_image(client, name, base, "none" if name == "ppc64le" else extras, echo)
@@ -154,7 +160,7 @@ def facts_line(facts: dict) -> str:
 def build_image(client, arch: str, base: str, extras: str, echo=print) -> dict:
     """Build the suite image for `arch`; `base` is "local" or an image name. Returns its facts."""
     if arch not in ARCHES:
-        raise SuiteError(f"--arch {arch!r}: choose native, x86_64, ppc64le or both")
+        raise SuiteError(f"--arch {arch!r}: choose native, {', '.join(ARCHES)} or all")
     if extras not in ("cpu", "gpu", "none"):
         raise SuiteError(f"--extras {extras!r}: choose cpu, gpu or none")
     if arch == "ppc64le" and extras != "none":
@@ -178,11 +184,15 @@ def build_image(client, arch: str, base: str, extras: str, echo=print) -> dict:
             forcerm=True,
             decode=True,
         )
+        said = []
         for chunk in stream:
             if "stream" in chunk and chunk["stream"].strip():
                 echo(f"    {chunk['stream'].rstrip()}")
-            if "error" in chunk:
-                raise SuiteError(f"build of {tag} failed: {chunk['error'].strip()}")
+                said += chunk["stream"].strip().splitlines()
+            if "error" in chunk:  # one line: the step's own errors (apt's E:, pip's ERROR:)
+                why = [x for x in said[-60:] if x.startswith(("E:", "ERROR:", "error:"))][-2:]
+                raise SuiteError(f"build of {tag} failed: {chunk['error'].strip()}"
+                                 + "".join(f" | {x[:200]}" for x in why))  # fmt: skip
     image = client.images.get(tag)
     seconds = time.monotonic() - started
     echo(f"built {tag}: {image.id} ({image.attrs['Size'] / 2**30:.2f} GiB) in {seconds:.0f}s")

@@ -64,9 +64,9 @@ def _newest_searches(searches: list[dict]) -> dict:
     return found
 
 
-def answer_tables(records: list[dict], searches: list[dict]) -> list[dict]:
+def answer_tables(records: list[dict], searches: list[dict], emulated=()) -> list[dict]:
     """Per workload: {workload, table, reference}. A row per host and trained size (the trials
-    of a search are in the limits section, not here)."""
+    of a search are in the limits section, not here). Hosts in `emulated` are marked."""
     trials = [r for r in records if "search" not in r["spec"]]
     by_config = defaultdict(lambda: defaultdict(lambda: {"off": [], "on": []}))
     for record in trials:
@@ -109,7 +109,7 @@ def answer_tables(records: list[dict], searches: list[dict]) -> list[dict]:
                 searched = {kind: limits.get((workload, host, kind), {}) for kind in
                             ("max-resolution", "max-batch")}  # fmt: skip
                 rows.append([
-                    host,
+                    f"{host} ⚠ emulated" if host in emulated else host,
                     key[2].removeprefix(f"{workload} "),
                     rate_text(runs["off"]) if runs["off"] else DASH,
                     rate_text(runs["on"]) if runs["on"] else DASH,

@@ -88,9 +88,11 @@ def _group(records: list[dict]) -> dict:
     return groups
 
 
-def _throughput_table(by_host: dict) -> str:
+def _throughput_table(by_host: dict, emulated: dict | None = None) -> str:
     """A row per host; with two or more hosts, each host's images/sec relative to the first host
-    (alphabetically) that trained: the comparison the report exists for."""
+    (alphabetically) that trained: the comparison the report exists for. Hosts in `emulated`
+    are marked: their rates are an emulator's."""
+    emulated = emulated or {}
     rows = []
     reference = next((h for h, r in sorted(by_host.items()) if process_rates(r.records)), None)
     compare = len(by_host) > 1 and reference is not None
@@ -99,7 +101,7 @@ def _throughput_table(by_host: dict) -> str:
         info = record_params(result.records[-1]).info
         rows.append(
             [
-                host,
+                f"{host} ⚠ emulated" if host in emulated else host,
                 result.outcomes(),
                 rate_text(result.records),
                 _fmt_rate(result.rate(info.rate_key), 1e6),
@@ -172,9 +174,21 @@ def _link_text(description: dict) -> str:
     return "; ".join(parts) if parts else f"memcpy {rates(link['memcpy_gbps'])}"
 
 
+def emulated_hosts(records: list[dict], results_dir: Path) -> dict:
+    """Host -> how it is emulated (qemu-user...), for the hosts whose newest description says so."""
+    refs = {r["host"]: r["host_ref"] for r in records}
+    found = {}
+    for host, ref in sorted(refs.items()):
+        description = load_host(results_dir, ref)
+        if description and description.get("emulation"):
+            found[host] = description["emulation"]
+    return found
+
+
 def _hosts_table(records: list[dict], results_dir: Path) -> str:
     fields = [
         ("architecture", lambda d: d["architecture"]),
+        ("emulation", lambda d: d.get("emulation") or "native"),
         ("CPU", lambda d: d["cpu"]["model"]),
         (
             "sockets / cores / threads",
@@ -308,6 +322,7 @@ def render_report(results_dir: Path, output_dir: Path, title: str = "LMS benchma
     searches = load_search_records(results_dir)
     # a search's trials are summarised in the limits table, not one section each
     groups = _group([r for r in records if "search" not in r["spec"]])
+    emulated = emulated_hosts(records, results_dir)
     sections = []
     for workload, by_hash in sorted(groups.items()):
         for spec_hash, by_host in sorted(by_hash.items()):
@@ -329,7 +344,7 @@ def render_report(results_dir: Path, output_dir: Path, title: str = "LMS benchma
                     if params.memory_budget_bytes
                     else None,
                     "studies": studies,
-                    "table": _throughput_table(by_host),
+                    "table": _throughput_table(by_host, emulated),
                 }
             )
     provenance, left_out = _provenance(groups)
@@ -348,8 +363,9 @@ def render_report(results_dir: Path, output_dir: Path, title: str = "LMS benchma
         results_dir=str(results_dir),
         record_count=len(records),
         hosts=sorted({r["host"] for r in records}),
+        emulated=emulated,
         sections=sections,
-        answers=answer_tables(records, searches),
+        answers=answer_tables(records, searches, emulated),
         plot=plot_name if has_plot else None,
         hosts_table=_hosts_table(records, results_dir) if records else None,
         limits_table=limits_table(searches),
