@@ -1,6 +1,7 @@
 """Containers with a real dockerd: local base images, the x86_64 image, runs on two hosts at once
 (this daemon, and the same daemon reached for real over SSH with host-key checking), a host that
-fails, and the ppc64le base under qemu. scripts/docker.sh (run by `inv test`) starts dockerd."""
+fails, the aarch64 image training under qemu beside x86_64, and the ppc64le base under qemu.
+scripts/docker.sh (run by `inv test`) starts dockerd."""
 
 import contextlib
 import json
@@ -240,6 +241,45 @@ def test_the_ppc64le_base_is_a_ppc64le_system_under_emulation(client):
     assert machine == "ppc64le"
     facts = json.loads(description)
     assert facts["architecture"] == "ppc64le" and facts["tensorflow_version"] is None
+
+
+@pytest.fixture(scope="module")
+def arm_image(client):
+    """The aarch64 image (TensorFlow 2.21 from PyPI) from the local arm64 base, under qemu."""
+    return build_image(client, "aarch64", "local", "cpu", echo=lambda line: None)
+
+
+def test_an_aarch64_image_trains_beside_x86_64_and_the_report_flags_it(
+    client, image, arm_image, tmp_path
+):
+    """The shipped hosts `local` and `local-arm64` (invoke.yaml): one spec, one hash, trained
+    in both images on this machine's daemon, the aarch64 one under qemu-user; its description
+    and the report say it is emulated."""
+    labels = {k.removeprefix("org.lms-suite."): v for k, v in arm_image["labels"].items()}
+    assert labels["arch"] == "aarch64" and labels["tensorflow"] == "2.21.0"
+    assert client.images.get(arm_image["tag"]).attrs["Architecture"] == "arm64"
+    assert labels["base"] == base_tag("aarch64")
+    spec = tmp_path / "tiny.toml"
+    spec.write_text(TINY)
+    completed = subprocess.run(
+        [str(ROOT / "inv"), "run", "--spec", str(spec), "--hosts", "local,local-arm64",
+         "--results", str(tmp_path / "r"), "report", "--results", str(tmp_path / "r"),
+         "--output", str(tmp_path / "report")],
+        capture_output=True, text=True, timeout=1800,
+    )  # fmt: skip
+    output = completed.stdout + completed.stderr
+    assert completed.returncode == 0, output[-3000:]
+    (native,) = load_records(results_file(tmp_path / "r", "local"))
+    (arm,) = load_records(results_file(tmp_path / "r", "local-arm64"))
+    assert native["outcome"] == arm["outcome"] == "ok", arm["error"]
+    assert native["spec_hash"] == arm["spec_hash"]
+    assert (native["image"], arm["image"]) == (image["id"], arm_image["id"])
+    described = load_host(tmp_path / "r", arm["host_ref"])
+    assert described["architecture"] == "aarch64" and described["tensorflow_version"] == "2.21.0"
+    assert described["emulation"].startswith("qemu-user: aarch64 on an x86_64 kernel")
+    assert load_host(tmp_path / "r", native["host_ref"])["emulation"] is None
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert "⚠ **local-arm64 is emulated**" in report and "local-arm64 ⚠ emulated" in report
 
 
 def test_invoke_build_run_runs_the_spec_in_the_image_it_built(image, tmp_path):
