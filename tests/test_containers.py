@@ -115,7 +115,7 @@ def test_the_image_builds_from_the_local_base_which_is_then_cached(client, image
     assert image["labels"]["org.opencontainers.image.title"] == "lms-suite"
 
 
-def test_a_spec_on_two_hosts_at_once_local_and_over_ssh(image, ssh_host, tmp_path):
+def test_a_spec_on_two_hosts_at_once_local_and_over_ssh(client, image, ssh_host, tmp_path):
     hosts = [
         DockerHost("local", "local", image["tag"]),
         DockerHost("remote", ssh_host.url, image["tag"]),
@@ -123,8 +123,17 @@ def test_a_spec_on_two_hosts_at_once_local_and_over_ssh(image, ssh_host, tmp_pat
     spec_path = tmp_path / "two-hosts.toml"
     spec_path.write_text(TWO_HOSTS)
     results = tmp_path / "results"
-    lines = []
-    outcomes = run_on_hosts(hosts, spec_path, [], results, lines.append)
+    lines, seen = [], []
+
+    def echo(line):  # the first trial's line comes as it starts, not when the run is over
+        if line.startswith("[local] [trial 1/2]"):
+            running = client.containers.list(filters={"label": "org.lms-suite.run=local"})
+            command = ["sh", "-c", "cat /results/local.jsonl 2>/dev/null | wc -l"]
+            seen.append(running[0].exec_run(command).output.strip() if running else b"exited")
+        lines.append(line)
+
+    outcomes = run_on_hosts(hosts, spec_path, [], results, echo)
+    assert seen == [b"0"], "the container's lines came when its trials were done"
     assert [o.ok for o in outcomes] == [True, True], [o.reason for o in outcomes]
     expected = {t.hash for t in load_spec(str(spec_path)).trials}  # what a native run records
     for host in ("local", "remote"):

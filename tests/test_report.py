@@ -265,7 +265,19 @@ def test_an_emulated_host_is_flagged_wherever_its_rates_appear(tmp_path):
         for repeat in range(2):
             made = record(host, refs[host], "same", rate + repeat * 0.1, 0.1, repeat=repeat)
             append_record(results_file(tmp_path, host), made)
+    # a size only the native host trained (seen: the aarch64 image peaks higher under a budget)
+    for host, outcome in (("local", "ok"), ("local-arm64", "out_of_memory")):
+        made = record(host, refs[host], "bigger", 15.0, 0.1, resolution=96, outcome=outcome)
+        append_record(results_file(tmp_path, host), made)
+    # ... and one at the edge: one process of two trained
+    for repeat, outcome in enumerate(("out_of_memory", "ok")):
+        made = record("local-arm64", refs["local-arm64"], "edge", 0.25, 0.01, 128, outcome, repeat)
+        append_record(results_file(tmp_path, "local-arm64"), made)
     text = render_report(tmp_path, tmp_path / "out").read_text()
+    assert "| 0.25 ± 0.01 (steps of 1 process; 1 of 2: out of memory) |" in text
+    bigger = text[text.index("## googlenet — 96px") :]
+    row = r"\| local-arm64 ⚠ emulated \| 1 out_of_memory \| out of memory\s*\| —"
+    assert re.search(row, bigger)
     head = text[: text.index("## The answer")]
     assert "⚠ **local-arm64 is emulated** (qemu-user: aarch64 on an x86_64 kernel)" in head
     assert "**local is emulated**" not in text

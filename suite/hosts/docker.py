@@ -200,7 +200,9 @@ def run_on_host(host: DockerHost, spec_text: str, run_args: list[str], results_d
             network_mode="none",
             user=CONTAINER_USER,
             volumes={volume.name: {"bind": CONTAINER_RESULTS, "mode": "rw"}},
-            environment={IMAGE_DIGEST_VARIABLE: image.id},
+            # unbuffered: the container's lines reach `echo` as they are printed (a pipe would
+            # hold them until the run ends: minutes under qemu)
+            environment={IMAGE_DIGEST_VARIABLE: image.id, "PYTHONUNBUFFERED": "1"},
             device_requests=requests if host.gpus else None,
             labels={"org.lms-suite.run": host.name},
         )  # fmt: skip

@@ -28,17 +28,20 @@ def process_rates(records: list[dict]) -> list[float]:
 def rate_text(records: list[dict]) -> str:
     """ "9.14 ± 0.31 (3 processes)": mean over processes ± its standard error between them; with
     one process, ± is the standard error over its steps, and says so. No process that trained:
-    how they ended."""
+    how they ended; some that did not: how many, and how they ended (a size at the edge of the
+    memory budget trains in one process and not in the next)."""
     rates = process_rates(records)
+    failed = [r for r in records if r["outcome"] != "ok"]
+    outcomes = ", ".join(sorted({r["outcome"].replace("_", " ") for r in failed}))
     if not rates:
-        outcomes = sorted({r["outcome"].replace("_", " ") for r in records})
-        return ", ".join(outcomes) if outcomes else DASH
+        return outcomes or DASH
+    also = f"; {len(failed)} of {len(records)}: {outcomes}" if failed else ""
     if len(rates) == 1:
         (record,) = [r for r in records if r["outcome"] == "ok"]
         error = record["metrics"]["images_per_sec"]["stderr"]
-        return f"{rates[0]:.3g} ± {error:.2g} (steps of 1 process)"
+        return f"{rates[0]:.3g} ± {error:.2g} (steps of 1 process{also})"
     error = statistics.stdev(rates) / len(rates) ** 0.5
-    return f"{statistics.fmean(rates):.3g} ± {error:.2g} ({len(rates)} processes)"
+    return f"{statistics.fmean(rates):.3g} ± {error:.2g} ({len(rates)} processes{also})"
 
 
 def _limit_cell(off: dict | None, on: dict | None) -> str:

@@ -112,9 +112,12 @@ def _throughput_table(by_host: dict, emulated: dict | None = None) -> str:
             ]
         )
         if compare:
-            rates = process_rates(result.records)
-            ratio = ratio_interval(rates, process_rates(by_host[reference].records))
-            versus = "reference" if host == reference else ratio_text(ratio) if rates else "—"
+            rates = process_rates(result.records)  # none: the host did not train this size
+            if host == reference or not rates:
+                versus = "reference" if host == reference else "—"
+            else:
+                reference_rates = process_rates(by_host[reference].records)
+                versus = ratio_text(ratio_interval(rates, reference_rates))
             rows[-1].insert(3, versus)
     headers = ["host", "outcomes", "images/sec", info.rate_unit, "peak memory"]
     headers += ["swapped per step (out / in)"] if swapping else []
