@@ -15,6 +15,7 @@ import time
 import keras
 import tensorflow as tf
 
+from lms import _tf_private
 from lms.allocator import BestFitAllocator
 from lms.analysis import analyze, cpu_paired_reads
 from lms.budget import budget_bytes, gpu_memory_bytes
@@ -29,6 +30,15 @@ from lms.swap import DeviceCopy, HostStore, Traffic
 from lms.tuner import Tuned, tune
 
 log = logging.getLogger("lms")
+# The simulator's kernel temporaries are those of oneDNN's CPU convolutions and cuDNN's
+# workspaces. Without oneDNN (TF_ENABLE_ONEDNN_OPTS=0, or an aarch64 CPU TensorFlow does not
+# enable it for: qemu's) Eigen's convolution gradients hold col buffers up to L3-cache size per
+# image shard: GoogLeNet 96x96 b2, everything swapped, measured 129 MiB against 70 MiB simulated.
+EIGEN_KERNELS_WARNING = (
+    "This TensorFlow computes on the CPU with Eigen's kernels, not oneDNN's: LMS's simulator "
+    "models oneDNN's convolution temporaries, and Eigen's are larger, so the device peak can "
+    "exceed the plan's (GoogLeNet 96x96: 1.8x); leave margin with safety_ratio, or enable oneDNN"
+)
 
 
 def _has_gpu() -> bool:
@@ -323,6 +333,8 @@ class LMS(keras.callbacks.Callback):
             concrete = tf.function(function.python_function).get_concrete_function(*args)
         traced = time.perf_counter()
         on_cpu = self._mechanism_kind() == "host-store"  # the emulated device computes there
+        if on_cpu and not _tf_private.onednn_enabled():
+            log.warning(EIGEN_KERNELS_WARNING)
         analysis = self._analyse(concrete, cpu_paired_reads() if on_cpu else frozenset())
         analysed = time.perf_counter()
         try:

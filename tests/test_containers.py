@@ -286,7 +286,9 @@ def test_an_aarch64_image_trains_beside_x86_64_and_the_report_flags_it(
     described = load_host(tmp_path / "r", arm["host_ref"])
     assert described["architecture"] == "aarch64" and described["tensorflow_version"] == "2.21.0"
     assert described["emulation"].startswith("qemu-user: aarch64 on an x86_64 kernel")
-    assert load_host(tmp_path / "r", native["host_ref"])["emulation"] is None
+    assert described["cpu_kernels"] == "Eigen"  # TensorFlow enables oneDNN on some Arm CPUs only
+    native_host = load_host(tmp_path / "r", native["host_ref"])
+    assert native_host["emulation"] is None and native_host["cpu_kernels"] == "oneDNN"
     report = (tmp_path / "report" / "report.md").read_text()
     assert "⚠ **local-arm64 is emulated**" in report and "local-arm64 ⚠ emulated" in report
 

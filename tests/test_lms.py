@@ -499,6 +499,37 @@ def test_a_budget_nothing_can_meet_is_a_clear_error():
     assert "safety_ratio" not in str(raised.value)
 
 
+@pytest.mark.parametrize("onednn", ["0", "1"])
+def test_lms_warns_when_the_cpu_kernels_are_eigens_whose_temporaries_it_does_not_model(onednn):
+    """Seen on the aarch64 image under qemu (TensorFlow enables oneDNN only on some Arm CPUs):
+    with Eigen's convolutions the measured peak was 1.8x the simulated one. Real processes with
+    TF_ENABLE_ONEDNN_OPTS off and on; the warning only where the simulator's model does not hold."""
+    code = (
+        "import tensorflow as tf, keras, lms\n"
+        "model = keras.Sequential([keras.Input((16, 16, 3)), keras.layers.Conv2D(4, 3),\n"
+        "                          keras.layers.Flatten(), keras.layers.Dense(2)])\n"
+        "optimizer = keras.optimizers.SGD()\n"
+        "@tf.function\n"
+        "def step(x, y):\n"
+        "    with tf.GradientTape() as tape:\n"
+        "        loss = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(\n"
+        "            y, model(x), from_logits=True))\n"
+        "    grads = tape.gradient(loss, model.trainable_variables)\n"
+        "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
+        "    return loss\n"
+        "x, y = tf.zeros([2, 16, 16, 3]), tf.zeros([2], tf.int32)\n"
+        "lms.LMS(device_memory='64GiB').wrap(step)(x, y)\n"
+        "from lms._tf_private import onednn_enabled; print(onednn_enabled())\n"
+    )
+    env = {**os.environ, "TF_ENABLE_ONEDNN_OPTS": onednn}
+    completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                               env=env, timeout=300)  # fmt: skip
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert completed.stdout.strip().splitlines()[-1] == str(onednn == "1")
+    warned = "computes on the CPU with Eigen's kernels" in completed.stderr
+    assert warned == (onednn == "0"), completed.stderr[-2000:]
+
+
 def run_child(script: str, *args):
     """tests/`script` in a fresh process on the emulated device (so that the allocator's peak is
     its own): the completed process and the JSON of its last line."""

@@ -259,8 +259,10 @@ def test_replicas_get_a_scaling_table_with_efficiency_against_one_replica(tmp_pa
 
 def test_an_emulated_host_is_flagged_wherever_its_rates_appear(tmp_path):
     emulated = copy.deepcopy(HOST)
-    emulated.update(architecture="aarch64", emulation="qemu-user: aarch64 on an x86_64 kernel")
-    refs = {"local": store_host(tmp_path, HOST), "local-arm64": store_host(tmp_path, emulated)}
+    emulated.update(architecture="aarch64", emulation="qemu-user: aarch64 on an x86_64 kernel",
+                    cpu_kernels="Eigen")  # fmt: skip
+    native = {**HOST, "cpu_kernels": "oneDNN"}
+    refs = {"local": store_host(tmp_path, native), "local-arm64": store_host(tmp_path, emulated)}
     for host, rate in (("local", 20.0), ("local-arm64", 0.5)):
         for repeat in range(2):
             made = record(host, refs[host], "same", rate + repeat * 0.1, 0.1, repeat=repeat)
@@ -286,3 +288,4 @@ def test_an_emulated_host_is_flagged_wherever_its_rates_appear(tmp_path):
     for table in (answer, details):
         assert "| local-arm64 ⚠ emulated |" in table and "| local " in table
     assert re.search(r"\*\*emulation\*\* ⚠ differs\s*\| native\s*\| qemu-user: aarch64", text)
+    assert re.search(r"\*\*CPU kernels\*\* ⚠ differs\s*\| oneDNN\s*\| Eigen", text)

@@ -136,6 +136,12 @@ def suite_version() -> dict:
     return {"version": version, "commit": commit, "dirty": dirty}
 
 
+def _cpu_kernels() -> str:
+    from lms._tf_private import onednn_enabled
+
+    return "oneDNN" if onednn_enabled() else "Eigen"
+
+
 def describe_host() -> dict:
     """The full description of this host as the trials see it. Without TensorFlow (a ppc64le
     image lacking the Open-CE layer) its fields are null."""
@@ -170,6 +176,10 @@ def describe_host() -> dict:
         # copy bandwidth per size: host memory, and each GPU's link as TensorFlow copies
         "link": describe_link(len(tf.config.list_physical_devices("GPU")) if tf else 0),
         "tensorflow_version": tf.__version__ if tf else None,
+        # which CPU kernels train: oneDNN's (x86_64; aarch64 on the Neoverse CPUs TensorFlow
+        # enables it for) or Eigen's (aarch64 elsewhere, qemu's included; TF_ENABLE_ONEDNN_OPTS=0).
+        # Their convolutions hold different temporaries: peaks differ between the two.
+        "cpu_kernels": _cpu_kernels() if tf else None,
         "keras_version": keras_version,
         "python_version": platform.python_version(),
         "in_container": Path("/.dockerenv").exists(),

@@ -192,6 +192,7 @@ def _hosts_table(records: list[dict], results_dir: Path) -> str:
     fields = [
         ("architecture", lambda d: d["architecture"]),
         ("emulation", lambda d: d.get("emulation") or "native"),
+        ("CPU kernels", lambda d: _known(d.get("cpu_kernels"))),
         ("CPU", lambda d: d["cpu"]["model"]),
         (
             "sockets / cores / threads",
