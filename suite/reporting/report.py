@@ -96,6 +96,7 @@ def _throughput_table(by_host: dict, emulated: dict | None = None) -> str:
     rows = []
     reference = next((h for h, r in sorted(by_host.items()) if process_rates(r.records)), None)
     compare = len(by_host) > 1 and reference is not None
+    reference_rates = process_rates(by_host[reference].records) if compare else []
     swapping = any(r["metrics"].get("lms_traffic") for h in by_host.values() for r in h.ok)
     for host, result in sorted(by_host.items()):
         info = record_params(result.records[-1]).info
@@ -112,12 +113,13 @@ def _throughput_table(by_host: dict, emulated: dict | None = None) -> str:
             ]
         )
         if compare:
-            rates = process_rates(result.records)  # none: the host did not train this size
-            if host == reference or not rates:
-                versus = "reference" if host == reference else "—"
-            else:
-                reference_rates = process_rates(by_host[reference].records)
+            rates = process_rates(result.records)
+            if host == reference:
+                versus = "reference"
+            elif rates:
                 versus = ratio_text(ratio_interval(rates, reference_rates))
+            else:  # the host did not train this size
+                versus = "—"
             rows[-1].insert(3, versus)
     headers = ["host", "outcomes", "images/sec", info.rate_unit, "peak memory"]
     headers += ["swapped per step (out / in)"] if swapping else []
