@@ -33,11 +33,13 @@ log = logging.getLogger("lms")
 # The simulator's kernel temporaries are those of oneDNN's CPU convolutions and cuDNN's
 # workspaces. Without oneDNN (TF_ENABLE_ONEDNN_OPTS=0, or an aarch64 CPU TensorFlow does not
 # enable it for: qemu's) Eigen's convolution gradients hold col buffers up to L3-cache size per
-# image shard: GoogLeNet 96x96 b2, everything swapped, measured 129 MiB against 70 MiB simulated.
+# image shard: GoogLeNet 96x96 b2, everything swapped, measured 129-133 MiB against 70 MiB
+# simulated (benchmarks/cpu_kernels_peak.py; with oneDNN 1.07x).
 EIGEN_KERNELS_WARNING = (
     "This TensorFlow computes on the CPU with Eigen's kernels, not oneDNN's: LMS's simulator "
     "models oneDNN's convolution temporaries, and Eigen's are larger, so the device peak can "
-    "exceed the plan's (GoogLeNet 96x96: 1.8x); leave margin with safety_ratio, or enable oneDNN"
+    "exceed the plan's (GoogLeNet 96x96: 1.8-1.9x); leave margin with safety_ratio, or enable "
+    "oneDNN"
 )
 
 
