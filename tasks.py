@@ -223,7 +223,8 @@ def plan(c, spec=None, workload=None, resolution=None, batch=None, precision=Non
     show_lms_messages()
     overrides = {"resolution": resolution, "batch": batch, "precision": precision}
     loaded = load_spec(spec or c.suite.spec, overrides)
-    reports = plan_spec(loaded, Path(output or c.suite.reports), workload, device_memory)
+    reports = plan_spec(loaded, Path(output or c.suite.reports), workload, device_memory,
+                        Path(c.suite.results))  # fmt: skip
     print(json.dumps(reports, indent=1))
 
 

@@ -18,10 +18,12 @@ import tensorflow as tf
 from lms import _tf_private
 from lms.allocator import BestFitAllocator
 from lms.analysis import analyze, cpu_paired_reads
-from lms.budget import budget_bytes, gpu_memory_bytes
+from lms.budget import budget_bytes, format_size, gpu_memory_bytes
+from lms.calibration import Calibration, CalibrationCache, PeakMeter, fingerprint
 from lms.errors import LMSError, NothingFitsError, ParameterError
 from lms.explain import explain_peak
 from lms.options import check_options
+from lms.parameters import Parameters
 from lms.planner import log_plan, plan
 from lms.rewriter import REWRITTEN_MARK, rewrite
 from lms.simulator import simulate
@@ -67,6 +69,8 @@ class LMSFunction:
             function = tf.function(function)
         self.lms, self.function = lms, function
         self._prepared = {}
+        self._calibrations = {}  # input signature -> the closed loop's Calibration
+        self._free_order = False  # TensorFlow refused an enforced order: plan in its own
         self._warned_leftovers = False
         self._traffic, self._steps = Traffic(), 0
         self._copy_seconds = None  # GPU: seconds of device copies per step, from a profile
@@ -84,17 +88,63 @@ class LMSFunction:
         """Trace, analyse, tune and rewrite for these arguments (tensors or TensorSpecs)."""
         key = self._key(args)
         if key not in self._prepared:
-            self._prepared[key] = self.lms._prepare(self.function, args)
+            calibration = None
+            if self.lms.calibration_steps:
+                calibration = self.lms._new_calibration()
+                self._calibrations[key] = calibration
+            self._prepared[key] = self.lms._prepare(self.function, args, calibration=calibration)
         return self._prepared[key]
+
+    @property
+    def calibrating(self) -> bool:
+        """Whether the closed loop is still measuring a plan (of any input signature): the
+        steps until it holds may run over the budget, and each correction re-plans and
+        rewrites the step (lms/calibration.py)."""
+        return any(not c.accepted for c in self._calibrations.values())
+
+    @property
+    def plans(self) -> int:
+        """How many plans were made so far (all input signatures): grows with each of the
+        closed loop's corrections."""
+        return sum(len(c.attempts) for c in self._calibrations.values()) or len(self._prepared)
+
+    @property
+    def calibrations(self) -> dict:
+        """The closed loop per input signature: lms.calibration.Calibration objects."""
+        return dict(self._calibrations)
 
     def __call__(self, *args):
         """One step. The host store is empty after it, whatever ran: a step runs to its end
         before the call returns, so what is left would never be read (a swap-in that did not
-        run) or belongs to a step that failed. One step at a time per LMS object."""
+        run) or belongs to a step that failed. One step at a time per LMS object.
+
+        While a plan is new, the step's device peak is measured (the closed loop): a step over
+        the budget makes the next one run a plan made for less; a step that fails for lack of
+        device memory (GPU) is planned again and run again. TensorFlow cannot undo what such a
+        step did before it failed: variables it had already updated are updated again (with an
+        enforced order the updates come last, after the memory-hungry backward pass)."""
+        key = self._key(args)
         callable_, tuned = self.prepare(*args)
+        calibration = self._calibrations.get(key)
+        meter = self.lms._peak_meter() if calibration is not None else None
+        measured = meter is not None and not calibration.skip_measure()
+        if measured and not calibration.accepted:
+            meter.reset()
         store = self.lms.store
         try:
             result = callable_(*args)
+        except tf.errors.ResourceExhaustedError:
+            if store is not None:
+                store.clear()
+            if calibration is None or meter is None:
+                raise
+            calibration.out_of_memory(meter.peak())
+            try:
+                self._correct(key, args, calibration)
+            finally:
+                if self.lms.report is not None:
+                    self.lms.report["calibration"] = calibration.as_dict()
+            return self(*args)
         except Exception as error:
             if store is not None:
                 store.clear()
@@ -116,7 +166,57 @@ class LMSFunction:
                 count,
                 size,
             )
+        if measured:
+            accepted = calibration.accepted
+            try:
+                if calibration.observe(meter.peak()):
+                    self._correct(key, args, calibration)
+                elif calibration.accepted and not accepted:
+                    self.lms._calibrated(self._prepared[key][1].parameters, calibration)
+            finally:
+                if self.lms.report is not None:
+                    self.lms.report["calibration"] = calibration.as_dict()
         return result
+
+    def _correct(self, key, args, calibration: Calibration) -> None:
+        """The plan overran: plan again for the budget the loop asks (from a fresh trace: the
+        rewrite edited the last one), or keep it when the loop says so. Parameters the user
+        gave all of are applied as given (TFLMSv2's behaviour): the overrun is only reported."""
+        if not self.lms.parameters.needs_tuning:
+            attempt = calibration.current
+            log.warning(
+                "LMS: the given parameters' measured peak %s is over the budget %s; they are "
+                "applied as given (let one be -1 to have them corrected)",
+                format_size(attempt.measured_peak_bytes),
+                format_size(calibration.limit_bytes),
+            )
+            calibration.accepted = True
+            return
+        budget = calibration.next_budget()
+        if budget is None:
+            return
+        self.function = _retraced(self.function)
+        parameters = self.lms.parameters
+        if self._free_order:  # TensorFlow refused the enforced order on this step
+            parameters = parameters.resolved(ordering=0)
+        try:
+            self._prepared[key] = self.lms._prepare(
+                self.function, args, parameters, budget=budget, calibration=calibration
+            )
+            return
+        except NothingFitsError as error:  # the last plan's callable stays in place
+            why = f"nothing fits {format_size(budget)} in simulation ({error.args[0]})"
+        # the simulation ranks plans, and can rank them wrongly: before giving up, measure the
+        # plan that swaps the most (every tensor a far reader reads, back one op ahead)
+        floor = _floor_parameters(parameters)
+        if self._prepared[key][1].parameters == floor:
+            calibration.keep_or_fail(why)
+            return
+        log.warning("LMS: %s; measuring the plan that swaps the most", why)
+        self.function = _retraced(self.function)
+        self._prepared[key] = self.lms._prepare(
+            self.function, args, floor, budget=budget, calibration=calibration
+        )
 
     def _without_order(self, args, error):
         """TensorFlow refused the enforced order before running anything: a graph pass fused two
@@ -134,10 +234,19 @@ class LMSFunction:
             "planning again in TensorFlow's own order",
             error.message,
         )
-        self.function = tf.function(self.function.python_function)
+        self.function = _retraced(self.function)
+        self._free_order = True
         parameters = self.lms.parameters.resolved(ordering=0)
         key = self._key(args)
-        self._prepared[key] = self.lms._prepare(self.function, args, parameters)
+        calibration = self._calibrations.get(key)
+        budget = calibration.current.budget_bytes if calibration is not None else None
+        if calibration is not None:
+            calibration.attempts.pop()  # that plan never ran
+        self._prepared[key] = self.lms._prepare(
+            self.function, args, parameters, budget=budget, calibration=calibration
+        )
+        if calibration is not None:
+            calibration.skip_measure()  # this run is the new plan's first
         return self._prepared[key][0](*args)
 
     @property
@@ -231,6 +340,13 @@ class LMS(keras.callbacks.Callback):
     link: on the emulated device, an `lms.Link` or {"bandwidth": "16GB/s", "latency": "10us"}
         the host store's copies are slowed to, so that link speed changes measured throughput
         (lms/link.py); a GPU's copies take its real link.
+    calibration_steps: steps whose device peak is measured before a plan is trusted (the closed
+        loop, lms/calibration.py): a measured peak over the budget re-plans for a budget lowered
+        by the excess and rewrites the step. 0 turns the loop off (plans are only simulated).
+    max_corrections: re-plans before the loop gives up (NothingFitsError naming the measured
+        peaks; a plan over the budget but under the device memory is then kept with a warning).
+    calibration_cache: path of a JSON file where corrected budgets are kept by the step's graph
+        and device, so that the next run starts from the plan that held.
     """
 
     def __init__(
@@ -251,6 +367,9 @@ class LMS(keras.callbacks.Callback):
         plot=None,
         allocator="bfc",
         link=None,
+        calibration_steps=3,
+        max_corrections=3,
+        calibration_cache=None,
     ):
         super().__init__()
         checked = check_options(
@@ -269,8 +388,14 @@ class LMS(keras.callbacks.Callback):
             plot=plot,
             allocator=allocator,
             link=link,
+            calibration_steps=calibration_steps,
+            max_corrections=max_corrections,
+            calibration_cache=calibration_cache,
         )
         self.parameters = checked["parameters"]
+        self.calibration_steps = calibration_steps
+        self.max_corrections = max_corrections
+        self.cache = CalibrationCache(calibration_cache) if calibration_cache else None
         self.link = checked["link"]
         device_bytes = checked["device_bytes"]
         if device_bytes is None:
@@ -281,6 +406,7 @@ class LMS(keras.callbacks.Callback):
                     "is the memory budget), e.g. LMS(device_memory='2GiB')"
                 )
         self.budget = budget_bytes(device_bytes, reserve, safety_ratio)
+        self.device_limit = budget_bytes(device_bytes, reserve, 1.0)  # the reserve taken off
         self.safety_ratio = safety_ratio
         self.mechanism_name = mechanism
         self.allocator_name = allocator
@@ -288,6 +414,9 @@ class LMS(keras.callbacks.Callback):
         self.batch_size, self.plot_path = batch_size, plot
         self.store = None
         self.report = None
+        self._fingerprint = None  # of the last step planned, for the calibration cache
+        self._meter = None  # the closed loop's PeakMeter, made on first use
+        self._shortfall = None  # why nothing fit in simulation, when the closest plan is run
 
     def wrap(self, function) -> LMSFunction:
         """The step `function` (a tf.function or a Python function of tensors) with LMS."""
@@ -310,6 +439,48 @@ class LMS(keras.callbacks.Callback):
             name = "device-copy" if _has_gpu() else "host-store"
         return name
 
+    def _meter_device(self) -> str:
+        """The device whose allocator the closed loop reads: the GPU's with device copies, the
+        CPU's on the emulated device."""
+        return "GPU:0" if self._mechanism_kind() == "device-copy" else "CPU:0"
+
+    def _device_key(self) -> str:
+        """What besides the graph a calibration holds for: device, memory, kernels, versions."""
+        kernels = "gpu" if self._mechanism_kind() == "device-copy" else (
+            "onednn" if _tf_private.onednn_enabled() else "eigen"
+        )  # fmt: skip
+        return (
+            f"{self._mechanism_kind()}|{self.device_bytes}|{self.budget}|{kernels}|"
+            f"tf{tf.__version__}|{self.parameters}|{self.allocator_name}"
+        )
+
+    def _peak_meter(self) -> PeakMeter | None:
+        """The device's allocator statistics for the closed loop, or None: the loop is off, or
+        TensorFlow keeps no statistics for the device (then plans are only simulated)."""
+        if not self.calibration_steps:
+            return None
+        if self._meter is None:
+            self._meter = PeakMeter(self._meter_device())
+            if not self._meter.available:
+                log.warning(
+                    "LMS cannot measure the step's peak on %s (on the emulated device set "
+                    "TF_CPU_ALLOCATOR_USE_BFC=true before TensorFlow starts): its plans are "
+                    "checked in simulation only",
+                    self._meter.device,
+                )
+        return self._meter if self._meter.available else None
+
+    def _new_calibration(self) -> Calibration:
+        return Calibration(
+            self.budget, self.device_limit, self.calibration_steps, self.max_corrections
+        )
+
+    def _calibrated(self, parameters, calibration: Calibration) -> None:
+        """A plan held: keep its budget and parameters in the cache when the loop had to
+        correct it."""
+        if self.cache is not None and calibration.corrections and self._fingerprint:
+            self.cache.store(self._fingerprint, calibration, parameters.as_dict())
+
     def _mechanism(self):
         name = self.mechanism_name
         if name == "auto":
@@ -324,9 +495,13 @@ class LMS(keras.callbacks.Callback):
             self.store = HostStore(self.link)
         return self.store
 
-    def _analyse_and_tune(self, function, args, keep_closest: bool, parameters=None):
-        """Trace for `args`, analyse, tune; with `keep_closest`, a budget nothing meets gives
-        the closest plan instead of NothingFitsError."""
+    def _analyse_and_tune(
+        self, function, args, keep_closest: bool, parameters=None, budget=None, cached=False
+    ):
+        """Trace for `args`, analyse, tune for `budget` (default: the LMS's); with
+        `keep_closest`, a budget nothing meets gives the closest plan instead of
+        NothingFitsError. With `cached`, a budget the calibration cache holds for this step
+        replaces the default."""
         started = time.perf_counter()
         concrete = function.get_concrete_function(*args)
         if getattr(concrete.graph, REWRITTEN_MARK, False):
@@ -334,6 +509,19 @@ class LMS(keras.callbacks.Callback):
             # budgets): analysing it would plan on top of its swaps and order; trace afresh
             concrete = tf.function(function.python_function).get_concrete_function(*args)
         traced = time.perf_counter()
+        if self.cache is not None:
+            self._fingerprint = fingerprint(concrete.graph, self._device_key())
+            entry = self.cache.entry(self._fingerprint) if cached and budget is None else None
+            if entry is not None:  # the plan that held last time: its budget and parameters
+                budget = entry["budget_bytes"]
+                if entry.get("parameters"):
+                    parameters = Parameters(**entry["parameters"])
+                log.info(
+                    "LMS: planning for %s with the parameters that held last time (calibration "
+                    "cache %s)",
+                    format_size(budget),
+                    self.cache.path,
+                )
         on_cpu = self._mechanism_kind() == "host-store"  # the emulated device computes there
         if on_cpu and not _tf_private.onednn_enabled():
             log.warning(EIGEN_KERNELS_WARNING)
@@ -341,7 +529,7 @@ class LMS(keras.callbacks.Callback):
         analysed = time.perf_counter()
         try:
             analysis, tuned = self._tune_paired_first(
-                concrete, analysis, parameters or self.parameters
+                concrete, analysis, parameters or self.parameters, budget or self.budget
             )
         except NothingFitsError as error:
             if self.safety_ratio < 1:
@@ -354,6 +542,7 @@ class LMS(keras.callbacks.Callback):
                 raise
             log.info("%s", error)
             tuned = error.closest
+            self._shortfall = str(error)
         timings = {
             "trace_s": traced - started,
             "analysis_s": analysed - traced,
@@ -361,9 +550,9 @@ class LMS(keras.callbacks.Callback):
         }
         if tuned.plan is not None:
             log_plan(analysis, tuned.plan)
-        return concrete, analysis, tuned, timings
+        return concrete, analysis, tuned, timings, budget or self.budget
 
-    def _tune_paired_first(self, concrete, analysis, parameters):
+    def _tune_paired_first(self, concrete, analysis, parameters, budget):
         """Tune with the reads oneDNN pairs kept direct (speed: `lms.cpu_paired_reads`); when
         nothing fits that way, tune again with them swappable (reach: their gradients then take
         TensorFlow's slower kernel). Returns (analysis, tuned) of the plan kept.
@@ -372,7 +561,7 @@ class LMS(keras.callbacks.Callback):
         paired. GoogLeNet 224² b4 replanned with them swapped measured up to 1.02x its device
         memory, 11 % over the simulated peak, which fell in pool1's gradient (paired: 0.97x)."""
         try:
-            return analysis, self._tune_or_apply(analysis, parameters)
+            return analysis, self._tune_or_apply(analysis, parameters, budget)
         except NothingFitsError:
             if not any(t.paired_with for t in analysis.tensors):
                 raise
@@ -381,53 +570,73 @@ class LMS(keras.callbacks.Callback):
             "the device; planning again with them swappable"
         )
         unpaired = self._analyse(concrete, frozenset())
-        return unpaired, self._tune_or_apply(unpaired, parameters)
+        return unpaired, self._tune_or_apply(unpaired, parameters, budget)
 
     def _analyse(self, concrete, paired_reads):
-        return analyze(
+        from lms.kernels import cpu_kernels
+
+        analysis = analyze(
             concrete.graph,
             self.batch_size,
             host_device_marker="CPU" if _has_gpu() else None,
             paired_reads=paired_reads,
         )
+        # the kernels whose temporaries the simulator counts (lms/kernels.py): the emulated
+        # device computes with this TensorFlow's CPU kernels (oneDNN's or Eigen's)
+        analysis.kernels = cpu_kernels() if self._mechanism_kind() == "host-store" else "gpu"
+        return analysis
 
-    def _record(self, analysis, tuned, timings) -> dict:
-        self.report = build_report(analysis, tuned, self.budget, timings)
+    def _record(self, analysis, tuned, timings, planned=None, calibration=None) -> dict:
+        self.report = build_report(analysis, tuned, self.budget, timings, planned)
+        if calibration is not None:
+            self.report["calibration"] = calibration.as_dict()
         if self.plot_path:
             from lms.plot import plot_simulation
 
             plot_simulation(tuned, self.budget, self.plot_path)
         return self.report
 
-    def _prepare(self, function, args, parameters=None):
-        concrete, analysis, tuned, timings = self._analyse_and_tune(
-            function, args, False, parameters
+    def _prepare(self, function, args, parameters=None, budget=None, calibration=None):
+        """Trace, analyse, tune for `budget` (default: the LMS's, or what the calibration cache
+        holds for a step the loop has not measured yet), rewrite; a new attempt of the loop.
+        Where the loop measures, the first plan is the closest one even when none fits in
+        simulation: the measurement decides."""
+        first = calibration is not None and not calibration.attempts
+        # where the loop measures, a first plan the simulation says misses is run and measured
+        # all the same (the simulation can be wrong both ways): a size does not fit only once
+        # the loop has failed
+        measured = first and self._peak_meter() is not None
+        self._shortfall = None
+        concrete, analysis, tuned, timings, planned = self._analyse_and_tune(
+            function, args, measured, parameters, budget, first
         )
         started = time.perf_counter()
         callable_ = concrete
         if tuned.plan is not None:
             callable_ = rewrite(concrete, analysis, tuned.plan, self._mechanism())
         timings["rewrite_s"] = time.perf_counter() - started
-        self._record(analysis, tuned, timings)
+        if calibration is not None:
+            calibration.begin(planned, tuned.simulation.peak_bytes, self._shortfall)
+        self._record(analysis, tuned, timings, planned, calibration)
         return callable_, tuned
 
-    def _tune_or_apply(self, analysis, parameters):
-        """Auto-tune when any parameter is -1; parameters all given are applied as they are
-        (TFLMSv2's behaviour), with a warning when their simulated peak misses the budget."""
+    def _tune_or_apply(self, analysis, parameters, budget):
+        """Auto-tune for `budget` when any parameter is -1; parameters all given are applied as
+        they are (TFLMSv2's behaviour), with a warning when their simulated peak misses it."""
         if parameters.needs_tuning:
-            return tune(analysis, self.budget, parameters, self._allocator())
+            return tune(analysis, budget, parameters, self._allocator())
         allocator = self._allocator()
         baseline = simulate(analysis, None, allocator)
         if parameters.ordering == -1:  # TFLMSv2's parameters all given: TFLMSv2's free order
             parameters = parameters.resolved(ordering=0)
         given = plan(analysis, parameters)
         simulation = simulate(analysis, given, allocator)
-        if simulation.peak_bytes > self.budget:
+        if simulation.peak_bytes > budget:
             log.warning(
                 "The given LMS parameters give a simulated peak of %.3f GiB, above the budget "
                 "of %.3f GiB",
                 simulation.peak_bytes / 2**30,
-                self.budget / 2**30,
+                budget / 2**30,
             )
         return Tuned(parameters, given, simulation, baseline, 2)
 
@@ -436,8 +645,13 @@ class LMS(keras.callbacks.Callback):
         nothing fits, the report has `fits: false` and the parameters that came closest."""
         if not hasattr(function, "get_concrete_function"):
             function = tf.function(function)
-        _, analysis, tuned, timings = self._analyse_and_tune(function, specs, True)
-        return self._record(analysis, tuned, timings)
+        _, analysis, tuned, timings, planned = self._analyse_and_tune(
+            function, specs, True, cached=True
+        )
+        report = self._record(analysis, tuned, timings, planned)
+        if planned != self.budget and self.cache is not None:  # from the calibration cache
+            report["calibration"] = self.cache.entry(self._fingerprint)
+        return report
 
     # As a Keras callback: model.fit(..., callbacks=[LMS(...)]) trains with the rewritten step.
     def on_train_begin(self, logs=None):
@@ -462,11 +676,16 @@ class LMS(keras.callbacks.Callback):
         self.model.train_function = self._original_train_function
 
 
-def build_report(analysis, tuned, budget, timings) -> dict:
+def build_report(analysis, tuned, budget, timings, planned=None) -> dict:
+    """What a plan is: its budget (the measured peak's limit) and the budget it was planned for
+    (lower after the closed loop's corrections), simulated peaks, swaps, the peak explained, the
+    timeline; `calibration` (added by LMSFunction) says what the loop measured."""
     plan = tuned.plan
+    planned = budget if planned is None else planned
     return {
         "budget_bytes": budget,
-        "fits": tuned.simulation.peak_bytes <= budget,
+        "planned_budget_bytes": planned,
+        "fits": tuned.simulation.peak_bytes <= planned,
         "lms_needed": plan is not None,
         "parameters": tuned.parameters.as_dict(),
         "peak_bytes_without_lms": tuned.baseline.peak_bytes,
@@ -502,3 +721,18 @@ def _pooled(values) -> list[int]:
         return [int(v) for v in values]
     size = -(-len(values) // TIMELINE_POINTS)
     return [int(max(values[i : i + size])) for i in range(0, len(values), size)]
+
+
+def _retraced(function):
+    """A new tf.function of the same Python function: the rewrite edits a trace in place, so a
+    new plan needs a fresh one."""
+    return tf.function(function.python_function, input_signature=function.input_signature)
+
+
+def _floor_parameters(parameters):
+    """The plan that swaps the most: every tensor with a reader more than one op away, each
+    reader its own swap-in one op ahead, in the enforced order (unless the free one is asked)."""
+    ordering = 0 if parameters.ordering == 0 else 1
+    return parameters.resolved(
+        swapout_threshold=1, swapin_ahead=1, swapin_groupby=0, ordering=ordering
+    )

@@ -1,6 +1,8 @@
 """The checks of `LMS(...)`'s keyword arguments, without TensorFlow: a program that only
 validates a configuration (a spec loader, a CLI) imports this and stays light."""
 
+import os
+
 from lms.budget import budget_bytes, parse_size
 from lms.errors import ParameterError
 from lms.link import Link
@@ -27,6 +29,9 @@ def check_options(
     plot=None,
     allocator="bfc",
     link=None,
+    calibration_steps=3,
+    max_corrections=3,
+    calibration_cache=None,
 ) -> dict:
     """`LMS`'s arguments checked and normalized: `parameters` (an lms.Parameters),
     `device_bytes` (None: the GPU's, read when the LMS object is made), and the rest as given.
@@ -55,6 +60,16 @@ def check_options(
                 "link emulates a CPU-GPU link on the emulated device (mechanism 'host-store' "
                 "or 'auto' without a GPU); a GPU's copies take its real link"
             )
+    for name, value, minimum in (
+        ("calibration_steps", calibration_steps, 0),
+        ("max_corrections", max_corrections, 0),
+    ):
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            raise ParameterError(f"{name} must be an integer >= {minimum}; received {value!r}")
+    if calibration_cache is not None and not isinstance(calibration_cache, str | os.PathLike):
+        raise ParameterError(
+            f"calibration_cache must be a file path or None; received {calibration_cache!r}"
+        )
     device_bytes = None
     if device_memory is not None:
         device_bytes = parse_size(device_memory, "device_memory")
@@ -71,4 +86,7 @@ def check_options(
         "plot": plot,
         "allocator": allocator,
         "link": link,
+        "calibration_steps": calibration_steps,
+        "max_corrections": max_corrections,
+        "calibration_cache": calibration_cache,
     }

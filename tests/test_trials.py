@@ -229,6 +229,13 @@ def test_lms_trains_within_a_budget_the_plain_step_exceeds(tmp_path):
     assert plan["swapped_bytes"] > 0 and plan["peak_bytes_with_lms"] <= budget
     assert plan["parameters"]["swapout_threshold"] >= 1  # auto-tuned
     assert on.metrics["peak_memory_bytes"] <= budget < plain.metrics["peak_memory_bytes"]
+    # the closed loop measured the plan it kept (a trial this short ends before the loop's
+    # three steps: it measured what ran), and the trial's peak is that plan's
+    calibration = plan["calibration"]
+    kept = calibration["attempts"][-1]
+    assert kept["outcome"] in ("measuring", "fits") and kept["steps"] >= 1
+    assert kept["measured_peak_bytes"] <= budget
+    assert calibration["limit_bytes"] == plan["budget_bytes"]
     traffic = on.metrics["lms_traffic"]  # per measured step, counted in the host store
     assert traffic["source"] == "host-store" and traffic["steps"] == 2
     assert traffic["out_bytes_per_step"] == plan["swapped_bytes"]

@@ -53,10 +53,31 @@ def plan_trial(params: TrialParams, device_memory=None, plot: Path | None = None
     }
 
 
+def measured_attempts(results_dir: Path | None) -> dict:
+    """Per spec hash, the closed loop's attempts of the newest recorded LMS trial that ran
+    (`calibration` of lms's report: budget planned for, simulated and measured peaks)."""
+    from suite.records import load_all_records
+
+    if results_dir is None or not results_dir.is_dir():
+        return {}
+    found = {}
+    for record in load_all_records(results_dir):
+        calibration = ((record.get("metrics") or {}).get("lms") or {}).get("calibration")
+        if calibration:
+            found[record["spec_hash"]] = calibration  # records are in the order they were run
+    return found
+
+
 def plan_spec(
-    spec: Spec, output_dir: Path, workload: str | None = None, device_memory: str | None = None
+    spec: Spec,
+    output_dir: Path,
+    workload: str | None = None,
+    device_memory: str | None = None,
+    results_dir: Path | None = None,
 ) -> list[dict]:
-    """Plans of the trials of `spec` (of one workload if given); plots go to `output_dir`."""
+    """Plans of the trials of `spec` (of one workload if given); plots go to `output_dir`.
+    Where `results_dir` holds a run of the same trial, its plan's measured attempts (the
+    closed loop) are shown beside the simulation as `measured`."""
     trials = [t for t in spec.plannable_trials() if workload in (None, t.params.workload)]
     if not trials:
         choices = sorted({t.params.workload for t in spec.plannable_trials()})
@@ -70,11 +91,14 @@ def plan_spec(
             raise SuiteError(f"--device-memory {device_memory!r}: a size like 16GiB, 512MiB or "
                              "an integer number of bytes") from None  # fmt: skip
     output_dir.mkdir(parents=True, exist_ok=True)
+    measured = measured_attempts(results_dir) if device_memory is None else {}
     reports = []
     for trial in trials:
         p = trial.params
         plot = output_dir / f"plan-{p.workload}-{p.resolution}px-b{p.batch}.png"
         report = plan_trial(p, memory, plot)
         report.pop("timeline", None)  # drawn in the plot; hundreds of numbers in JSON
+        if trial.hash in measured:
+            report["measured"] = measured[trial.hash]
         reports.append({"spec_hash": trial.hash, **report})
     return reports

@@ -114,8 +114,6 @@ def run(params: "TrialParams") -> dict:
     total = params.warmup_steps + params.steps
 
     def on_step(index, seconds):
-        if planner is not None and index + 1 == params.warmup_steps:
-            train_step.reset_traffic()  # swap traffic of the measured steps only
         if index == 0 or (index + 1) % max(1, total // 10) == 0 or index + 1 == total:
             _log(f"step {index + 1}/{total}: {seconds:.3f}s")
 

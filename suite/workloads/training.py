@@ -75,6 +75,7 @@ class Measurement:
     peak_bytes: int | None = None
     final_loss: float | None = None
     over_budget: bool = False  # stopped early: the allocator peak passed the memory budget
+    calibration_steps: int = 0  # steps an LMS step's closed loop measured its plans on
 
 
 CALIBRATION_SIDE = 384  # a 384x384 float32 product chain: ~0.1 GFLOP per run, all cores busy
@@ -114,21 +115,59 @@ def measure(
     budget_bytes: int | None = None,
     on_step=None,
 ) -> Measurement:
-    """Run warm-up then timed steps; stop early once the measured peak exceeds `budget_bytes`."""
+    """Run warm-up then timed steps; stop early once the measured peak exceeds `budget_bytes`.
+
+    An LMS step (`lms.LMSFunction`) checks its plan by measuring its first steps and plans
+    again when one overruns (the closed loop, lms/calibration.py). While it measures, a peak
+    over the budget is the loop's to correct, not the trial's end; a step after which it
+    re-planned does not count (its time and peak belong to the plan it replaced: the peak is
+    reset and timed steps start again), so the trial's times and peak are those of the plan
+    that held."""
     result = Measurement()
     reset_peak(device)
-    for index in range(warmup_steps + steps):
+    index = 0
+    while index < warmup_steps + steps:
+        calibrating, plans = _calibrating(train_step), _plans(train_step)
         start = time.perf_counter()
         images, labels = next_batch()
         result.final_loss = float(train_step(images, labels))  # reading the loss synchronises
         elapsed = time.perf_counter() - start
+        if calibrating:
+            result.calibration_steps += 1
+        if plans and _plans(train_step) != plans:  # the loop re-planned after this step
+            result.warmup_seconds.append(elapsed)
+            result.step_seconds.clear()
+            index = min(index, warmup_steps)
+            reset_peak(device)
+            continue
         (result.warmup_seconds if index < warmup_steps else result.step_seconds).append(elapsed)
         stats = memory_stats(device)
         if stats is not None:
             result.peak_bytes = int(stats["peak"])
-        if budget_bytes is not None and result.peak_bytes and result.peak_bytes > budget_bytes:
+        over = budget_bytes is not None and result.peak_bytes and result.peak_bytes > budget_bytes
+        if over and not calibrating:
             result.over_budget = True
             break
+        index += 1
+        if index == warmup_steps:
+            _reset_traffic(train_step)
         if on_step:
-            on_step(index, elapsed)
+            on_step(index - 1, elapsed)
     return result
+
+
+def _plans(train_step) -> int:
+    """How many plans an LMS step has made so far (0 for a plain step)."""
+    return int(getattr(train_step, "plans", 0))
+
+
+def _calibrating(train_step) -> bool:
+    """Whether an LMS step's closed loop is still measuring its plan (False for a plain step)."""
+    return bool(getattr(train_step, "calibrating", False))
+
+
+def _reset_traffic(train_step) -> None:
+    """Count an LMS step's swap traffic over the timed steps only."""
+    reset = getattr(train_step, "reset_traffic", None)
+    if reset is not None:
+        reset()
