@@ -243,7 +243,7 @@ class LMSFunction:
         if calibration is not None:
             calibration.attempts.pop()  # that plan never ran
         self._prepared[key] = self.lms._prepare(
-            self.function, args, parameters, budget=budget, calibration=calibration
+            self.function, args, parameters, budget=budget, calibration=calibration, closest=True
         )
         if calibration is not None:
             calibration.skip_measure()  # this run is the new plan's first
@@ -573,18 +573,12 @@ class LMS(keras.callbacks.Callback):
         return unpaired, self._tune_or_apply(unpaired, parameters, budget)
 
     def _analyse(self, concrete, paired_reads):
-        from lms.kernels import cpu_kernels
-
-        analysis = analyze(
+        return analyze(
             concrete.graph,
             self.batch_size,
             host_device_marker="CPU" if _has_gpu() else None,
             paired_reads=paired_reads,
         )
-        # the kernels whose temporaries the simulator counts (lms/kernels.py): the emulated
-        # device computes with this TensorFlow's CPU kernels (oneDNN's or Eigen's)
-        analysis.kernels = cpu_kernels() if self._mechanism_kind() == "host-store" else "gpu"
-        return analysis
 
     def _record(self, analysis, tuned, timings, planned=None, calibration=None) -> dict:
         self.report = build_report(analysis, tuned, self.budget, timings, planned)
@@ -596,16 +590,18 @@ class LMS(keras.callbacks.Callback):
             plot_simulation(tuned, self.budget, self.plot_path)
         return self.report
 
-    def _prepare(self, function, args, parameters=None, budget=None, calibration=None):
+    def _prepare(
+        self, function, args, parameters=None, budget=None, calibration=None, closest=False
+    ):
         """Trace, analyse, tune for `budget` (default: the LMS's, or what the calibration cache
         holds for a step the loop has not measured yet), rewrite; a new attempt of the loop.
-        Where the loop measures, the first plan is the closest one even when none fits in
-        simulation: the measurement decides."""
+        Where the loop measures, the first plan (or, with `closest`, this one) is the closest
+        one even when none fits in simulation: the measurement decides."""
         first = calibration is not None and not calibration.attempts
         # where the loop measures, a first plan the simulation says misses is run and measured
         # all the same (the simulation can be wrong both ways): a size does not fit only once
         # the loop has failed
-        measured = first and self._peak_meter() is not None
+        measured = (first or closest) and self._peak_meter() is not None
         self._shortfall = None
         concrete, analysis, tuned, timings, planned = self._analyse_and_tune(
             function, args, measured, parameters, budget, first

@@ -113,11 +113,11 @@ def _attempts(result):
 def test_the_loop_corrects_a_plan_the_simulation_says_fits_until_the_measured_peak_does(
     tmp_path,
 ):
-    """100 MiB of device memory, 40 MiB of it held by the program outside the step: the first
+    """100 MiB of device memory, 30 MiB of it held by the program outside the step: the first
     plan fits in simulation and measures over; the loop plans again until a plan holds, and a
     second LMS on the same step starts from that plan through the calibration cache."""
     cache = tmp_path / "calibration.json"
-    completed, result = run_child("_lms_loop.py", "100", "40", str(cache))
+    completed, result = run_child("_lms_loop.py", "100", "30", str(cache))
     assert result["error"] is None, completed.stderr[-3000:]
     attempts, limit = _attempts(result), result["budget"]
     assert attempts[0]["outcome"] == "over" and attempts[0]["measured_peak_bytes"] > limit
@@ -138,7 +138,7 @@ def test_the_loop_corrects_a_plan_the_simulation_says_fits_until_the_measured_pe
 def test_without_the_loop_the_same_plan_overruns_the_device():
     """What the loop guards: with calibration_steps=0 the plan is only simulated, and the
     tensor the program holds puts the measured peak over the device memory."""
-    _, result = run_child("_lms_loop.py", "100", "40", "", "0")
+    _, result = run_child("_lms_loop.py", "100", "30", "", "0")
     assert result["calibration"] is None
     assert max(result["after"]) > 100 * MiB
 
