@@ -35,6 +35,14 @@ CASES = {
     "xception": ("applications", "Xception", 160, 2),
     "resnet50v2": ("applications", "ResNet50V2", 160, 4),
     "transformer": ("custom", "transformer", 256, 8),
+    # families not tried before issue 26: other keras.applications, attention over image patches,
+    # an encoder-decoder with cross-attention, a 2D encoder-decoder CNN, recurrence (While loops)
+    "mobilenetv3small": ("applications", "MobileNetV3Small", 160, 4),
+    "efficientnetv2b0": ("applications", "EfficientNetV2B0", 160, 4),
+    "vit": ("custom", "vit", 96, 4),
+    "seq2seq": ("custom", "seq2seq", 128, 8),
+    "unet2d": ("custom", "unet2d", 128, 4),
+    "lstm": ("custom", "lstm", 128, 8),
 }
 
 
@@ -56,6 +64,93 @@ def transformer_classifier(length: int, batch: int, width=256, layers=4, heads=8
     return keras.Model(tokens, keras.layers.Dense(10)(x))
 
 
+def vit_classifier(resolution: int, batch: int, patch=8, width=192, layers=4, heads=6):
+    """A Vision Transformer: image patches embedded by a strided convolution, then pre-norm
+    encoder blocks (attention over (resolution / patch)^2 tokens)."""
+    import keras
+
+    images = keras.Input((resolution, resolution, 3), batch_size=batch)
+    x = keras.layers.Conv2D(width, patch, strides=patch)(images)
+    tokens = (resolution // patch) ** 2
+    x = keras.layers.Reshape((tokens, width))(x)
+    x = x + keras.layers.Embedding(tokens, width)(keras.ops.arange(tokens))
+    for _ in range(layers):
+        y = keras.layers.LayerNormalization()(x)
+        x = x + keras.layers.MultiHeadAttention(heads, width // heads)(y, y)
+        y = keras.layers.LayerNormalization()(x)
+        x = x + keras.layers.Dense(width)(keras.layers.Dense(4 * width, activation="gelu")(y))
+    x = keras.layers.GlobalAveragePooling1D()(keras.layers.LayerNormalization()(x))
+    return keras.Model(images, keras.layers.Dense(10)(x))
+
+
+def seq2seq_classifier(length: int, batch: int, width=192, layers=3, heads=6, queries=64):
+    """An encoder-decoder Transformer: an encoder over `length` tokens, a decoder of learned
+    queries with self-attention and cross-attention to the encoder's output."""
+    import keras
+
+    tokens = keras.Input((length,), batch_size=batch, dtype="int32")
+    memory = keras.layers.Embedding(1000, width)(tokens)
+    memory = memory + keras.layers.Embedding(length, width)(keras.ops.arange(length))
+    for _ in range(layers):
+        y = keras.layers.LayerNormalization()(memory)
+        memory = memory + keras.layers.MultiHeadAttention(heads, width // heads)(y, y)
+        y = keras.layers.LayerNormalization()(memory)
+        memory = memory + keras.layers.Dense(width)(keras.layers.Dense(2 * width, "relu")(y))
+    x = keras.layers.Embedding(queries, width)(keras.ops.arange(queries))
+    x = keras.ops.broadcast_to(x, (batch, queries, width))
+    for _ in range(layers):
+        y = keras.layers.LayerNormalization()(x)
+        x = x + keras.layers.MultiHeadAttention(heads, width // heads)(y, y)
+        y = keras.layers.LayerNormalization()(x)
+        x = x + keras.layers.MultiHeadAttention(heads, width // heads)(y, memory)
+        y = keras.layers.LayerNormalization()(x)
+        x = x + keras.layers.Dense(width)(keras.layers.Dense(2 * width, "relu")(y))
+    x = keras.layers.GlobalAveragePooling1D()(x)
+    return keras.Model(tokens, keras.layers.Dense(10)(x))
+
+
+def unet2d_classifier(resolution: int, batch: int, base=16, depth=3):
+    """A 2D encoder-decoder CNN with skip connections (U-Net-like), pooled to class scores."""
+    import keras
+
+    images = keras.Input((resolution, resolution, 3), batch_size=batch)
+    x, skips = images, []
+    for level in range(depth):
+        x = keras.layers.Conv2D(base * 2**level, 3, padding="same", activation="relu")(x)
+        x = keras.layers.Conv2D(base * 2**level, 3, padding="same", activation="relu")(x)
+        skips.append(x)
+        x = keras.layers.MaxPooling2D()(x)
+    x = keras.layers.Conv2D(base * 2**depth, 3, padding="same", activation="relu")(x)
+    for level in reversed(range(depth)):
+        x = keras.layers.Conv2DTranspose(base * 2**level, 2, strides=2)(x)
+        x = keras.layers.Concatenate()([x, skips[level]])
+        x = keras.layers.Conv2D(base * 2**level, 3, padding="same", activation="relu")(x)
+    x = keras.layers.GlobalAveragePooling2D()(keras.layers.Conv2D(10, 1)(x))
+    return keras.Model(images, x)
+
+
+def lstm_classifier(length: int, batch: int, width=256):
+    """Two stacked LSTMs over `length` tokens: on the CPU each runs as a While loop over the
+    sequence, whose body holds what the backward pass needs."""
+    import keras
+
+    tokens = keras.Input((length,), batch_size=batch, dtype="int32")
+    x = keras.layers.Embedding(1000, width)(tokens)
+    x = keras.layers.LSTM(width, return_sequences=True)(x)
+    x = keras.layers.LSTM(width)(x)
+    return keras.Model(tokens, keras.layers.Dense(10)(x))
+
+
+# custom cases: builder, and whether its input is a token sequence (else an image)
+CUSTOM = {
+    "transformer": (transformer_classifier, True),
+    "vit": (vit_classifier, False),
+    "seq2seq": (seq2seq_classifier, True),
+    "unet2d": (unet2d_classifier, False),
+    "lstm": (lstm_classifier, True),
+}
+
+
 def build_case(kind, name, resolution, batch):
     import keras
 
@@ -68,9 +163,15 @@ def build_case(kind, name, resolution, batch):
     else:
         import tensorflow as tf
 
-        if kind == "custom":  # resolution: the sequence length
-            model = transformer_classifier(resolution, batch)
-            images = tf.random.uniform((batch, resolution), maxval=1000, dtype=tf.int32)
+        if kind == "custom":  # resolution: the sequence length or the image side
+            builder, sequence = CUSTOM[name]
+            model = builder(resolution, batch)
+            shape = (batch, resolution) if sequence else (batch, resolution, resolution, 3)
+            images = (
+                tf.random.uniform(shape, maxval=1000, dtype=tf.int32)
+                if sequence
+                else tf.random.uniform(shape)
+            )
         else:
             inputs = keras.Input((resolution, resolution, 3), batch_size=batch)
             model = getattr(keras.applications, name)(weights=None, input_tensor=inputs, classes=10)
@@ -147,12 +248,13 @@ def child(case: str, fraction: float, steps: int, ordering: int) -> dict:
     }
 
 
-def run_json_child(script: str, arguments: list, label: str) -> dict | None:
+def run_json_child(script: str, arguments: list, label: str, extra_env=None) -> dict | None:
     """`script arguments` in a fresh process with the trials' environment (the emulated
-    device's allocator); the JSON of its last line, or None (printed) if it failed."""
+    device's allocator) and `extra_env`; the JSON of its last line, or None (printed) if it
+    failed."""
     from suite.environment import TRIAL_ENVIRONMENT
 
-    env = {**os.environ, **TRIAL_ENVIRONMENT, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, **TRIAL_ENVIRONMENT, **(extra_env or {}), "PYTHONPATH": str(ROOT)}
     command = [sys.executable, script, *arguments]
     completed = subprocess.run(command, capture_output=True, text=True, env=env)
     if completed.returncode != 0:

@@ -1,22 +1,26 @@
 """Check the promises of `lms` on models it was not tuned on, each measurement in a fresh process.
 
-1. A plan that says it fits measures at or under its budget: for each case, LMS plans for
-   `device_memory` = `--fraction` x the measured peak without LMS (default safety ratio), and the
-   rewritten step's allocator peak is measured over `--steps` steps; repeated in `--runs` fresh
-   processes, since the executor's op order (and so the peak) varies between them.
-2. Host memory is flat: `--host-steps` steps (default 1,000) of the rewritten step at the case's
-   size; the process's RSS after 100 steps and at the end, and what the host store holds; the
-   same for the plain step in its own process (TensorFlow's own growth, the baseline).
+1. The closed loop keeps the measured peak under the device memory: for each case, kernel set
+   (oneDNN's and Eigen's CPU kernels, by TF_ENABLE_ONEDNN_OPTS) and process, LMS plans for
+   `device_memory` = `--fraction` x the measured peak without LMS, runs until its loop has
+   accepted a plan (or refused with NothingFitsError), then measures `--steps` more steps one by
+   one. Printed per run: measured / device memory and the corrections the loop needed; the runs
+   go in rounds (every case and kernel set once per round), since the executor's op order (and
+   so the peak) varies between processes.
+2. Host memory is flat (`--host-steps N`, off by default): N steps of the rewritten step; the
+   process's RSS after 100 steps and at the end, and what the host store holds; the same for the
+   plain step in its own process (TensorFlow's own growth, the baseline).
 
-    python benchmarks/lms_promises.py [--case NAME ...] [--runs 3] [--host-steps 1000]
+    python benchmarks/lms_promises.py [--case NAME ...] [--runs 3] [--safety 0.8]
+        [--kernels both|oneDNN|Eigen] [--output runs.json] [--host-steps 1000]
 
 Cases: benchmarks/lms_emulated.py's (the suite's four workloads at smoke sizes, keras.applications
-models with weights=None, a Transformer written there).
+models with weights=None, and models written there: Transformer, ViT, an encoder-decoder
+Transformer, a 2D U-Net, stacked LSTMs).
 """
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -31,35 +35,64 @@ def _peak(function, images, labels, steps: int) -> int:
     return measure(function, images, labels, steps)[0]
 
 
-def budget_child(case: str, fraction: float, steps: int, ordering: int) -> dict:
+def budget_child(
+    case: str, fraction: float, steps: int, ordering: int, safety: float, max_steps: int = 24
+) -> dict:
+    """One fresh process: the plain step's peak, then LMS at `fraction` of it with the closed
+    loop on; steps run until the loop has accepted a plan (at most `max_steps`), then `steps`
+    more, each measured on its own. The promise: no step after the loop's acceptance measures
+    over the device memory."""
     import keras
+    import tensorflow as tf
 
     import lms
+    from lms import _tf_private
 
     keras.utils.set_random_seed(0)
     step, images, labels = build_case(*CASES[case])
     plain = _peak(step, images, labels, steps)
     device_memory = int(plain * fraction)
-    planner = lms.LMS(device_memory=device_memory, ordering=ordering)
+    planner = lms.LMS(device_memory=device_memory, ordering=ordering, safety_ratio=safety)
     wrapped = planner.wrap(step)
-    try:
-        wrapped.prepare(images, labels)
-    except lms.NothingFitsError as error:
-        return {"case": case, "plain": plain, "device_memory": device_memory, "refused": str(error)}
-    measured = _peak(wrapped, images, labels, steps)
-    report = planner.report
-    return {
+    result = {
         "case": case,
+        "kernels": "oneDNN" if _tf_private.onednn_enabled() else "Eigen",
         "plain": plain,
         "device_memory": device_memory,
-        "budget": report["budget_bytes"],
-        "simulated": report["peak_bytes_with_lms"],
-        "simulated_plain": report["peak_bytes_without_lms"],
-        "measured": measured,
-        "swapped": report["swapped_tensors"],
-        "lms_needed": report["lms_needed"],
-        "ordering": report["parameters"]["ordering"],
     }
+    started, calls = time.perf_counter(), 0
+    try:
+        while calls < max_steps and (wrapped.calibrating or not calls):
+            float(wrapped(images, labels))
+            calls += 1
+        peaks = []
+        for _ in range(steps):
+            tf.config.experimental.reset_memory_stats("CPU:0")
+            float(wrapped(images, labels))
+            peaks.append(tf.config.experimental.get_memory_info("CPU:0")["peak"])
+    except lms.NothingFitsError as error:
+        result["refused"] = str(error)
+        peaks = []
+    report = planner.report or {}
+    calibration = report.get("calibration") or {}
+    result.update(
+        {
+            "seconds": time.perf_counter() - started,
+            "budget": planner.budget,
+            "simulated": report.get("peak_bytes_with_lms"),
+            "simulated_plain": report.get("peak_bytes_without_lms"),
+            "measured": max(peaks) if peaks else None,
+            "peaks": peaks,
+            "accepted": calibration.get("accepted"),
+            "corrections": calibration.get("corrections"),
+            "attempts": calibration.get("attempts"),
+            "calls_to_accept": calls,
+            "swapped": report.get("swapped_tensors"),
+            "lms_needed": report.get("lms_needed"),
+            "ordering": (report.get("parameters") or {}).get("ordering"),
+        }
+    )
+    return result
 
 
 def host_child(case: str, fraction: float, steps: int, ordering: int, plain: bool = False) -> dict:
@@ -94,12 +127,47 @@ def host_child(case: str, fraction: float, steps: int, ordering: int, plain: boo
     }
 
 
-def _run_child(mode: str, case: str, args, plain: bool = False) -> dict | None:
+KERNEL_ENV = {"oneDNN": "1", "Eigen": "0"}  # TF_ENABLE_ONEDNN_OPTS per CPU kernel set
+
+
+def _run_child(mode: str, case: str, args, plain: bool = False, kernels=None) -> dict | None:
     arguments = [f"--{mode}", case, "--fraction", str(args.fraction)]
-    arguments += ["--ordering", str(args.ordering)]
+    arguments += ["--ordering", str(args.ordering), "--safety", str(args.safety)]
     arguments += ["--steps", str(args.steps if mode == "budget-child" else args.host_steps)]
     arguments += ["--plain"] if plain else []
-    return run_json_child(__file__, arguments, f"{case}: {mode}")
+    env = {"TF_ENABLE_ONEDNN_OPTS": KERNEL_ENV[kernels]} if kernels else None
+    return run_json_child(__file__, arguments, f"{case}: {mode}", env)
+
+
+def _mib(value) -> str:
+    return "" if value is None else f"{value / 2**20:.0f}"
+
+
+def promises_table(results: list) -> tuple[list, list]:
+    """Rows per model x kernel set x process: measured / device memory after the loop, and how
+    many corrections it took; plus the runs whose promise failed (a step over the device)."""
+    rows, broken = [], []
+    for r in results:
+        ratio = r["measured"] / r["device_memory"] if r.get("measured") else None
+        if ratio is not None and ratio > 1:
+            broken.append(r)
+        outcome = "refused" if "refused" in r else ("held" if r.get("accepted") else "measuring")
+        rows.append(
+            [
+                r["case"],
+                r["kernels"],
+                r["run"],
+                _mib(r["plain"]),
+                _mib(r["device_memory"]),
+                _mib(r.get("simulated")),
+                " / ".join(_mib(p) for p in r.get("peaks") or []),
+                f"{ratio:.3f}" if ratio is not None else "",
+                r.get("corrections"),
+                outcome,
+                f"{r.get('seconds', 0):.0f}",
+            ]
+        )
+    return rows, broken
 
 
 def main() -> None:
@@ -108,14 +176,20 @@ def main() -> None:
     parser.add_argument("--fraction", type=float, default=0.6)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--host-steps", type=int, default=1000)
+    parser.add_argument("--safety", type=float, default=0.8, help="LMS safety_ratio")
+    parser.add_argument("--kernels", choices=("both", "oneDNN", "Eigen"), default="both")
+    parser.add_argument("--host-steps", type=int, default=0)
     parser.add_argument("--ordering", type=int, default=-1, choices=(-1, 0, 1))
+    parser.add_argument("--output", help="also write the per-run results as JSON here")
     parser.add_argument("--budget-child", help=argparse.SUPPRESS)
     parser.add_argument("--host-child", help=argparse.SUPPRESS)
     parser.add_argument("--plain", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.budget_child:
-        print(json.dumps(budget_child(args.budget_child, args.fraction, args.steps, args.ordering)))
+        result = budget_child(
+            args.budget_child, args.fraction, args.steps, args.ordering, args.safety
+        )
+        print(json.dumps(result))
         return
     if args.host_child:
         result = host_child(args.host_child, args.fraction, args.steps, args.ordering, args.plain)
@@ -123,69 +197,40 @@ def main() -> None:
         return
     from tabulate import tabulate
 
-    mib = 2**20
-    rows, worst = [], 0.0
+    kernel_sets = ("oneDNN", "Eigen") if args.kernels == "both" else (args.kernels,)
     cases = args.case or list(CASES)
-    for number, case in enumerate(cases, 1):
-        runs = [_run_child("budget-child", case, args) for _ in range(args.runs)]
-        runs = [r for r in runs if r]
-        host = _run_child("host-child", case, args) if args.host_steps else None
-        baseline = _run_child("host-child", case, args, plain=True) if args.host_steps else None
-        if not runs:
-            continue
-        refused = [r for r in runs if "refused" in r]
-        runs = [r for r in runs if "refused" not in r] or refused
-        first = runs[0]
-        if "refused" in first:
-            rows.append(
-                [case, f"{first['plain'] / mib:.0f}", f"{first['device_memory'] / mib:.0f}"]
-                + ["refused"] * 4
-                + [""] * 4
-            )
-            continue
-        ratios = [r["measured"] / r["budget"] for r in runs]
-        worst = max(worst, *(r["measured"] / r["device_memory"] for r in runs))
-        growth, plain_growth = (
-            (h["rss_end"] - h["rss_100"]) / mib if h and h["rss_100"] else None
-            for h in (host, baseline)
-        )
-        rows.append(
-            [
-                case,
-                f"{first['plain'] / mib:.0f}",
-                f"{first['device_memory'] / mib:.0f}",
-                f"{first['budget'] / mib:.0f}",
-                f"{first['simulated'] / mib:.0f}",
-                " / ".join(f"{r['measured'] / mib:.0f}" for r in runs),
-                f"{max(ratios):.2f} (median {statistics.median(ratios):.2f})",
-                f"{first['swapped']} (ordering {first['ordering']})"
-                + (f", refused in {len(refused)} runs" if refused else ""),
-                f"{growth:+.1f}" if growth is not None else "",
-                f"{plain_growth:+.1f}" if plain_growth is not None else "",
-                f"{host['store_bytes']}" if host else "",
+    results, total, done = [], len(cases) * len(kernel_sets) * args.runs, 0
+    for run in range(args.runs):  # rounds: every case and kernel set once per round
+        for case in cases:
+            for kernels in kernel_sets:
+                done += 1
+                result = _run_child("budget-child", case, args, kernels=kernels)
+                print(f"run {done} of {total}: {case}, {kernels}, process {run + 1}", flush=True)
+                if result:
+                    results.append({**result, "run": run + 1})
+    if args.output:
+        Path(args.output).write_text(json.dumps(results, indent=1))
+    rows, broken = promises_table(results)
+    headers = ["case", "kernels", "process", "plain MiB", "device MiB", "sim MiB",
+               "measured MiB (steps)", "measured / device", "corrections", "loop", "s"]  # fmt: skip
+    print(tabulate(rows, headers, tablefmt="github"))
+    ratios = [r["measured"] / r["device_memory"] for r in results if r.get("measured")]
+    if ratios:
+        print(f"worst measured / device memory: {max(ratios):.3f}; runs over the device: "
+              f"{len(broken)} of {len(ratios)} measured; refused: "
+              f"{sum('refused' in r for r in results)}")  # fmt: skip
+    if args.host_steps:
+        host_rows = []
+        for case in cases:
+            host = _run_child("host-child", case, args)
+            baseline = _run_child("host-child", case, args, plain=True)
+            growth = [
+                (h["rss_end"] - h["rss_100"]) / 2**20 if h and h["rss_100"] else None
+                for h in (host, baseline)
             ]
-        )
-        print(f"case {number} of {len(cases)} ({case}) done", flush=True)
-    print(
-        tabulate(
-            rows,
-            [
-                "case",
-                "plain MiB",
-                "device MiB",
-                "budget MiB",
-                "sim MiB",
-                "measured MiB (runs)",
-                "measured/budget max",
-                "swapped",
-                f"RSS growth MiB (100→{args.host_steps})",
-                "same, plain",
-                "store bytes",
-            ],
-            tablefmt="github",
-        )
-    )
-    print(f"worst measured / device_memory: {worst:.2f}")
+            host_rows.append([case, *growth, host["store_bytes"] if host else None])
+        print(tabulate(host_rows, ["case", f"RSS growth MiB (100->{args.host_steps})",
+                                   "same, plain", "store bytes"], tablefmt="github"))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -71,6 +71,7 @@ class LMSFunction:
         self._prepared = {}
         self._calibrations = {}  # input signature -> the closed loop's Calibration
         self._free_order = False  # TensorFlow refused an enforced order: plan in its own
+        self._floor_measured = set()  # signatures whose plan that swaps the most was measured
         self._warned_leftovers = False
         self._traffic, self._steps = Traffic(), 0
         self._copy_seconds = None  # GPU: seconds of device copies per step, from a profile
@@ -193,30 +194,34 @@ class LMSFunction:
             calibration.accepted = True
             return
         budget = calibration.next_budget()
-        if budget is None:
-            return
-        self.function = _retraced(self.function)
-        parameters = self.lms.parameters
-        if self._free_order:  # TensorFlow refused the enforced order on this step
-            parameters = parameters.resolved(ordering=0)
-        try:
-            self._prepared[key] = self.lms._prepare(
-                self.function, args, parameters, budget=budget, calibration=calibration
-            )
-            return
-        except NothingFitsError as error:  # the last plan's callable stays in place
-            why = f"nothing fits {format_size(budget)} in simulation ({error.args[0]})"
+        if budget is not None:
+            self.function = _retraced(self.function)
+            parameters = self.lms.parameters
+            if self._free_order:  # TensorFlow refused the enforced order on this step
+                parameters = parameters.resolved(ordering=0)
+            try:
+                self._prepared[key] = self.lms._prepare(
+                    self.function, args, parameters, budget=budget, calibration=calibration
+                )
+                return
+            except NothingFitsError as error:  # the last plan's callable stays in place
+                why = f"nothing fits {format_size(budget)} in simulation ({error.args[0]})"
+        else:
+            why = f"after {calibration.corrections} corrections"
         # the simulation ranks plans, and can rank them wrongly: before giving up, measure the
         # plan that swaps the most (every tensor a far reader reads, back one op ahead)
-        floor = _floor_parameters(parameters)
-        if self._prepared[key][1].parameters == floor:
+        asked = self.lms.parameters
+        floor = _floor_parameters(asked.resolved(ordering=0) if self._free_order else asked)
+        if key in self._floor_measured:
             calibration.keep_or_fail(why)
             return
+        self._floor_measured.add(key)
         log.warning("LMS: %s; measuring the plan that swaps the most", why)
         self.function = _retraced(self.function)
         self._prepared[key] = self.lms._prepare(
-            self.function, args, floor, budget=budget, calibration=calibration
-        )
+            self.function, args, floor, budget=budget or calibration.current.budget_bytes,
+            calibration=calibration,
+        )  # fmt: skip
 
     def _without_order(self, args, error):
         """TensorFlow refused the enforced order before running anything: a graph pass fused two

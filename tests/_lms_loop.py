@@ -46,6 +46,8 @@ def main(device_mib: float, held_mib: float, cache: str, calibration_steps: int 
         while step.calibrating or not result["calibrating_steps"]:
             float(step(case.images, case.labels))
             result["calibrating_steps"] += 1
+        # the loop as it was when it accepted a plan (later steps may re-plan)
+        result["at_acceptance"] = json.loads(json.dumps(planner.report.get("calibration")))
         result["after"] = [peak_of(step, case) for _ in range(3)]
     except lms.NothingFitsError as error:
         result["error"] = str(error)

@@ -27,16 +27,16 @@ def test_a_plan_is_accepted_after_its_calibration_steps_fit():
     assert loop.observe(101 * MiB) and loop.current.outcome == "over"
 
 
-def test_an_overrun_plans_below_the_plans_own_peak_by_the_measured_excess():
+def test_an_overrun_plans_below_the_plans_own_peak_in_proportion_to_the_excess():
     loop = Calibration(limit_bytes=100 * MiB, device_limit_bytes=110 * MiB)
     loop.begin(100 * MiB, 90 * MiB)
     loop.skip_measure()
     assert loop.observe(120 * MiB)
-    assert loop.next_budget() == 70 * MiB  # min(100, 90) - (120 - 100)
-    loop.begin(70 * MiB, 69 * MiB)
+    assert loop.next_budget() == 75 * MiB  # min(100, 90) x 100 / 120
+    loop.begin(75 * MiB, 78 * MiB)
     loop.skip_measure()
-    assert loop.observe(104 * MiB)
-    assert loop.next_budget() == 65 * MiB
+    assert loop.observe(125 * MiB)
+    assert loop.next_budget() == 60 * MiB  # min(75, 78) x 100 / 125
     assert loop.corrections == 1
 
 
@@ -46,8 +46,9 @@ def test_used_up_corrections_keep_a_plan_that_fits_the_device_else_name_every_pe
     loop.observe(130 * MiB)
     loop.begin(60 * MiB, 58 * MiB)
     loop.observe(105 * MiB)
+    assert loop.next_budget() is None  # no correction left
     with caplog.at_level(logging.WARNING, "lms"):
-        assert loop.next_budget() is None
+        loop.keep_or_fail("after 1 corrections")
     assert loop.accepted and loop.current.outcome == "kept"
     assert "fits the device memory" in caplog.text
 
@@ -56,8 +57,9 @@ def test_used_up_corrections_keep_a_plan_that_fits_the_device_else_name_every_pe
     loop.observe(130 * MiB)
     loop.begin(60 * MiB, 58 * MiB)
     loop.observe(115 * MiB)
+    assert loop.next_budget() is None
     with pytest.raises(lms.NothingFitsError) as error:
-        loop.next_budget()
+        loop.keep_or_fail("after 1 corrections")
     message = str(error.value)
     assert "after 1 corrections" in message
     assert "measured 130 MiB (over)" in message and "measured 115 MiB (over)" in message
@@ -69,7 +71,7 @@ def test_an_out_of_memory_step_counts_as_a_peak_over_the_device():
     loop.out_of_memory(None)
     assert loop.current.outcome == "out_of_memory"
     assert loop.current.measured_peak_bytes > 110 * MiB
-    assert loop.next_budget() < 90 * MiB - 10 * MiB
+    assert loop.next_budget() == 90 * MiB * 100 // 110 + 0  # scaled by budget / (device + 1)
 
 
 def test_the_calibration_cache_keeps_what_held_and_ignores_a_broken_file(tmp_path, caplog):
@@ -106,10 +108,6 @@ def test_bad_loop_options_get_a_clear_error(kwargs, message):
         lms.check_options("1GiB", **kwargs)
 
 
-def _attempts(result):
-    return result["calibration"]["attempts"]
-
-
 def test_the_loop_corrects_a_plan_the_simulation_says_fits_until_the_measured_peak_does(
     tmp_path,
 ):
@@ -119,18 +117,24 @@ def test_the_loop_corrects_a_plan_the_simulation_says_fits_until_the_measured_pe
     cache = tmp_path / "calibration.json"
     completed, result = run_child("_lms_loop.py", "100", "30", str(cache))
     assert result["error"] is None, completed.stderr[-3000:]
-    attempts, limit = _attempts(result), result["budget"]
+    loop, limit = result["at_acceptance"], result["budget"]
+    attempts = loop["attempts"]
     assert attempts[0]["outcome"] == "over" and attempts[0]["measured_peak_bytes"] > limit
     assert attempts[0]["simulated_peak_bytes"] <= limit  # the simulation said it fits
-    assert result["calibration"]["accepted"] and result["calibration"]["corrections"] >= 1
+    assert loop["accepted"] and loop["corrections"] >= 1
     assert attempts[-1]["outcome"] == "fits"
     assert attempts[-1]["measured_peak_bytes"] <= limit
     budgets = [a["budget_bytes"] for a in attempts]
     assert budgets == sorted(budgets, reverse=True) and budgets[-1] < budgets[0]
-    assert max(result["after"]) <= limit  # the steps after the loop stay under the budget
+    # the steps after the loop stay under the budget, or the loop saw the one that did not
+    # and re-planned (the same plan's peak varies from step to step: CHANGELOG, issue 26)
+    replanned = result["calibration"]["corrections"] > loop["corrections"]
+    assert max(result["after"]) <= limit or replanned
     assert "is over the budget" in completed.stderr and "planning again" in completed.stderr
     second = result["second"]
-    assert second["planned_budget_bytes"] == budgets[-1]
+    # (an attempt that held; a later step over the budget may have marked it over since)
+    tried = [a["budget_bytes"] for a in result["calibration"]["attempts"]][1:]
+    assert second["planned_budget_bytes"] in tried
     entry = json.loads(cache.read_text())["steps"]
     assert [e["parameters"] for e in entry.values()] == [second["parameters"]]
 
