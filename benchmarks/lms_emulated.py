@@ -46,6 +46,21 @@ CASES = {
 }
 
 
+def _pre_norm_block(x, width: int, heads: int, hidden: int, activation: str, memory=None):
+    """A pre-norm Transformer block: self-attention, cross-attention to `memory` when given,
+    then a feed-forward layer of `hidden` units, each added to its input."""
+    import keras
+
+    y = keras.layers.LayerNormalization()(x)
+    x = x + keras.layers.MultiHeadAttention(heads, width // heads)(y, y)
+    if memory is not None:
+        y = keras.layers.LayerNormalization()(x)
+        x = x + keras.layers.MultiHeadAttention(heads, width // heads)(y, memory)
+    y = keras.layers.LayerNormalization()(x)
+    y = keras.layers.Dense(hidden, activation=activation)(y)
+    return x + keras.layers.Dense(width)(y)
+
+
 def transformer_classifier(length: int, batch: int, width=256, layers=4, heads=8):
     """A pre-norm Transformer encoder over `length` tokens (written here: no model of the suite
     or of keras.applications has attention, layer norm and GELU together)."""
@@ -55,11 +70,7 @@ def transformer_classifier(length: int, batch: int, width=256, layers=4, heads=8
     x = keras.layers.Embedding(1000, width)(tokens)
     x = x + keras.layers.Embedding(length, width)(keras.ops.arange(length))
     for _ in range(layers):
-        y = keras.layers.LayerNormalization()(x)
-        x = x + keras.layers.MultiHeadAttention(heads, width // heads)(y, y)
-        y = keras.layers.LayerNormalization()(x)
-        y = keras.layers.Dense(4 * width, activation="gelu")(y)
-        x = x + keras.layers.Dense(width)(y)
+        x = _pre_norm_block(x, width, heads, 4 * width, "gelu")
     x = keras.layers.GlobalAveragePooling1D()(keras.layers.LayerNormalization()(x))
     return keras.Model(tokens, keras.layers.Dense(10)(x))
 
@@ -75,10 +86,7 @@ def vit_classifier(resolution: int, batch: int, patch=8, width=192, layers=4, he
     x = keras.layers.Reshape((tokens, width))(x)
     x = x + keras.layers.Embedding(tokens, width)(keras.ops.arange(tokens))
     for _ in range(layers):
-        y = keras.layers.LayerNormalization()(x)
-        x = x + keras.layers.MultiHeadAttention(heads, width // heads)(y, y)
-        y = keras.layers.LayerNormalization()(x)
-        x = x + keras.layers.Dense(width)(keras.layers.Dense(4 * width, activation="gelu")(y))
+        x = _pre_norm_block(x, width, heads, 4 * width, "gelu")
     x = keras.layers.GlobalAveragePooling1D()(keras.layers.LayerNormalization()(x))
     return keras.Model(images, keras.layers.Dense(10)(x))
 
@@ -92,19 +100,11 @@ def seq2seq_classifier(length: int, batch: int, width=192, layers=3, heads=6, qu
     memory = keras.layers.Embedding(1000, width)(tokens)
     memory = memory + keras.layers.Embedding(length, width)(keras.ops.arange(length))
     for _ in range(layers):
-        y = keras.layers.LayerNormalization()(memory)
-        memory = memory + keras.layers.MultiHeadAttention(heads, width // heads)(y, y)
-        y = keras.layers.LayerNormalization()(memory)
-        memory = memory + keras.layers.Dense(width)(keras.layers.Dense(2 * width, "relu")(y))
+        memory = _pre_norm_block(memory, width, heads, 2 * width, "relu")
     x = keras.layers.Embedding(queries, width)(keras.ops.arange(queries))
     x = keras.ops.broadcast_to(x, (batch, queries, width))
     for _ in range(layers):
-        y = keras.layers.LayerNormalization()(x)
-        x = x + keras.layers.MultiHeadAttention(heads, width // heads)(y, y)
-        y = keras.layers.LayerNormalization()(x)
-        x = x + keras.layers.MultiHeadAttention(heads, width // heads)(y, memory)
-        y = keras.layers.LayerNormalization()(x)
-        x = x + keras.layers.Dense(width)(keras.layers.Dense(2 * width, "relu")(y))
+        x = _pre_norm_block(x, width, heads, 2 * width, "relu", memory)
     x = keras.layers.GlobalAveragePooling1D()(x)
     return keras.Model(tokens, keras.layers.Dense(10)(x))
 

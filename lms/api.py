@@ -19,7 +19,14 @@ from lms import _tf_private
 from lms.allocator import BestFitAllocator
 from lms.analysis import analyze, cpu_paired_reads
 from lms.budget import budget_bytes, format_size, gpu_memory_bytes
-from lms.calibration import Calibration, CalibrationCache, PeakMeter, fingerprint
+from lms.calibration import (
+    CALIBRATION_STEPS,
+    MAX_CORRECTIONS,
+    Calibration,
+    CalibrationCache,
+    PeakMeter,
+    fingerprint,
+)
 from lms.errors import LMSError, NothingFitsError, ParameterError
 from lms.explain import explain_peak
 from lms.options import check_options
@@ -109,11 +116,6 @@ class LMSFunction:
         closed loop's corrections."""
         return sum(len(c.attempts) for c in self._calibrations.values()) or len(self._prepared)
 
-    @property
-    def calibrations(self) -> dict:
-        """The closed loop per input signature: lms.calibration.Calibration objects."""
-        return dict(self._calibrations)
-
     def __call__(self, *args):
         """One step. The host store is empty after it, whatever ran: a step runs to its end
         before the call returns, so what is left would never be read (a swap-in that did not
@@ -143,8 +145,7 @@ class LMSFunction:
             try:
                 self._correct(key, args, calibration)
             finally:
-                if self.lms.report is not None:
-                    self.lms.report["calibration"] = calibration.as_dict()
+                self.lms._show_loop(calibration)
             return self(*args)
         except Exception as error:
             if store is not None:
@@ -175,8 +176,7 @@ class LMSFunction:
                 elif calibration.accepted and not accepted:
                     self.lms._calibrated(self._prepared[key][1].parameters, calibration)
             finally:
-                if self.lms.report is not None:
-                    self.lms.report["calibration"] = calibration.as_dict()
+                self.lms._show_loop(calibration)
         return result
 
     def _correct(self, key, args, calibration: Calibration) -> None:
@@ -372,8 +372,8 @@ class LMS(keras.callbacks.Callback):
         plot=None,
         allocator="bfc",
         link=None,
-        calibration_steps=3,
-        max_corrections=3,
+        calibration_steps=CALIBRATION_STEPS,
+        max_corrections=MAX_CORRECTIONS,
         calibration_cache=None,
     ):
         super().__init__()
@@ -487,9 +487,7 @@ class LMS(keras.callbacks.Callback):
             self.cache.store(self._fingerprint, calibration, parameters.as_dict())
 
     def _mechanism(self):
-        name = self.mechanism_name
-        if name == "auto":
-            name = "device-copy" if _has_gpu() else "host-store"
+        name = self._mechanism_kind()
         if name == "device-copy":
             if self.link is not None:
                 raise ParameterError(
@@ -527,6 +525,7 @@ class LMS(keras.callbacks.Callback):
                     format_size(budget),
                     self.cache.path,
                 )
+        budget = budget or self.budget
         on_cpu = self._mechanism_kind() == "host-store"  # the emulated device computes there
         if on_cpu and not _tf_private.onednn_enabled():
             log.warning(EIGEN_KERNELS_WARNING)
@@ -534,7 +533,7 @@ class LMS(keras.callbacks.Callback):
         analysed = time.perf_counter()
         try:
             analysis, tuned = self._tune_paired_first(
-                concrete, analysis, parameters or self.parameters, budget or self.budget
+                concrete, analysis, parameters or self.parameters, budget
             )
         except NothingFitsError as error:
             if self.safety_ratio < 1:
@@ -555,7 +554,7 @@ class LMS(keras.callbacks.Callback):
         }
         if tuned.plan is not None:
             log_plan(analysis, tuned.plan)
-        return concrete, analysis, tuned, timings, budget or self.budget
+        return concrete, analysis, tuned, timings, budget
 
     def _tune_paired_first(self, concrete, analysis, parameters, budget):
         """Tune with the reads oneDNN pairs kept direct (speed: `lms.cpu_paired_reads`); when
@@ -585,10 +584,14 @@ class LMS(keras.callbacks.Callback):
             paired_reads=paired_reads,
         )
 
+    def _show_loop(self, calibration: Calibration | None) -> None:
+        """Put the closed loop's attempts so far into the report (`report["calibration"]`)."""
+        if calibration is not None and self.report is not None:
+            self.report["calibration"] = calibration.as_dict()
+
     def _record(self, analysis, tuned, timings, planned=None, calibration=None) -> dict:
         self.report = build_report(analysis, tuned, self.budget, timings, planned)
-        if calibration is not None:
-            self.report["calibration"] = calibration.as_dict()
+        self._show_loop(calibration)
         if self.plot_path:
             from lms.plot import plot_simulation
 

@@ -4,6 +4,7 @@ validates a configuration (a spec loader, a CLI) imports this and stays light.""
 import os
 
 from lms.budget import budget_bytes, parse_size
+from lms.calibration import CALIBRATION_STEPS, MAX_CORRECTIONS
 from lms.errors import ParameterError
 from lms.link import Link
 from lms.parameters import Parameters
@@ -29,8 +30,8 @@ def check_options(
     plot=None,
     allocator="bfc",
     link=None,
-    calibration_steps=3,
-    max_corrections=3,
+    calibration_steps=CALIBRATION_STEPS,
+    max_corrections=MAX_CORRECTIONS,
     calibration_cache=None,
 ) -> dict:
     """`LMS`'s arguments checked and normalized: `parameters` (an lms.Parameters),

@@ -75,7 +75,6 @@ class Measurement:
     peak_bytes: int | None = None
     final_loss: float | None = None
     over_budget: bool = False  # stopped early: the allocator peak passed the memory budget
-    calibration_steps: int = 0  # steps an LMS step's closed loop measured its plans on
 
 
 CALIBRATION_SIDE = 384  # a 384x384 float32 product chain: ~0.1 GFLOP per run, all cores busy
@@ -132,8 +131,6 @@ def measure(
         images, labels = next_batch()
         result.final_loss = float(train_step(images, labels))  # reading the loss synchronises
         elapsed = time.perf_counter() - start
-        if calibrating:
-            result.calibration_steps += 1
         if plans and _plans(train_step) != plans:  # the loop re-planned after this step
             result.warmup_seconds.append(elapsed)
             result.step_seconds.clear()
