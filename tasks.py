@@ -300,6 +300,20 @@ def test(c, compat=True, lint=True, docker=True, slurm=True, k=None):
             c.run(f"{sys.executable} -m ruff check .", echo=True)
             c.run(f"{sys.executable} -m ruff format --check .", echo=True)
         c.run(f"{sys.executable} -m pytest -ra{marker}{selector}", echo=True, pty=False)
+        # the CPU kernels this CPU does not default to (oneDNN's without AVX-512, Eigen's with
+        # it): the tests that depend on them, once more, so CI covers both on any CPU
+        probe = "from lms._tf_private import onednn_enabled; print(int(onednn_enabled()))"
+        onednn = c.run(f'{sys.executable} -c "{probe}"', hide=True).stdout.strip().splitlines()
+        other = "0" if onednn and onednn[-1] == "1" else "1"
+        kernels = f" -m {json.dumps(' and '.join(['kernels', *skipped]))}"
+        again = c.run(
+            f"TF_ENABLE_ONEDNN_OPTS={other} {sys.executable} -m pytest -ra{kernels}{selector}",
+            echo=True,
+            pty=False,
+            warn=True,
+        )
+        if again.exited not in (0, 5):  # 5: -k left none of them
+            raise Exit(f"the tests with TF_ENABLE_ONEDNN_OPTS={other} failed", code=again.exited)
         if compat:
             venv = ROOT / ".venv-tf2.14"
             c.run(f"bash scripts/venv.sh {venv} tf214,dev", echo=True)

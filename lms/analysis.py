@@ -97,6 +97,9 @@ class Analysis:
     unknown_size_tensors: int
     edges: int
     bypassed: list = field(default_factory=list)  # [(op, input position, tensor it reads now)]
+    # the kernels the step runs with, whose temporaries the simulator counts (lms/kernels.py):
+    # "onednn", "eigen" or "gpu"
+    kernels: str = "onednn"
     cache: dict = field(default_factory=dict, repr=False)  # plan-independent facts, computed once
 
     def summary(self) -> dict:
@@ -109,6 +112,7 @@ class Analysis:
             "input_bytes": self.input_bytes,
             "largest_op": {"name": self.largest_op[0], "bytes": self.largest_op[1]},
             "unknown_size_tensors": self.unknown_size_tensors,
+            "kernels": self.kernels,  # whose convolution temporaries were counted
         }
 
 

@@ -39,16 +39,18 @@ from lms.swap import DeviceCopy, HostStore, Traffic
 from lms.tuner import Tuned, tune
 
 log = logging.getLogger("lms")
-# The simulator's kernel temporaries are those of oneDNN's CPU convolutions and cuDNN's
-# workspaces. Without oneDNN (TF_ENABLE_ONEDNN_OPTS=0, or an aarch64 CPU TensorFlow does not
-# enable it for: qemu's) Eigen's convolution gradients hold col buffers up to L3-cache size per
-# image shard: GoogLeNet 96x96 b2, everything swapped, measured 129-133 MiB against 70 MiB
-# simulated (benchmarks/cpu_kernels_peak.py; with oneDNN 1.07x).
+# Eigen's kernels (TF_ENABLE_ONEDNN_OPTS=0, CPUs without AVX-512, aarch64 under qemu) are
+# modelled (lms/kernels.py): GoogLeNet 96x96 b2 everything swapped, measured / simulated went
+# from 1.85-1.90x to 0.92-1.01x (benchmarks/cpu_kernels_peak.py; oneDNN 1.07-1.10x). Left: their
+# gradients' 25-30 MiB buffers (3D: up to 25x their tensors) make the peak in TensorFlow's own
+# order depend on which two run side by side and where the allocator puts them: the 3D U-Net
+# 16^3 b2, everything swapped in that order, measured 294-441 MiB against 319-327 simulated.
 EIGEN_KERNELS_WARNING = (
-    "This TensorFlow computes on the CPU with Eigen's kernels, not oneDNN's: LMS's simulator "
-    "models oneDNN's convolution temporaries, and Eigen's are larger, so the device peak can "
-    "exceed the plan's (GoogLeNet 96x96: 1.8-1.9x); leave margin with safety_ratio, or enable "
-    "oneDNN"
+    "This TensorFlow computes on the CPU with Eigen's kernels, not oneDNN's: LMS models their "
+    "convolution gradients' working-set buffers, but in TensorFlow's own order which of them "
+    "coincide varies between processes, so the device peak can exceed the plan's by up to "
+    "~35 % (3D U-Net 16^3); leave margin with safety_ratio, let LMS enforce its order "
+    "(ordering=1), or enable oneDNN"
 )
 
 
@@ -449,13 +451,17 @@ class LMS(keras.callbacks.Callback):
         CPU's on the emulated device."""
         return "GPU:0" if self._mechanism_kind() == "device-copy" else "CPU:0"
 
+    def _kernels(self) -> str:
+        """The kernel set the step computes with (lms/kernels.py): the emulated device's are
+        this TensorFlow's CPU kernels (oneDNN's or Eigen's)."""
+        from lms.kernels import cpu_kernels
+
+        return cpu_kernels() if self._mechanism_kind() == "host-store" else "gpu"
+
     def _device_key(self) -> str:
         """What besides the graph a calibration holds for: device, memory, kernels, versions."""
-        kernels = "gpu" if self._mechanism_kind() == "device-copy" else (
-            "onednn" if _tf_private.onednn_enabled() else "eigen"
-        )  # fmt: skip
         return (
-            f"{self._mechanism_kind()}|{self.device_bytes}|{self.budget}|{kernels}|"
+            f"{self._mechanism_kind()}|{self.device_bytes}|{self.budget}|{self._kernels()}|"
             f"tf{tf.__version__}|{self.parameters}|{self.allocator_name}"
         )
 
@@ -577,12 +583,14 @@ class LMS(keras.callbacks.Callback):
         return unpaired, self._tune_or_apply(unpaired, parameters, budget)
 
     def _analyse(self, concrete, paired_reads):
-        return analyze(
+        analysis = analyze(
             concrete.graph,
             self.batch_size,
             host_device_marker="CPU" if _has_gpu() else None,
             paired_reads=paired_reads,
         )
+        analysis.kernels = self._kernels()  # whose temporaries the simulator counts
+        return analysis
 
     def _show_loop(self, calibration: Calibration | None) -> None:
         """Put the closed loop's attempts so far into the report (`report["calibration"]`)."""

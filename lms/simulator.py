@@ -7,12 +7,13 @@ producer runs and freed after its last reader (aliases included); the step's
 outputs live to the end; variables and inputs are resident throughout. With a plan, a swapped
 tensor's device buffer lives until its swap-out and its near readers; each swap-in allocates a
 copy after its trigger, freed after the group's last reader; the host holds the tensor from the
-swap-out to its last swap-in. Unlike TFLMSv2's simulator it counts kernel temporaries: a
-convolution's kernels (oneDNN on CPUs, cuDNN workspaces on GPUs) hold a buffer about as large as
-the op's largest tensor while they run; the largest such temporary of a step is added to it. It
-still ignores allocator rounding and element-wise kernels writing into their input's buffer
-(modelling that made the error larger, not smaller); `benchmarks/lms_emulated.py` measures the
-error left.
+swap-out to its last swap-in. Unlike TFLMSv2's simulator it counts kernel temporaries, those of
+the kernel set the step runs with (`Analysis.kernels`, lms/kernels.py): a oneDNN convolution or a
+cuDNN workspace about as large as the op's largest tensor, Eigen's gradients' working-set col
+buffers (those also while the op before runs, in the free order); the largest temporary of a
+step is added to it. It still ignores allocator rounding and element-wise kernels writing into
+their input's buffer (modelling that made the error larger, not smaller);
+`benchmarks/lms_emulated.py` measures the error left.
 """
 
 from dataclasses import dataclass
@@ -20,26 +21,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from lms.analysis import Analysis
+from lms.kernels import temporaries
 from lms.ordering import order_positions
 from lms.padding import ADOPTING_OPS, REPLACING_OPS, Update, padding_curve
 from lms.planner import Plan
-
-# Op types whose kernels hold a temporary about as large as their largest input or output.
-WORKSPACE_OPS = frozenset(
-    {
-        "Conv2D",
-        "Conv2DBackpropInput",
-        "Conv2DBackpropFilter",
-        "Conv3D",
-        "Conv3DBackpropInputV2",
-        "Conv3DBackpropFilterV2",
-        "DepthwiseConv2dNative",
-        "DepthwiseConv2dNativeBackpropInput",
-        "DepthwiseConv2dNativeBackpropFilter",
-        "_FusedConv2D",
-    }
-)
-
 
 # Element-wise kernels that write their output into an input's buffer when nothing else holds
 # it (TensorFlow's forward_input_or_allocate_output): the input's last reader, of the output's
@@ -144,12 +129,13 @@ class _Lifetimes:
     base: np.ndarray  # device bytes per step from these buffers (not cumulated), length steps+1
     overlap: np.ndarray  # bytes the next op allocates while this one runs
     transient: np.ndarray  # kernel temporaries per step
+    early: np.ndarray  # per step: 1 where its temporary is allocated while the op before runs
     forwarding: tuple  # (step, output buffer, input buffer) arrays: who may write into what
 
 
 def _lifetimes(analysis: Analysis, plan: Plan | None = None) -> _Lifetimes:
     ordered = plan is not None and plan.order is not None
-    key = "ordered_lifetimes" if ordered else "lifetimes"
+    key = ("ordered_lifetimes" if ordered else "lifetimes", analysis.kernels)
     if key in analysis.cache:
         return analysis.cache[key]
     step_of, steps = schedule(analysis, plan)
@@ -181,12 +167,19 @@ def _lifetimes(analysis: Analysis, plan: Plan | None = None) -> _Lifetimes:
     if ordered:  # chained: the next op starts when this one has finished
         overlap = np.zeros_like(overlap)
     transient = np.zeros(steps + 1, dtype=np.int64)
+    held = temporaries(analysis, analysis.kernels)
+    side_by_side = np.zeros(steps + 1, dtype=np.int64)
     for index, op in enumerate(ops):
-        size = op.temp_bytes
-        if op.type in WORKSPACE_OPS and op.runs:
-            size = max(size, *(_buffer_bytes(analysis, t) for t in op.inputs + op.outputs))
+        size = max(op.temp_bytes, held.bytes[index])
         if size:
             transient[step_of[index]] = max(transient[step_of[index]], size)
+        if held.side_by_side[index] and held.bytes[index]:
+            side_by_side[step_of[index]] = max(side_by_side[step_of[index]], held.bytes[index])
+    early = np.zeros(steps, dtype=np.int64)
+    if not ordered and steps:
+        # the next op, in flight beside this one, holds an Eigen kernel's buffer too
+        overlap = overlap + np.append(side_by_side[1:steps], 0)
+        early[1:] = side_by_side[1:steps] > 0
     members = {}
     for t in np.flatnonzero(root_of != np.arange(count)):
         members.setdefault(int(root_of[t]), [int(root_of[t])]).append(int(t))
@@ -205,6 +198,7 @@ def _lifetimes(analysis: Analysis, plan: Plan | None = None) -> _Lifetimes:
         base,
         overlap,
         transient[:steps],
+        early,
         forwarding,
     )
     analysis.cache[key] = result
@@ -379,10 +373,6 @@ def _add_swaps(analysis, plan, static, step_of, steps, device, host) -> tuple:
     return new_last, moved.copies
 
 
-def _buffer_bytes(analysis: Analysis, tensor: int) -> int:
-    return analysis.tensors[analysis.tensors[tensor].buffer].bytes
-
-
 def placement(analysis: Analysis, plan: Plan | None = None) -> tuple:
     """The buffers' last steps on the device once the plan's swaps are in, the swap-ins'
     copies, and which outputs are forwarded (`forwarded`)."""
@@ -400,7 +390,8 @@ def placement(analysis: Analysis, plan: Plan | None = None) -> tuple:
 def buffers(analysis: Analysis, plan: Plan | None = None, placed=None):
     """Every device allocation of the step as arrays (first step, last step, bytes, and the
     allocation whose buffer it takes over, or -1): buffers (with a plan: swapped ones until their
-    swap-out, and the swap-ins' copies) and kernel temporaries (first == last), in the order an
+    swap-out, and the swap-ins' copies) and kernel temporaries (first == last, or the step before
+    for an Eigen buffer allocated beside the op before, in the free order), in the order an
     allocator sees them within a step: outputs, then the temporary. A forwarded output starts the
     step after its op, in its input's buffer (bytes 0 if it dies there); also returned: how many
     of the allocations are op outputs. `placed`: `placement(analysis, plan)`, if at hand."""
@@ -418,7 +409,7 @@ def buffers(analysis: Analysis, plan: Plan | None = None, placed=None):
         last[outputs[dies]] = at[dies]
         first[outputs[dies]] = at[dies]
     temps = np.flatnonzero(static.transient)
-    extra += [(int(s), int(s), int(static.transient[s])) for s in temps]
+    extra += [(int(s - static.early[s]), int(s), int(static.transient[s])) for s in temps]
     if extra:
         more = np.array(extra, dtype=np.int64)
         first = np.concatenate([first, more[:, 0]])

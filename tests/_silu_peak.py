@@ -1,6 +1,7 @@
 """Run by test_lms in a fresh process: the measured and simulated plain peak of a small
 EfficientNet-like model (convolutions, batch norm, silu, depthwise convolutions), simulated as
-analysed and without the two Grappler effects the analysis models (pruned ops, x * 1)."""
+analysed and without the two Grappler effects the analysis models (pruned ops, x * 1), with the
+temporaries of the kernels this process computes with (oneDNN's or Eigen's, lms/kernels.py)."""
 
 import json
 import sys
@@ -16,6 +17,7 @@ from test_lms import Case  # noqa: E402
 
 import lms  # noqa: E402
 from lms import analysis as lms_analysis  # noqa: E402
+from lms.kernels import cpu_kernels  # noqa: E402
 
 
 def silu_case(resolution=96, batch=4):
@@ -41,11 +43,14 @@ def main() -> None:
     case = silu_case()
     measured = measured_peak(case.step, case)
     graph = case.step.get_concrete_function(case.images, case.labels).graph
+    kernels = cpu_kernels()
     analysis = lms.analyze(graph, quiet=True)
+    analysis.kernels = kernels
     simulated = lms.simulate(analysis, None, lms.BestFitAllocator).peak_bytes
     lms_analysis._mark_pruned = lambda *args: None
     lms_analysis._identity_input = lambda op: -1
     naive = lms.analyze(graph, quiet=True)
+    naive.kernels = kernels
     print(
         json.dumps(
             {
@@ -54,6 +59,7 @@ def main() -> None:
                 "simulated_naive": lms.simulate(naive, None, lms.BestFitAllocator).peak_bytes,
                 "pruned_ops": sum(not op.runs for op in analysis.ops),
                 "aliasing_ops": sum(op.aliases >= 0 for op in analysis.ops),
+                "kernels": kernels,
             }
         )
     )

@@ -542,10 +542,10 @@ def test_lms_warns_when_the_cpu_kernels_are_eigens_whose_temporaries_it_does_not
     assert warned == (onednn == "0"), completed.stderr[-2000:]
 
 
-def run_child(script: str, *args):
+def run_child(script: str, *args, extra_env=None):
     """tests/`script` in a fresh process on the emulated device (so that the allocator's peak is
-    its own): the completed process and the JSON of its last line."""
-    env = {**os.environ, "TF_CPU_ALLOCATOR_USE_BFC": "true"}
+    its own), with `extra_env`: the completed process and the JSON of its last line."""
+    env = {**os.environ, "TF_CPU_ALLOCATOR_USE_BFC": "true", **(extra_env or {})}
     completed = subprocess.run(
         [sys.executable, str(HERE / script), *args],
         capture_output=True,
@@ -557,6 +557,7 @@ def run_child(script: str, *args):
     return completed, json.loads(completed.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.kernels
 def test_auto_tuned_plan_fits_the_budget_simulated_and_measured(tmp_path):
     """In a fresh process (tests/_lms_measure.py), so that the allocator's peak is this step's."""
     completed, result = run_child("_lms_measure.py", str(tmp_path / "memory.png"))
@@ -822,6 +823,8 @@ def test_an_ordered_plan_trains_the_same_and_chains_the_ops_that_run(exact_arith
         assert_same_updates(case, rewritten)
 
 
+@pytest.mark.kernels
+@pytest.mark.skipif(not lms.cpu_paired_reads(), reason="oneDNN is off: no graph pass fuses")
 def test_an_order_tensorflow_cannot_run_falls_back_to_its_own(monkeypatch, caplog):
     """oneDNN's graph pass fuses a filter gradient with the BiasAddGrad beside it; a swap-in
     triggered by one and read by the other then sits inside one op ("nodes in a cycle"). The
@@ -854,6 +857,7 @@ def test_an_order_tensorflow_cannot_run_falls_back_to_its_own(monkeypatch, caplo
         explicit.wrap(tf.function(case.step.python_function))(case.images, case.labels)
 
 
+@pytest.mark.kernels
 def test_a_max_pool_output_its_gradient_reads_is_not_swapped_on_a_onednn_cpu():
     """oneDNN pairs a max pool's gradient with its forward op only when the gradient reads the
     pool's output itself; fed a swap-in, it falls back to a kernel ~10x slower. On the CPU the
@@ -908,16 +912,22 @@ def test_one_step_wrapped_twice_is_planned_from_its_plain_trace_both_times():
     assert second["swapped_tensors"] == first["swapped_tensors"]
 
 
+@pytest.mark.kernels
 def test_pruned_ops_and_multiplications_by_one_allocate_nothing():
     """silu's gradient computes beta * x with a constant beta of 1 (Grappler forwards x) and a
     gradient for beta that nothing reads (TensorFlow prunes it). Simulated as written, a small
     EfficientNet-like model's plain peak was 55-65 % over the measured one; now within 4-11 %
-    (the measured peak moves by ~7 % between processes: TensorFlow's order)."""
+    (the measured peak moves by ~7 % between processes: TensorFlow's order). With Eigen's
+    kernels (lms/kernels.py) 5-7 % under; their filter gradients' 30 MiB buffers set the peak,
+    so there the naive simulation is 1.05-1.16x the measured peak and 1.13x the simulated one."""
     _, result = run_child("_silu_peak.py")
     assert result["pruned_ops"] > 0 and result["aliasing_ops"] > 0
     measured = result["measured"]
     assert abs(result["simulated"] - measured) <= 0.2 * measured, result
-    assert result["simulated_naive"] > 1.35 * measured, result  # what this test guards
+    if result["kernels"] == "onednn":  # what this test guards
+        assert result["simulated_naive"] > 1.35 * measured, result
+    else:
+        assert result["simulated_naive"] > 1.1 * result["simulated"], result
 
 
 def test_only_neutral_arithmetic_on_an_unbroadcast_input_is_an_alias():
@@ -935,6 +945,7 @@ def test_only_neutral_arithmetic_on_an_unbroadcast_input_is_an_alias():
         assert output.buffer == x and output.bytes == 0 and not output.swappable
 
 
+@pytest.mark.kernels
 def test_max_pool_outputs_are_swapped_when_nothing_fits_without(caplog):
     """Kept on the device for speed, oneDNN's paired pool outputs are still a lever: a budget
     only swapping them meets gets a plan that swaps them."""

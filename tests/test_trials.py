@@ -292,3 +292,28 @@ def test_two_replicas_train_like_one_on_the_same_global_batch_with_lms_per_worke
     if len(tf.config.list_physical_devices("GPU")) < 2:
         skipped = run_trial(base.replace(gpus=2), 600, tmp_path / "skipped.log")
         assert skipped.outcome == "skipped" and "needs 2 GPUs per node" in skipped.error
+
+
+@pytest.mark.parametrize("setting", [None, "0"])
+def test_trial_processes_train_with_one_kernel_set_whatever_the_cpu(monkeypatch, setting):
+    """On x86_64 a trial process computes with oneDNN's kernels whether or not this CPU has
+    AVX-512 (TensorFlow's own choice differs between two x86 hosts, and with it every peak); a
+    TF_ENABLE_ONEDNN_OPTS the user set wins. The host description says which set trained."""
+    import platform
+
+    from suite.environment import child_environment
+
+    if setting is None:
+        monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
+    else:
+        monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", setting)
+    probe = "from suite.hosts.description import _cpu_kernels; print(_cpu_kernels())"
+    completed = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                               env=child_environment(), timeout=300)  # fmt: skip
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    kernels = completed.stdout.split()[-1]
+    if setting == "0":
+        assert kernels == "Eigen"
+    else:  # aarch64 keeps TensorFlow's choice (oneDNN's on Neoverse CPUs only)
+        x86 = platform.machine() in ("x86_64", "AMD64")
+        assert kernels == "oneDNN" if x86 else kernels in ("oneDNN", "Eigen")
