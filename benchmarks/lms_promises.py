@@ -13,6 +13,11 @@
 
     python benchmarks/lms_promises.py [--case NAME ...] [--runs 3] [--safety 0.8]
         [--kernels both|oneDNN|Eigen] [--output runs.json] [--host-steps 1000]
+    python benchmarks/lms_promises.py --tables runs.json    # the tables again, from the runs
+
+3. The simulator's error, for the record: simulated / measured peak of the plain step and of the
+   plan the loop accepted, median and furthest from 1 per case and kernel set, beside the
+   between-process spread of each measured peak.
 
 Cases: benchmarks/lms_emulated.py's (the suite's four workloads at smoke sizes, keras.applications
 models with weights=None, and models written there: Transformer, ViT, an encoder-decoder
@@ -21,6 +26,7 @@ Transformer, a 2D U-Net, stacked LSTMs).
 
 import argparse
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -170,6 +176,66 @@ def promises_table(results: list) -> tuple[list, list]:
     return rows, broken
 
 
+def _spread(values: list) -> str:
+    """(max - min) / median of the measured peaks over processes."""
+    return f"{(max(values) - min(values)) / statistics.median(values):.1%}" if values else ""
+
+
+def simulator_error_table(results: list) -> tuple[list, dict]:
+    """Per case x kernel set: simulated / measured peak (median and max over processes) of the
+    plain step and of the plan the loop accepted, beside the between-process spread of each
+    measured peak; plus the medians and maxima over all cells. For the record: the loop, not the
+    simulator, carries the promise."""
+    cells: dict = {}
+    for r in results:
+        cells.setdefault((r["case"], r["kernels"]), []).append(r)
+    rows, plain_errors, plan_errors = [], [], []
+    for (case, kernels), runs in cells.items():
+        plain = [r["simulated_plain"] / r["plain"] for r in runs if r.get("simulated_plain")]
+        plan = [r["simulated"] / r["measured"] for r in runs if r.get("measured")]
+        plain_errors += plain
+        plan_errors += plan
+        rows.append(
+            [
+                case,
+                kernels,
+                len(runs),
+                f"{statistics.median(plain):.3f}" if plain else "",
+                f"{max(plain, key=lambda x: abs(x - 1)):.3f}" if plain else "",
+                _spread([r["plain"] for r in runs]),
+                f"{statistics.median(plan):.3f}" if plan else "",
+                f"{max(plan, key=lambda x: abs(x - 1)):.3f}" if plan else "",
+                _spread([r["measured"] for r in runs if r.get("measured")]),
+            ]
+        )
+    summary = {
+        name: (statistics.median(errors), max(errors, key=lambda x: abs(x - 1)))
+        for name, errors in (("plain", plain_errors), ("plan", plan_errors))
+        if errors
+    }
+    return rows, summary
+
+
+def print_tables(results: list) -> None:
+    from tabulate import tabulate
+
+    rows, broken = promises_table(results)
+    headers = ["case", "kernels", "process", "plain MiB", "device MiB", "sim MiB",
+               "measured MiB (steps)", "measured / device", "corrections", "loop", "s"]  # fmt: skip
+    print(tabulate(rows, headers, tablefmt="github"))
+    ratios = [r["measured"] / r["device_memory"] for r in results if r.get("measured")]
+    if ratios:
+        print(f"worst measured / device memory: {max(ratios):.3f}; runs over the device: "
+              f"{len(broken)} of {len(ratios)} measured; refused: "
+              f"{sum('refused' in r for r in results)}")  # fmt: skip
+    rows, summary = simulator_error_table(results)
+    headers = ["case", "kernels", "processes", "plain sim/meas median", "worst",
+               "plain spread", "plan sim/meas median", "worst", "plan spread"]  # fmt: skip
+    print(tabulate(rows, headers, tablefmt="github"))
+    for name, (median, worst) in summary.items():
+        print(f"simulated / measured, {name}: median {median:.3f}, furthest from 1 {worst:.3f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", action="append", choices=sorted(CASES))
@@ -181,6 +247,7 @@ def main() -> None:
     parser.add_argument("--host-steps", type=int, default=0)
     parser.add_argument("--ordering", type=int, default=-1, choices=(-1, 0, 1))
     parser.add_argument("--output", help="also write the per-run results as JSON here")
+    parser.add_argument("--tables", help="only print the tables of an --output file")
     parser.add_argument("--budget-child", help=argparse.SUPPRESS)
     parser.add_argument("--host-child", help=argparse.SUPPRESS)
     parser.add_argument("--plain", action="store_true", help=argparse.SUPPRESS)
@@ -197,6 +264,9 @@ def main() -> None:
         return
     from tabulate import tabulate
 
+    if args.tables:  # the tables of runs written before by --output
+        print_tables(json.loads(Path(args.tables).read_text()))
+        return
     kernel_sets = ("oneDNN", "Eigen") if args.kernels == "both" else (args.kernels,)
     cases = args.case or list(CASES)
     results, total, done = [], len(cases) * len(kernel_sets) * args.runs, 0
@@ -208,17 +278,9 @@ def main() -> None:
                 print(f"run {done} of {total}: {case}, {kernels}, process {run + 1}", flush=True)
                 if result:
                     results.append({**result, "run": run + 1})
-    if args.output:
-        Path(args.output).write_text(json.dumps(results, indent=1))
-    rows, broken = promises_table(results)
-    headers = ["case", "kernels", "process", "plain MiB", "device MiB", "sim MiB",
-               "measured MiB (steps)", "measured / device", "corrections", "loop", "s"]  # fmt: skip
-    print(tabulate(rows, headers, tablefmt="github"))
-    ratios = [r["measured"] / r["device_memory"] for r in results if r.get("measured")]
-    if ratios:
-        print(f"worst measured / device memory: {max(ratios):.3f}; runs over the device: "
-              f"{len(broken)} of {len(ratios)} measured; refused: "
-              f"{sum('refused' in r for r in results)}")  # fmt: skip
+                if args.output:  # after every run: an interrupted campaign keeps what it measured
+                    Path(args.output).write_text(json.dumps(results, indent=1))
+    print_tables(results)
     if args.host_steps:
         host_rows = []
         for case in cases:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import tensorflow as tf
 
 from lms import _tf_private
+from lms.loops import IF_OPS, WHILE_OPS, body_graph, list_bytes
 
 log = logging.getLogger("lms")
 GiB, MiB = 2**30, 2**20
@@ -100,6 +101,9 @@ class Analysis:
     # the kernels the step runs with, whose temporaries the simulator counts (lms/kernels.py):
     # "onednn", "eigen" or "gpu"
     kernels: str = "onednn"
+    # While loops and what their tensor lists keep for the gradient (lms/loops.py), which LMS
+    # cannot swap: [(op name, bytes)], largest first
+    loops: list = field(default_factory=list)
     cache: dict = field(default_factory=dict, repr=False)  # plan-independent facts, computed once
 
     def summary(self) -> dict:
@@ -113,6 +117,7 @@ class Analysis:
             "largest_op": {"name": self.largest_op[0], "bytes": self.largest_op[1]},
             "unknown_size_tensors": self.unknown_size_tensors,
             "kernels": self.kernels,  # whose convolution temporaries were counted
+            "loops": [{"name": name, "bytes": size} for name, size in self.loops],
         }
 
 
@@ -255,7 +260,7 @@ def analyze(
     """
     tf_ops = graph.get_operations()
     op_index = {op: i for i, op in enumerate(tf_ops)}
-    tensor_index, tensors, ops, edges, unknown = {}, [], [], 0, 0
+    tensor_index, tensors, ops, edges, unknown, loops = {}, [], [], 0, 0, {}
     ranks, itemsizes, devices = [], [], [op.device for op in tf_ops]
     for i, op in enumerate(tf_ops):
         outputs = []
@@ -272,6 +277,11 @@ def analyze(
         ops.append(OpInfo(op.name, op.type, [], [op_index[c] for c in op.control_inputs], outputs))
         if op.type in CALL_OPS:
             ops[-1].temp_bytes = _call_temp_bytes(graph, op, batch_size, host_device_marker is None)
+        elif op.type in WHILE_OPS | IF_OPS:
+            ops[-1].temp_bytes = _branch_temp_bytes(graph, op, batch_size)
+            for k, size in list_bytes(graph, op, batch_size).items():
+                tensors[outputs[k]].bytes = size  # a variant: never swapped (rank 0)
+                loops[i] = loops.get(i, 0) + size
     for i, op in enumerate(tf_ops):
         inputs = ops[i].inputs
         for position, tensor in enumerate(op.inputs):
@@ -339,6 +349,11 @@ def analyze(
         unknown,
         edges,
         bypassed,
+        # loops whose tensor lists hold memory for the gradient: [(op name, bytes)], largest first
+        loops=sorted(
+            ((ops[i].name, size) for i, size in loops.items() if ops[i].runs),
+            key=lambda loop: -loop[1],
+        ),
     )
     if quiet:
         return analysis
@@ -413,6 +428,23 @@ def _called_function(graph, call_op):
         return None
 
 
+def _body_temp_bytes(body, batch_size) -> int:
+    """What a function body holds while it runs besides its inputs and outputs."""
+    from lms.simulator import simulate  # the simulator imports this module
+
+    inner = analyze(body, batch_size, variables=[], trainable_variables=[], quiet=True)
+    held = inner.input_bytes + sum(inner.tensors[t].bytes for t in inner.outputs)
+    return max(0, simulate(inner).peak_bytes - held)
+
+
+def _branch_temp_bytes(graph, op, batch_size) -> int:
+    """A While's body per iteration, or an If's larger branch: held while the op runs. What a
+    loop keeps across iterations for its gradient is in its outputs (lms/loops.py)."""
+    names = ("body",) if op.type in WHILE_OPS else ("then_branch", "else_branch")
+    bodies = [body_graph(graph, op, name) for name in names]
+    return max((_body_temp_bytes(b, batch_size) for b in bodies if b is not None), default=0)
+
+
 def _xla_compiled(call_op, function) -> bool:
     try:
         if call_op.get_attr("_XlaMustCompile"):
@@ -437,11 +469,7 @@ def _call_temp_bytes(graph, call_op, batch_size, on_cpu: bool) -> int:
     body = getattr(function, "graph", None)
     if body is None:
         return 0
-    from lms.simulator import simulate  # the simulator imports this module
-
-    inner = analyze(body, batch_size, variables=[], trainable_variables=[], quiet=True)
-    held = inner.input_bytes + sum(inner.tensors[t].bytes for t in inner.outputs)
-    temp = max(0, simulate(inner).peak_bytes - held)
+    temp = _body_temp_bytes(body, batch_size)
     if on_cpu and _xla_compiled(call_op, function):
         for op in body.get_operations():
             if op.type not in GROUPED_FILTER_GRADIENTS or not op.inputs[0].shape.rank:

@@ -536,6 +536,8 @@ class LMS(keras.callbacks.Callback):
         if on_cpu and not _tf_private.onednn_enabled():
             log.warning(EIGEN_KERNELS_WARNING)
         analysis = self._analyse(concrete, cpu_paired_reads() if on_cpu else frozenset())
+        if analysis.loops:
+            log.warning(loops_warning(analysis.loops))
         analysed = time.perf_counter()
         try:
             analysis, tuned = self._tune_paired_first(
@@ -686,6 +688,18 @@ class LMS(keras.callbacks.Callback):
 
     def on_train_end(self, logs=None):
         self.model.train_function = self._original_train_function
+
+
+def loops_warning(loops) -> str:
+    """One line naming the loop LMS cannot plan into: its body runs as one op, and the tensor
+    lists it keeps for the gradient (lms/loops.py) cannot be swapped."""
+    name, size = loops[0]
+    others = f" ({len(loops)} loops, {format_size(sum(s for _, s in loops))} in all)"
+    return (
+        f"LMS cannot plan into the While loop '{name}': the {format_size(size)} its body keeps "
+        f"for the gradient stay on the device{others if len(loops) > 1 else ''}; they are "
+        "counted in the plan's peak, not swapped"
+    )
 
 
 def build_report(analysis, tuned, budget, timings, planned=None) -> dict:

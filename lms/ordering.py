@@ -13,7 +13,7 @@ peak of 31.4 GiB left free, 16.3 GiB ordered (largest op and resident variables:
 
 import numpy as np
 
-from lms.analysis import Analysis, dependencies
+from lms.analysis import NO_BUFFER_OPS, Analysis, dependencies
 
 
 def depth_first_order(analysis: Analysis) -> np.ndarray:
@@ -62,18 +62,143 @@ UNCHAINED_OPS = frozenset({"Identity", "IdentityN", "NoOp"})
 # (a swap-in held back by a batch norm's reduction indices came back early; yet taking Consts out
 # of the chain let ResNet50's measured peak grow by 29 %: they stay chained).
 UNTIMED_OPS = UNCHAINED_OPS | {"Const"}
+# Ops that never run as kernels of their own once Grappler is done: it folds or removes them
+# (ResNet50 1024² b1's profiled step ran none of its 904 Reshapes, 159 Squeezes, 53 ShapeNs and
+# 53 StopGradients; nor its 538 resource Placeholders, which become function arguments). A
+# control edge to or from one is lost with it, as with a Const: the ops after them started as
+# soon as their data was ready (a projection shortcut beside the main path, batch norm
+# gradients' Tiles and Sums beside the Muls before them: 94 of 3,405 pairs of chained kernels
+# overlapped). They stay chained, but no link of the chain relies on them alone (`anchor_ops`).
+FOLDED_OPS = frozenset(
+    {"Reshape", "Squeeze", "ExpandDims", "StopGradient", "PreventGradient", "Shape", "ShapeN"}
+    | {"Size", "Rank", "Placeholder", "Snapshot", "EnsureShape"}
+)
 
 
-def trigger_ops(analysis: Analysis) -> np.ndarray:
-    """Whether each op can hold a swap-in back in an enforced order: it runs, in its place."""
-    if "triggers" not in analysis.cache:
+# Ops a graph pass fuses with another op reading the same input (oneDNN's layout pass: a filter
+# gradient and the BiasAddGrad beside it become one _MklNativeConv2DBackpropFilterWithBias).
+SIBLING_FUSED_OPS = frozenset({"BiasAddGrad"})
+# Ops Grappler's remapper or oneDNN's layout pass fuse into the op producing their input
+# (Conv2D + BiasAdd + Add + Relu, MatMul + BiasAdd + activation, batch norm + activation).
+FUSED_TAIL_OPS = frozenset(
+    {"BiasAdd", "BiasAddV1", "Relu", "Relu6", "Elu", "LeakyRelu", "Tanh", "Sigmoid", "AddV2", "Add"}
+    | {f"FusedBatchNorm{v}" for v in ("", "V2", "V3")}
+    | {f"FusedBatchNormGrad{v}" for v in ("", "V2", "V3")}
+)
+
+
+def neighbours(analysis: Analysis, group) -> set:
+    """Ops a graph pass could fuse with one of `group`'s: for a fusion tail, the producer of an
+    input only it reads, if that is a fusion head or tail (Keras 2's SGD adds a Mul's output to
+    a variable: nothing fuses those, and taking the Mul for a neighbour kept every momentum
+    product of the 3D U-Net on the device, +12 % on its lowest ordered peak); and ops beside it
+    on the same input where either is of SIBLING_FUSED_OPS. Any other fusion TensorFlow may do
+    makes the step fall back to its own order (lms/api.py)."""
+    near = set()
+    for op in group:
+        for t in analysis.ops[op].inputs:
+            tensor = analysis.tensors[t]
+            readers = {c for c, _ in tensor.consumers}
+            fusable = analysis.ops[tensor.producer].type in FUSION_HEAD_OPS | FUSED_TAIL_OPS
+            if readers == {op} and analysis.ops[op].type in FUSED_TAIL_OPS and fusable:
+                near.add(tensor.producer)
+            if analysis.ops[op].type in SIBLING_FUSED_OPS:
+                near.update(readers)
+            else:
+                near.update(c for c in readers if analysis.ops[c].type in SIBLING_FUSED_OPS)
+    return near
+
+
+# Ops a graph pass fuses with fusion tails (FUSED_TAIL_OPS) reading their output: Grappler's
+# remapper and oneDNN's layout pass (convolution, matrix product or batch norm + bias + add +
+# activation), and the filter gradient oneDNN fuses with the BiasAddGrad beside it.
+FUSION_HEAD_OPS = frozenset(
+    {"Conv2D", "Conv3D", "DepthwiseConv2dNative", "MatMul", "BatchMatMul", "BatchMatMulV2"}
+    | {"BatchMatMulV3", "Conv2DBackpropFilter", "Conv3DBackpropFilterV2"}
+    | {f"FusedBatchNorm{v}" for v in ("", "V2", "V3")}
+)
+
+
+def fusion_helpers(analysis: Analysis) -> np.ndarray:
+    """Whether each op feeds an op that a graph pass could fuse with an op before it in the
+    depth-first order, and sits between the two (a convolution's bias, read by the BiasAdd after
+    it). Chained after the earlier op, such an op would make the fused op wait for itself:
+    TensorFlow refuses the graph ("nodes in a cycle"; ResNet50: every convolution's bias)."""
+    if "fusion_helpers" not in analysis.cache:
+        ops, tensors = analysis.ops, analysis.tensors
+        where = order_positions(analysis)
+        helper = np.zeros(len(ops), dtype=bool)
+        for head, op in enumerate(ops):
+            if op.type not in FUSION_HEAD_OPS:
+                continue
+            group, frontier = {head}, [head]
+            while frontier:  # the fusion tails reading the head's output, and theirs
+                producer = frontier.pop()
+                for t in ops[producer].outputs:
+                    for reader, _ in tensors[t].consumers:
+                        kind = ops[reader].type
+                        tail = kind in FUSED_TAIL_OPS or kind in FOLDED_OPS
+                        if tail and reader not in group and where[reader] > where[head]:
+                            group.add(reader)
+                            frontier.append(reader)
+            group |= neighbours(analysis, [head])  # siblings (a BiasAddGrad)
+            start = min(where[g] for g in group)
+            stack = [
+                p
+                for g in group
+                for p in [tensors[t].producer for t in ops[g].inputs] + ops[g].control_inputs
+            ]
+            while stack:
+                p = stack.pop()
+                if p in group or helper[p] or where[p] <= start:
+                    continue
+                helper[p] = True
+                stack.extend(tensors[t].producer for t in ops[p].inputs)
+                stack.extend(ops[p].control_inputs)
+        analysis.cache["fusion_helpers"] = helper
+    return analysis.cache["fusion_helpers"]
+
+
+def anchor_ops(analysis: Analysis) -> np.ndarray:
+    """Whether each op holds its place in the enforced (depth-first) order when control edges
+    say so, and matters there: it runs as a kernel of its own (not UNTIMED_OPS, FOLDED_OPS, or
+    without inputs), reads no variable alone (a ReadVariableOp allocates nothing), and is no
+    fusion helper. Anchors are what the chain links directly, what triggers swap-ins and what
+    waits for swaps."""
+    if "anchors" not in analysis.cache:
         untimed = np.fromiter(
-            (op.type in UNTIMED_OPS or not op.inputs for op in analysis.ops),
+            (
+                op.type in UNTIMED_OPS
+                or op.type in FOLDED_OPS
+                or op.type in NO_BUFFER_OPS
+                or not op.inputs
+                for op in analysis.ops
+            ),
             bool,
             len(analysis.ops),
         )
-        analysis.cache["triggers"] = executed_ops(analysis) & ~untimed
-    return analysis.cache["triggers"]
+        anchors = executed_ops(analysis) & ~untimed & ~fusion_helpers(analysis)
+        analysis.cache["anchors"] = anchors
+    return analysis.cache["anchors"]
+
+
+def next_anchors(analysis: Analysis) -> np.ndarray:
+    """Per op, the first anchor (`anchor_ops`) after it in the depth-first order, or -1: the op
+    that waits for what is chained after it (a swap-out of its output, a swap-in it triggers)."""
+    if "next_anchors" not in analysis.cache:
+        order = depth_first_order(analysis)
+        count = len(order)
+        anchored = anchor_ops(analysis)[order]
+        # per position, the first anchored position at or after it (count: none)
+        at = np.where(anchored, np.arange(count), count)
+        first = np.minimum.accumulate(at[::-1])[::-1] if count else at
+        after = np.append(first[1:], count)  # strictly after each position
+        following = np.full(count + 1, -1, dtype=np.int64)
+        following[:count] = order
+        result = np.full(len(analysis.ops), -1, dtype=np.int64)
+        result[order] = following[after]
+        analysis.cache["next_anchors"] = result
+    return analysis.cache["next_anchors"]
 
 
 def executed_ops(analysis: Analysis) -> np.ndarray:

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from lms.analysis import Analysis, GiB
-from lms.ordering import depth_first_order, order_positions, trigger_ops
+from lms.ordering import anchor_ops, depth_first_order, next_anchors, order_positions
+from lms.ordering import neighbours as _neighbours
 from lms.parameters import Parameters
 
 log = logging.getLogger("lms")
@@ -116,55 +117,58 @@ def serialized_levels(analysis: Analysis, parameters: Parameters) -> frozenset:
     return frozenset(levels)
 
 
-# Ops a graph pass fuses with another op reading the same input (oneDNN's layout pass: a filter
-# gradient and the BiasAddGrad beside it become one _MklNativeConv2DBackpropFilterWithBias).
-SIBLING_FUSED_OPS = frozenset({"BiasAddGrad"})
-# Ops Grappler's remapper or oneDNN's layout pass fuse into the op producing their input
-# (Conv2D + BiasAdd + Add + Relu, MatMul + BiasAdd + activation, batch norm + activation).
-FUSED_TAIL_OPS = frozenset(
-    {"BiasAdd", "BiasAddV1", "Relu", "Relu6", "Elu", "LeakyRelu", "Tanh", "Sigmoid", "AddV2", "Add"}
-    | {f"FusedBatchNorm{v}" for v in ("", "V2", "V3")}
-    | {f"FusedBatchNormGrad{v}" for v in ("", "V2", "V3")}
-)
-
-
-def _neighbours(analysis: Analysis, group) -> set:
-    """Ops a graph pass could fuse with one of `group`'s: for a fusion tail, the producer of an
-    input only it reads; and ops beside it on the same input where either is of
-    SIBLING_FUSED_OPS. Any other fusion TensorFlow may do makes the step fall back to its own
-    order (lms/api.py)."""
-    near = set()
-    for op in group:
-        for t in analysis.ops[op].inputs:
-            tensor = analysis.tensors[t]
-            readers = {c for c, _ in tensor.consumers}
-            if readers == {op} and analysis.ops[op].type in FUSED_TAIL_OPS:
-                near.add(tensor.producer)
-            if analysis.ops[op].type in SIBLING_FUSED_OPS:
-                near.update(readers)
-            else:
-                near.update(c for c in readers if analysis.ops[c].type in SIBLING_FUSED_OPS)
-    return near
+def _spans(analysis: Analysis, before: int, after: int) -> bool:
+    """Whether a graph pass could fuse an op at or before `before` in the enforced order with
+    one at or after `after` (see `_neighbours`): a swap between the two would then sit inside
+    one op (TensorFlow refuses the graph, "nodes in a cycle")."""
+    where = order_positions(analysis)
+    return any(where[n] >= where[after] for n in _neighbours(analysis, [before])) or any(
+        where[n] <= where[before] for n in _neighbours(analysis, [after])
+    )
 
 
 def _ordered_trigger(analysis, where, runs_before, group, tensor, ahead) -> int | None:
     """In an enforced order: the op `ahead` places before the group's first reader, after the
-    tensor's producer, one that runs in its place (see `trigger_ops`) and none the
-    readers could be fused with by a later graph pass (the swap-in would then sit between two
-    halves of one op: TensorFlow rejects the graph, "nodes in a cycle")."""
+    tensor's producer, one that runs in its place (see `anchor_ops`), and before every op a
+    later graph pass could fuse a reader with: the swap-in would otherwise sit between two
+    halves of one op (oneDNN fuses a filter gradient with the BiasAddGrad beside it; GoogLeNet
+    224² b4 with a swap-in triggered between the two: "1603 nodes in a cycle"). Nor one that
+    could be fused across the anchor after it, which waits for the swap-in (`_spans`)."""
     producer = where[analysis.tensors[tensor].producer]
-    first = min(where[c] for c in group)
+    near = _neighbours(analysis, group)
+    first = min(where[c] for c in set(group) | near)
     position = max(first - ahead, producer + 1)
-    near = None
+    following = next_anchors(analysis)
     while position > producer:
         trigger = runs_before[position]
         if trigger < 0 or where[trigger] <= producer:
             return None
-        near = near if near is not None else _neighbours(analysis, group)
-        if trigger not in near:
+        waiter = following[trigger]
+        if waiter < 0 or not _spans(analysis, trigger, waiter):
             return int(trigger) if where[trigger] < first else None
         position = where[trigger] - 1
     return None
+
+
+def swap_out_waiter(analysis: Analysis, plan: Plan, swap: Swap) -> int:
+    """In an enforced order: the op that waits for `swap`'s swap-out, so that the device buffer
+    is released before it runs (lms/rewriter.py): the first anchor after the tensor's producer,
+    unless a graph pass could fuse ops across the two (`_spans`). -1: none."""
+    if plan.order is None:
+        return -1
+    producer = analysis.tensors[swap.tensor].producer
+    waiter = int(next_anchors(analysis)[producer])
+    return -1 if waiter < 0 or _spans(analysis, producer, waiter) else waiter
+
+
+def swap_in_waiter(analysis: Analysis, plan: Plan, swap_in: SwapIn) -> int:
+    """In an enforced order: the op that waits for a swap-in's copy, which waits for its trigger:
+    the first anchor after the trigger (`_ordered_trigger` picks triggers no fusion spans with
+    it), so the copy runs between the two, where it is simulated. -1: none."""
+    if plan.order is None:
+        return -1
+    waiter = int(next_anchors(analysis)[swap_in.trigger])
+    return -1 if waiter < 0 or _spans(analysis, swap_in.trigger, waiter) else waiter
 
 
 def coordinates(analysis: Analysis, ordered: bool) -> np.ndarray:
@@ -187,7 +191,7 @@ def plan(analysis: Analysis, parameters: Parameters) -> Plan:
     order = depth_first_order(analysis) if parameters.ordered else None
     where = coordinates(analysis, order is not None)
     if order is not None:  # distances count ops of the order
-        runs = trigger_ops(analysis)[order]
+        runs = anchor_ops(analysis)[order]
         # the latest op that can trigger at or before each position (-1: none)
         latest = np.maximum.accumulate(np.where(runs, np.arange(len(order)), -1))
         runs_before = np.where(latest >= 0, order[np.maximum(latest, 0)], -1)

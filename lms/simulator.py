@@ -316,9 +316,26 @@ class SwapLifetimes:
 
 
 def swap_lifetimes(analysis: Analysis, plan: Plan) -> SwapLifetimes:
+    """In an enforced order the rewriter chains the swaps (lms/rewriter.py): a swap-out runs
+    between its tensor's producer and the anchor after it, which waits for it, so the device
+    buffer is gone before that anchor runs; a swap-in's copy runs between its trigger and the
+    anchor after the trigger. Otherwise a swap-out is taken to run with the op after the
+    producer."""
+    from lms.planner import swap_out_waiter
+
     step_of, steps = schedule(analysis, plan)
     static = _lifetimes(analysis, plan)
     tensors = analysis.tensors
+
+    def swap_out_step(swap) -> int:
+        """The last step at which the swapped tensor's buffer is on the device for its
+        swap-out."""
+        producer = step_of[tensors[swap.tensor].producer]
+        waiter = swap_out_waiter(analysis, plan, swap)
+        if waiter >= 0:
+            return int(max(producer, step_of[waiter] - 1))
+        return int(min(producer + 1, steps - 1))
+
     new_last = {}
     rerouted = {swap.tensor: {c for s in swap.swap_ins for c in s.consumers} for swap in plan.swaps}
     for swap in plan.swaps:
@@ -327,7 +344,7 @@ def swap_lifetimes(analysis: Analysis, plan: Plan) -> SwapLifetimes:
         if root in new_last or root not in static.index:
             continue
         k = static.index[root]
-        out_step = min(step_of[info.producer] + 1, steps - 1)
+        out_step = swap_out_step(swap)
         last = max(static.first[k], out_step)
         for member in static.members.get(root, [root]):
             skip = rerouted.get(member, ())
@@ -339,7 +356,7 @@ def swap_lifetimes(analysis: Analysis, plan: Plan) -> SwapLifetimes:
         new_last[root] = int(last)
     copies, host = [], []
     for swap in plan.swaps:
-        out_step = int(min(step_of[tensors[swap.tensor].producer] + 1, steps - 1))
+        out_step = swap_out_step(swap)
         host_end = out_step
         for swap_in in swap.swap_ins:
             begin = max(step_of[swap_in.trigger] + 1, out_step + 1)

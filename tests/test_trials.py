@@ -317,3 +317,25 @@ def test_trial_processes_train_with_one_kernel_set_whatever_the_cpu(monkeypatch,
     else:  # aarch64 keeps TensorFlow's choice (oneDNN's on Neoverse CPUs only)
         x86 = platform.machine() in ("x86_64", "AMD64")
         assert kernels == "oneDNN" if x86 else kernels in ("oneDNN", "Eigen")
+
+
+def test_inv_plan_shows_what_the_loop_measured_for_a_recorded_trial(tmp_path):
+    """`inv plan` beside a results directory: a trial that ran with LMS shows its closed loop's
+    attempts (budget planned for, simulated and measured peak) as `measured`, next to the plan
+    simulated now; a trial that never ran shows none."""
+    from suite.running.planning import plan_spec
+
+    plain = run_trial(tiny_spec("[128]").trials[0].params, 600, tmp_path / "plain.log")
+    assert plain.outcome == "ok", plain.error
+    budget = int(plain.metrics["peak_memory_bytes"] * 0.85)
+    defaults = f"memory_budget = {budget}\nlms = true"
+    results = tmp_path / "results"
+    run_spec(tiny_spec("[128]", defaults), results, host="h", echo=lambda line: None)
+    (record,) = load_records(results_file(results, "h"))
+    assert record["outcome"] == "ok", record.get("error")
+    calibration = record["metrics"]["lms"]["calibration"]
+    assert calibration["attempts"][-1]["measured_peak_bytes"] > 0
+    both = tiny_spec("[128, 112]", defaults)
+    reports = {r["resolution"]: r for r in plan_spec(both, tmp_path / "p", results_dir=results)}
+    assert reports[128]["measured"] == calibration
+    assert "measured" not in reports[112]

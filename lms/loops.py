@@ -1,0 +1,105 @@
+"""What a `While` loop holds for its gradient, which the step's graph shows as empty handles.
+
+TensorFlow 2 differentiates a loop (while_v2) by pushing, on every iteration, each value the
+gradient needs onto a tensor list: an output of the forward `While` (a variant, sized 0 by its
+shape) that the gradient's `While` pops. For two stacked Keras LSTMs of width 256 over 128
+tokens, batch 8, those lists hold 2 x 128 x (11 x 8 KiB + 2 x 1 MiB) = 535 MiB, the step's
+peak: a plan that counts them as nothing "fits" and measures its plain peak. Here each list is
+sized as trips x the pushed tensor's bytes. LMS cannot swap a list (its mechanisms copy dense
+tensors) nor plan inside a loop's body: `lms.api` warns, naming the loop.
+"""
+
+import math
+
+import tensorflow as tf
+
+WHILE_OPS = frozenset({"While", "StatelessWhile"})
+IF_OPS = frozenset({"If", "StatelessIf"})
+# Body ops that put one element per iteration into the list they read (input 0).
+LIST_WRITES = frozenset({"TensorListPushBack", "TensorListSetItem"})
+# Ops that pass a list handle on unchanged within a body.
+PASS_THROUGH = frozenset({"Identity", "IdentityN"})
+
+
+def body_graph(graph, op, attribute: str):
+    """The FuncGraph of function attribute `attribute` ("body", "then_branch", ...), or None."""
+    try:
+        function = graph._get_function(op.get_attr(attribute).name)
+    except (AttributeError, ValueError, KeyError, TypeError):
+        return None
+    return getattr(function, "graph", None)
+
+
+def _static_int(tensor) -> int | None:
+    value = tf.get_static_value(tensor)
+    if value is not None and getattr(value, "size", 1) == 1:
+        return int(value)
+    if tensor.op.type in ("Max", "Maximum", "Identity") and tensor.op.inputs:
+        return _static_int(tensor.op.inputs[0])  # Keras: Max(Const(T), reduced over no axis)
+    return None
+
+
+def trip_count(op) -> int | None:
+    """How many iterations a while_v2 loop runs, when the graph says: its maximum_iterations
+    (input 1), else the length of a list it reads from a tensor (the sequence it loops over)."""
+    trips = _static_int(op.inputs[1]) if len(op.inputs) > 1 else None
+    if trips is not None and trips >= 0:
+        return trips
+    lengths = [
+        t.op.inputs[0].shape[0]
+        for t in op.inputs
+        if t.op.type == "TensorListFromTensor" and t.op.inputs[0].shape.rank
+    ]
+    lengths = [n for n in lengths if n is not None]
+    return max(lengths) if lengths else None
+
+
+def _element_bytes(tensor, batch_size: int | None) -> int | None:
+    dims = tensor.shape.as_list() if tensor.shape.rank is not None else None
+    if dims is None:
+        return None
+    if dims and dims[0] is None and batch_size:
+        dims[0] = batch_size
+    if any(d is None for d in dims):
+        return None
+    return math.prod(dims) * max(tensor.dtype.size, 1)
+
+
+def list_bytes(graph, op, batch_size: int | None = None) -> dict[int, int]:
+    """Per output of a `While` (by position): the bytes of the tensor list its body writes one
+    element into per iteration. Lists of unknown element shape or trip count are left out."""
+    body = body_graph(graph, op, "body")
+    trips = trip_count(op)
+    if body is None or not trips:
+        return {}
+    position_of = {placeholder.ref(): k for k, placeholder in enumerate(body.inputs)}
+    writes = [inner for inner in body.get_operations() if inner.type in LIST_WRITES]
+    pushed = {_source(inner.inputs[-1]).ref() for inner in writes}
+    sizes: dict[int, int] = {}
+    for inner in writes:
+        k = position_of.get(_source(inner.inputs[0]).ref())
+        element = _element_bytes(inner.inputs[-1], batch_size)
+        if k is None or element is None or k >= len(op.outputs):
+            continue
+        value = _source(inner.inputs[-1])
+        if value.op.type in SHARED_SOURCES:
+            continue  # a reference to a variable or constant: no copy
+        j = position_of.get(value.ref())
+        if j is not None and j < len(body.outputs):
+            carried = _source(body.outputs[j])
+            if carried.ref() == value.ref() or carried.ref() in pushed:
+                continue  # loop-invariant, or the previous iteration's value, pushed already
+        sizes[k] = sizes.get(k, 0) + trips * element
+    return sizes
+
+
+# Tensors whose buffer outlives the loop anyway: a list element reading them shares it.
+SHARED_SOURCES = frozenset({"ReadVariableOp", "Const", "VarHandleOp"})
+
+
+def _source(tensor):
+    """The tensor `tensor` passes on unchanged (through Identity ops), whose buffer it shares."""
+    while tensor.op.type in PASS_THROUGH and tensor.op.inputs:
+        index = tensor.value_index if tensor.op.type == "IdentityN" else 0
+        tensor = tensor.op.inputs[index]
+    return tensor
