@@ -139,6 +139,13 @@ def test_search_finds_the_boundary_that_stepping_finds_and_lms_goes_beyond(stepp
     gain = f"{(on['largest_ok'] / BOUNDARY) ** 2:.2f}× pixels"
     assert [cell.strip() for cell in row[4:6]] == [str(BOUNDARY), limit_on]
     assert row[6].strip().startswith(gain), row
+    # the swap-only bound beside it, from the LMS report of the trial at the LMS-on limit
+    analysis, budget = plan["analysis"], plan["budget_bytes"]
+    growing = analysis["largest_op"]["bytes"] + analysis["input_bytes"]
+    pixels = on["largest_ok"] ** 2 * (budget - analysis["variable_bytes"]) / growing
+    bound, op = row[7].strip().split(", set by ")
+    assert bound == f"≈ {pixels / BOUNDARY**2:.2f}× ({pixels**0.5:.0f})", row
+    assert analysis["largest_op"]["name"].endswith(op) and "/" in op, row
 
 
 def test_search_reuses_trials_already_recorded(stepped):

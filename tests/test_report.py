@@ -289,3 +289,93 @@ def test_an_emulated_host_is_flagged_wherever_its_rates_appear(tmp_path):
         assert "| local-arm64 ⚠ emulated |" in table and "| local " in table
     assert re.search(r"\*\*emulation\*\* ⚠ differs\s*\| native\s*\| qemu-user: aarch64", text)
     assert re.search(r"\*\*CPU kernels\*\* ⚠ differs\s*\| oneDNN\s*\| Eigen", text)
+
+
+MIB = 2**20
+
+
+def lms_report(variable_bytes, input_bytes, op, op_bytes, budget=300 * MIB):
+    """An LMS report as `lms.api.build_report` writes it into a trial's metrics (no timeline)."""
+    return {
+        "budget_bytes": budget, "planned_budget_bytes": budget, "fits": True, "lms_needed": True,
+        "parameters": LMS_EVERYTHING, "peak_bytes_without_lms": 2 * budget,
+        "peak_op_without_lms": "googlenet_1/conv2_1/Relu", "peak_bytes_with_lms": budget - MIB,
+        "peak_op_with_lms": op, "host_peak_bytes": budget, "swapped_tensors": 40, "swap_ins": 52,
+        "swapped_bytes": budget, "swapped_in_bytes": budget, "simulations": 9,
+        "peak": {"step": 0, "steps": 0, "buffers": []},
+        "analysis": {
+            "vertices": 2559, "edges": 4677, "levels": 161, "learning_parameter_bytes": 28 * MIB,
+            "variable_bytes": variable_bytes, "input_bytes": input_bytes,
+            "largest_op": {"name": op, "bytes": op_bytes}, "unknown_size_tensors": 0,
+            "kernels": "onednn",
+        },
+        "timings_s": {"analysis": 1.0, "tuning": 2.0, "rewrite": 0.5},
+    }  # fmt: skip
+
+
+RELU_GRAD = "gradient_tape/googlenet_1/conv1_1/ReluGrad"
+POOL_GRAD = "gradient_tape/googlenet_1/pool1_1/MaxPool2d/MaxPoolGrad"
+
+
+def test_the_limits_table_shows_the_swap_only_bound_and_its_op(tmp_path):
+    """The bound, from the LMS report of the trial at the LMS-on limit: with 300 MiB, 60 MiB of
+    variables, the largest op 74 MiB and inputs 6 MiB at 256px, the floor reaches the budget at
+    256² × 240 / 80 = 3 × 256² pixels: 7.68× the LMS-off 160², at 256 × √3 ≈ 443px."""
+    ref = store_host(tmp_path, HOST)
+
+    def search(host, kind, largest_off, largest_on, on_trials):
+        """An LMS-off and an LMS-on search; on_trials: (value, outcome, LMS report or None)."""
+        searched = "resolution" if kind == "max-resolution" else "batch"
+        modes = [("on", largest_on)] + ([("off", largest_off)] if largest_off != "missing" else [])
+        for mode, largest in modes:
+            made = search_record(host, ref, kind, mode, largest, None)
+            if mode == "on":
+                for value, outcome, report in on_trials:
+                    spec_hash = f"{host}-{kind}-{value}"
+                    trial = record(host, ref, spec_hash, 2.0, 0.1, outcome=outcome)
+                    trial["spec"]["search"] = made["search_hash"]
+                    trial["params"].update({searched: value, "lms": LMS_EVERYTHING,
+                                            "memory_budget_bytes": 300 * MIB})  # fmt: skip
+                    if report is not None:
+                        trial["metrics"] = {**(trial["metrics"] or {}), "lms": report}
+                    append_record(results_file(tmp_path, host), trial)
+                    made["trials"].append({"value": value, "spec_hash": spec_hash,
+                                           "outcome": outcome, "reused": False,
+                                           "peak_memory_bytes": None,
+                                           "images_per_sec": 2.0})  # fmt: skip
+            append_record(tmp_path / "searches" / f"{host}.jsonl", made, validate_search_record)
+
+    oom = "out_of_memory"
+    relu = lms_report(60 * MIB, 6 * MIB, RELU_GRAD, 74 * MIB)
+    pool = lms_report(60 * MIB, 2 * MIB, POOL_GRAD, 78 * MIB)
+    smaller = lms_report(60 * MIB, 4 * MIB, "googlenet_1/conv3_1/Relu", 50 * MIB)
+    larger = lms_report(60 * MIB, 8 * MIB, "googlenet_1/conv3_1/Relu", 99 * MIB)
+    # the trial at the limit sets the bound, not a smaller or a larger one
+    search("alpha", "max-resolution", 160, 256, [(208, "ok", smaller), (256, "ok", relu),
+                                                 (304, oom, larger)])  # fmt: skip
+    # batch 12: 12 × 240 / (78 + 2) = 36 samples, 9× the LMS-off 4
+    search("alpha", "max-batch", 4, 12, [(12, "ok", pool)])
+    # records written before trials carried LMS reports, and a search without its LMS-off half
+    search("beta", "max-resolution", 160, 256, [(256, "ok", None)])
+    search("beta", "max-batch", "missing", 12, [(12, "ok", pool)])
+    # nothing trained without LMS, and the limit's trial has no report: the largest trial that
+    # has one (304px, out of memory) says 304² × 3 pixels, ≈ 527px; nothing trained with LMS
+    search("gamma", "max-resolution", None, 256, [(256, "ok", None), (304, oom, relu)])
+    search("gamma", "max-batch", 4, None, [(8, oom, pool)])
+    text = render_report(tmp_path, tmp_path / "out").read_text()
+    limits = text[text.index("## Limits") :]
+    header = next(line for line in limits.splitlines() if line.startswith("| workload"))
+    assert [c.strip() for c in header.split("|")[6:9]] == ["LMS on", "LMS gain", "swap-only bound"]
+    cells = {}
+    for line in limits.splitlines():
+        if line.startswith("| googlenet"):
+            row = [c.strip() for c in line.split("|")[1:-1]]
+            cells[(row[2], row[1].split(" (")[0])] = row[6:8]
+    assert cells[("alpha", "max resolution")] == [
+        "2.56× pixels", "≈ 7.68× (443), set by conv1_1/ReluGrad"]  # fmt: skip
+    assert cells[("alpha", "max batch")] == [
+        "3.00× batch", "≈ 9.00× (36), set by pool1_1/MaxPool2d/MaxPoolGrad"]  # fmt: skip
+    assert cells[("beta", "max resolution")] == ["2.56× pixels", "—"]
+    assert cells[("beta", "max batch")] == ["—", "—"]
+    assert cells[("gamma", "max resolution")] == ["only with LMS", "≈ 527, set by conv1_1/ReluGrad"]
+    assert cells[("gamma", "max batch")] == ["—", "—"]

@@ -1,12 +1,14 @@
 """The report's limits table: per workload, host and search, the largest size that trained with
 LMS off and with LMS on, and the factor LMS gained (in pixels or voxels for resolution, in samples
-for batch)."""
+for batch), and beside the gain the swap-only bound (`suite.reporting.swap_bound`): how far
+swapping alone could go, and the op that sets it."""
 
 from collections import defaultdict
 
 from tabulate import tabulate
 
 from suite.records import record_params
+from suite.reporting.swap_bound import bound_text, lms_reports
 from suite.units import format_bytes
 
 
@@ -54,8 +56,10 @@ def rate_at_limit_text(record: dict | None) -> str:
     return f"{rate:.3g} img/s, {elements:.3g} {info.rate_unit}"
 
 
-def limits_table(search_records: list[dict]) -> str | None:
-    """One row per (search, host); the LMS-off and LMS-on searches side by side."""
+def limits_table(search_records: list[dict], trial_records: list[dict]) -> str | None:
+    """One row per (search, host); the LMS-off and LMS-on searches side by side. The trial
+    records hold the LMS reports the swap-only bound is estimated from."""
+    reports = lms_reports(trial_records)
     pairs = defaultdict(dict)
     for record in search_records:  # newest record of each mode wins
         pairs[(record["limit_key"], record["host"])][record["mode"]] = record
@@ -79,6 +83,7 @@ def limits_table(search_records: list[dict]) -> str | None:
                 _limit_text(off),
                 _limit_text(on),
                 gain_text(off, on),
+                bound_text(off, on, reports),
                 rate_at_limit_text(off),
                 rate_at_limit_text(on),
                 trials,
@@ -92,6 +97,7 @@ def limits_table(search_records: list[dict]) -> str | None:
         "LMS off",
         "LMS on",
         "LMS gain",
+        "swap-only bound",
         "rate at limit, off",
         "rate at limit, on",
         "trials off/on",

@@ -1,0 +1,126 @@
+"""The swap-only bound of a limit search: how far swapping alone could take the LMS gain, and
+the operation that sets it.
+
+Swapping moves tensors to host memory between their uses, but an op runs with all its inputs and
+outputs on the device, beside the variables (weights, optimizer slots) and the step's inputs. No
+swap plan brings a step's device peak below
+
+    floor = largest op (its inputs + outputs) + variables + the step's inputs
+
+as the LMS report's analysis counts them (`analysis.largest_op`, `variable_bytes`, `input_bytes`).
+The largest op and the inputs grow with the searched dimension's elements (pixels or voxels,
+resolution ** spatial_dims, for a resolution search; samples for a batch search), the variables
+do not. From an LMS-on trial of E1 elements, the floor reaches the budget of its LMS report
+(`budget_bytes`) at about
+
+    E* = E1 × (budget_bytes − variable_bytes) / (largest_op bytes + input_bytes)
+
+elements. The trial is the one at the LMS-on limit, else the largest LMS-on trial with an LMS
+report (from the host's trial records, by spec hash). The bound is E* over the LMS-off limit's
+elements, the unit of the gain, and E* in the searched unit (resolution: E* ** (1/spatial_dims)).
+
+An estimate, linear from one size: at E* another op may be the largest, the largest op at the
+trial may not grow at all (an optimizer's update, at small sizes: the bound is then too low),
+kernel workspaces (a convolution's) are not counted, and labels are scaled with the pixels
+whether they grow with them or not.
+"""
+
+from dataclasses import dataclass
+
+from suite.records import record_params
+
+DASH = "—"
+
+
+@dataclass(frozen=True)
+class SwapBound:
+    elements: float  # E*: pixels/voxels (resolution search) or samples (batch search)
+    size: float  # E* in the searched unit: a resolution or a batch
+    op: str  # the TensorFlow name of the largest op
+
+
+def lms_reports(trial_records: list[dict]) -> dict[tuple[str, str], dict]:
+    """(host, spec hash) -> the LMS report of a trial record that carries a usable one."""
+    reports = {}
+    for record in trial_records:
+        report = (record.get("metrics") or {}).get("lms")
+        if _usable(report):
+            reports[(record["host"], record["spec_hash"])] = report
+    return reports
+
+
+def _usable(report) -> bool:
+    """Whether a report has what the bound needs (older records' reports may not)."""
+    if not isinstance(report, dict) or not isinstance(report.get("analysis"), dict):
+        return False
+    analysis = report["analysis"]
+    largest = analysis.get("largest_op")
+    numbers = (
+        report.get("budget_bytes"),
+        analysis.get("variable_bytes"),
+        analysis.get("input_bytes"),
+        largest.get("bytes") if isinstance(largest, dict) else None,
+    )
+    return all(isinstance(n, int | float) and not isinstance(n, bool) for n in numbers) and bool(
+        largest.get("name")
+    )
+
+
+def _dims(search: dict) -> int:
+    """The power that turns the searched value into elements: spatial dims, or 1 for a batch."""
+    return record_params(search).info.spatial_dims if search["searched"] == "resolution" else 1
+
+
+def _trial_report(on: dict, reports: dict) -> tuple[dict, dict] | tuple[None, None]:
+    """The LMS-on trial the bound is estimated from, and its LMS report."""
+
+    def report(trial):
+        return reports.get((on["host"], trial.get("spec_hash")))
+
+    at_limit = [
+        t for t in on["trials"] if t.get("value") == on["largest_ok"] and t.get("outcome") == "ok"
+    ]
+    others = sorted(on["trials"], key=lambda t: t.get("value") or 0, reverse=True)
+    for trial in at_limit + others:
+        if report(trial) is not None and trial.get("value"):
+            return trial, report(trial)
+    return None, None
+
+
+def swap_bound(on: dict, reports: dict) -> SwapBound | None:
+    """The swap-only bound of an LMS-on search, or None without a trial that says it."""
+    trial, report = _trial_report(on, reports)
+    if trial is None:
+        return None
+    analysis = report["analysis"]
+    growing = analysis["largest_op"]["bytes"] + analysis["input_bytes"]
+    room = report["budget_bytes"] - analysis["variable_bytes"]
+    if growing <= 0 or room <= 0:
+        return None
+    dims = _dims(on)
+    elements = trial["value"] ** dims * room / growing
+    return SwapBound(elements, elements ** (1 / dims), analysis["largest_op"]["name"])
+
+
+def short_op_name(name: str) -> str:
+    """ "gradient_tape/googlenet_1/conv1_1/ReluGrad" -> "conv1_1/ReluGrad": without the gradient
+    tape's and the outermost (model's) scope, at most the last three parts."""
+    parts = [part for part in name.split("/") if part != "gradient_tape"]
+    if len(parts) > 2:
+        parts = parts[1:]
+    return "/".join(parts[-3:])
+
+
+def bound_text(off: dict | None, on: dict | None, reports: dict) -> str:
+    """ "≈ 7.68× (443), set by conv1_1/ReluGrad": the bound in the gain's unit (and in the searched
+    unit); without an LMS-off limit only the latter; "—" where there is no gain to set it beside."""
+    if not off or not on or on["largest_ok"] is None:
+        return DASH
+    bound = swap_bound(on, reports)
+    if bound is None:
+        return DASH
+    where = f"set by {short_op_name(bound.op)}"
+    if off["largest_ok"] is None:
+        return f"≈ {bound.size:.0f}, {where}"
+    ratio = bound.elements / off["largest_ok"] ** _dims(on)
+    return f"≈ {ratio:.2f}× ({bound.size:.0f}), {where}"
