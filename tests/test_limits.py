@@ -140,7 +140,8 @@ def test_search_finds_the_boundary_that_stepping_finds_and_lms_goes_beyond(stepp
     assert [cell.strip() for cell in row[4:6]] == [str(BOUNDARY), limit_on]
     assert row[6].strip().startswith(gain), row
     # the swap-only bound beside it, from the LMS report of the trial at the LMS-on limit
-    analysis, budget = plan["analysis"], plan["budget_bytes"]
+    analysis, budget = plan["analysis"], plan["calibration"]["device_limit_bytes"]
+    assert budget > plan["budget_bytes"]  # the device less the reserve, not the safety's budget
     growing = analysis["largest_op"]["bytes"] + analysis["input_bytes"]
     pixels = on["largest_ok"] ** 2 * (budget - analysis["variable_bytes"]) / growing
     bound, op = row[7].strip().split(", set by ")

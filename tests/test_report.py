@@ -348,12 +348,15 @@ def test_the_limits_table_shows_the_swap_only_bound_and_its_op(tmp_path):
     oom = "out_of_memory"
     relu = lms_report(60 * MIB, 6 * MIB, RELU_GRAD, 74 * MIB)
     pool = lms_report(60 * MIB, 2 * MIB, POOL_GRAD, 78 * MIB)
+    # with the closed loop the bound is the device LMS was given (380 MiB), not its budget (300)
+    pool["calibration"] = {"limit_bytes": 300 * MIB, "device_limit_bytes": 380 * MIB,
+                           "accepted": True, "corrections": 0, "attempts": []}  # fmt: skip
     smaller = lms_report(60 * MIB, 4 * MIB, "googlenet_1/conv3_1/Relu", 50 * MIB)
     larger = lms_report(60 * MIB, 8 * MIB, "googlenet_1/conv3_1/Relu", 99 * MIB)
     # the trial at the limit sets the bound, not a smaller or a larger one
     search("alpha", "max-resolution", 160, 256, [(208, "ok", smaller), (256, "ok", relu),
                                                  (304, oom, larger)])  # fmt: skip
-    # batch 12: 12 × 240 / (78 + 2) = 36 samples, 9× the LMS-off 4
+    # batch 12: 12 × (380 - 60) / (78 + 2) = 48 samples, 12× the LMS-off 4
     search("alpha", "max-batch", 4, 12, [(12, "ok", pool)])
     # records written before trials carried LMS reports, and a search without its LMS-off half
     search("beta", "max-resolution", 160, 256, [(256, "ok", None)])
@@ -374,7 +377,7 @@ def test_the_limits_table_shows_the_swap_only_bound_and_its_op(tmp_path):
     assert cells[("alpha", "max resolution")] == [
         "2.56× pixels", "≈ 7.68× (443), set by conv1_1/ReluGrad"]  # fmt: skip
     assert cells[("alpha", "max batch")] == [
-        "3.00× batch", "≈ 9.00× (36), set by pool1_1/MaxPool2d/MaxPoolGrad"]  # fmt: skip
+        "3.00× batch", "≈ 12.00× (48), set by pool1_1/MaxPool2d/MaxPoolGrad"]  # fmt: skip
     assert cells[("beta", "max resolution")] == ["2.56× pixels", "—"]
     assert cells[("beta", "max batch")] == ["—", "—"]
     assert cells[("gamma", "max resolution")] == ["only with LMS", "≈ 527, set by conv1_1/ReluGrad"]

@@ -10,10 +10,12 @@ swap plan brings a step's device peak below
 as the LMS report's analysis counts them (`analysis.largest_op`, `variable_bytes`, `input_bytes`).
 The largest op and the inputs grow with the searched dimension's elements (pixels or voxels,
 resolution ** spatial_dims, for a resolution search; samples for a batch search), the variables
-do not. From an LMS-on trial of E1 elements, the floor reaches the budget of its LMS report
-(`budget_bytes`) at about
+do not. From an LMS-on trial of E1 elements, the floor reaches the device memory LMS was given
+(its closed loop's `device_limit_bytes`: the device less the reserve, not the budget the safety
+ratio leaves, since how close to the device LMS dares plan is part of its reach; reports without
+the loop: `budget_bytes`) at about
 
-    E* = E1 × (budget_bytes − variable_bytes) / (largest_op bytes + input_bytes)
+    E* = E1 × (device_limit_bytes − variable_bytes) / (largest_op bytes + input_bytes)
 
 elements. The trial is the one at the LMS-on limit, else the largest LMS-on trial with an LMS
 report (from the host's trial records, by spec hash). The bound is E* over the LMS-off limit's
@@ -66,6 +68,15 @@ def _usable(report) -> bool:
     )
 
 
+def device_limit(report: dict) -> int:
+    """The memory the plan's measured peak had to stay under: the closed loop's device limit, or
+    the budget for reports without the loop."""
+    calibration = report.get("calibration")
+    if isinstance(calibration, dict) and calibration.get("device_limit_bytes"):
+        return calibration["device_limit_bytes"]
+    return report["budget_bytes"]
+
+
 def _dims(search: dict) -> int:
     """The power that turns the searched value into elements: spatial dims, or 1 for a batch."""
     return record_params(search).info.spatial_dims if search["searched"] == "resolution" else 1
@@ -94,7 +105,7 @@ def swap_bound(on: dict, reports: dict) -> SwapBound | None:
         return None
     analysis = report["analysis"]
     growing = analysis["largest_op"]["bytes"] + analysis["input_bytes"]
-    room = report["budget_bytes"] - analysis["variable_bytes"]
+    room = device_limit(report) - analysis["variable_bytes"]
     if growing <= 0 or room <= 0:
         return None
     dims = _dims(on)
