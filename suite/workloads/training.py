@@ -124,33 +124,47 @@ def measure(
     that held."""
     result = Measurement()
     reset_peak(device)
-    index = 0
+    index, loop_steps = 0, 0
     while index < warmup_steps + steps:
         calibrating, plans = _calibrating(train_step), _plans(train_step)
         start = time.perf_counter()
         images, labels = next_batch()
         result.final_loss = float(train_step(images, labels))  # reading the loss synchronises
         elapsed = time.perf_counter() - start
+        # the loop starts measuring on the step's first call, and may still be measuring after
+        calibrating = calibrating or _calibrating(train_step)
         if plans and _plans(train_step) != plans:  # the loop re-planned after this step
             result.warmup_seconds.append(elapsed)
             result.step_seconds.clear()
             index = min(index, warmup_steps)
             reset_peak(device)
             continue
-        (result.warmup_seconds if index < warmup_steps else result.step_seconds).append(elapsed)
         stats = memory_stats(device)
         if stats is not None:
             result.peak_bytes = int(stats["peak"])
         over = budget_bytes is not None and result.peak_bytes and result.peak_bytes > budget_bytes
-        if over and not calibrating:
+        if over and (not calibrating or loop_steps >= MAX_LOOP_STEPS):
             result.over_budget = True
             break
+        if _calibrating(train_step) and index >= warmup_steps and loop_steps < MAX_LOOP_STEPS:
+            # the loop has not accepted its plan yet: its steps are warm-up, however few the
+            # trial asked for (a plan that held for one step is not a plan that holds)
+            result.warmup_seconds.append(elapsed)
+            loop_steps += 1
+            _reset_traffic(train_step)
+            continue
+        (result.warmup_seconds if index < warmup_steps else result.step_seconds).append(elapsed)
         index += 1
         if index == warmup_steps:
             _reset_traffic(train_step)
         if on_step:
             on_step(index - 1, elapsed)
     return result
+
+
+# Steps past the trial's warm-up that the closed loop may take to accept a plan: one unmeasured
+# and three measured steps per plan, for the first plan, three corrections and the floor plan.
+MAX_LOOP_STEPS = 24
 
 
 def _plans(train_step) -> int:
