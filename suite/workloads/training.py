@@ -138,6 +138,8 @@ def measure(
             result.step_seconds.clear()
             index = min(index, warmup_steps)
             reset_peak(device)
+            if index == warmup_steps:
+                _reset_traffic(train_step)
             continue
         stats = memory_stats(device)
         if stats is not None:
