@@ -24,7 +24,7 @@ def check_options(
     serialization_by_size=0.0,
     ordering=-1,
     reserve=None,
-    safety_ratio=0.8,
+    safety_ratio=0.9,
     mechanism="auto",
     batch_size=None,
     plot=None,

@@ -20,7 +20,7 @@ LMS_FIELDS = {
     "serialization": [],
     "serialization_by_size": 0.0,
     "device_memory": None,  # default: the trial's memory_budget, or the GPU's memory
-    "safety_ratio": 0.8,  # of the memory the plan may fill (lms.LMS's default)
+    "safety_ratio": 0.9,  # of the memory the plan may fill (lms.LMS's default)
 }
 # Accepted in an `lms` table but resolved (and hashed) only when given, so that the hashes of
 # LMS trials recorded before the field existed still match: lms's default applies. `link`

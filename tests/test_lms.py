@@ -493,8 +493,8 @@ def test_a_budget_nothing_can_meet_is_a_clear_error():
     with pytest.raises(lms.NothingFitsError) as raised:
         planner.wrap(case.step)(case.images, case.labels)
     message = str(raised.value)
-    assert message.startswith("no LMS parameters fit the budget of 3.20 MiB: the best simulated")
-    assert "largest operation" in message and "safety_ratio 0.8" in message
+    assert message.startswith("no LMS parameters fit the budget of 3.60 MiB: the best simulated")
+    assert "largest operation" in message and "safety_ratio 0.9" in message
     with pytest.raises(lms.NothingFitsError, match="budget of 100 B: .* KiB") as raised:
         lms.LMS(device_memory=100, safety_ratio=1.0, calibration_steps=0).wrap(case.step)(
             case.images, case.labels
@@ -507,7 +507,7 @@ def test_a_budget_nothing_can_meet_is_a_clear_error():
             step(case.images, case.labels)
     message = str(raised.value)
     assert message.startswith("no LMS plan kept the measured peak under the device memory of")
-    assert "planned for 3.20 MiB" in message and ", measured " in message
+    assert "planned for 3.60 MiB" in message and ", measured " in message
     assert "In simulation: no LMS parameters fit" in message and "largest operation" in message
 
 

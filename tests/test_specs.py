@@ -304,25 +304,26 @@ def test_hash_is_stable_and_changes_with_every_parameter():
 # in CHANGELOG.md (the LMS-off hashes have been kept since issue 2).
 PINNED_TRIALS = [
     # issue 13 changed these on purpose: smoke became the mission (budgets, LMS off and on),
-    # the seeds gained LMS as they ran it (the LMS-off hashes of resnet50 and unet3d stay)
+    # the seeds gained LMS as they ran it (the LMS-off hashes of resnet50 and unet3d stay);
+    # issue 26 changed the LMS-on ones: the default safety_ratio 0.8 -> 0.9 changes the plans
     ("smoke", "googlenet-throughput", 0, "ce37696ac1278413"),
-    ("smoke", "googlenet-throughput", 1, "2e94298d2c3a1bd8"),
+    ("smoke", "googlenet-throughput", 1, "c6e2b262a06e425d"),
     ("smoke", "deeplabv3plus-throughput", 0, "31b38165d0b31ce3"),
-    ("deeplab-v3plus", "sweep", 0, "467cacdd019f2e02"),
-    ("googlenet-enlarged", "lms-everything", 0, "488ee86105a6d712"),
-    ("googlenet-enlarged", "lms-auto", 0, "9c8cbd87f2555fa7"),
+    ("deeplab-v3plus", "sweep", 0, "889240b3fd901016"),
+    ("googlenet-enlarged", "lms-everything", 0, "22884247080a65c4"),
+    ("googlenet-enlarged", "lms-auto", 0, "39aff728c450045e"),
 ]
 PINNED_SWITCH = [  # (spec, resolution, LMS off, LMS on)
-    ("resnet50-sweep", 500, "762239821ac723b6", "bd921184db815bb2"),
-    ("unet3d-sweep", 96, "7f4937ac566b141f", "c41ca0705fd2cfa8"),
+    ("resnet50-sweep", 500, "762239821ac723b6", "6fb881ab05b47830"),
+    ("unet3d-sweep", 96, "7f4937ac566b141f", "33f700c0e9fae401"),
 ]
 PINNED_SEARCHES = [  # (spec, study, search off, search on, first candidate off, first on)
-    ("deeplab-v3plus", "max-batch", "a0342c5d7a8e1848", "bcdca37e35d83562", "5a442f7495c9df02",
-     "6aaaf1c3d9b27739"),
-    ("resnet50-sweep", "max-resolution", "81f641dde2e5ea6e", "35406f9a6584e67a",
-     "601d72f0f2825169", "6944fd3adc91b213"),
-    ("smoke", "googlenet-max-batch", "19f7898909e1ef3d", "f59394cd046ea885", "1121398ac7ddb1e1",
-     "feb7f3dc55c874c8"),
+    ("deeplab-v3plus", "max-batch", "a0342c5d7a8e1848", "e15f3b06d844b0fe", "5a442f7495c9df02",
+     "8cfba5ea5268701e"),
+    ("resnet50-sweep", "max-resolution", "81f641dde2e5ea6e", "de3b3f5065571a71",
+     "601d72f0f2825169", "463b4dcb0e0a295c"),
+    ("smoke", "googlenet-max-batch", "19f7898909e1ef3d", "cc92c4216894f648", "1121398ac7ddb1e1",
+     "c9ec13e52bc197d5"),
 ]  # fmt: skip
 
 
