@@ -265,7 +265,10 @@ def test_two_replicas_train_like_one_on_the_same_global_batch_with_lms_per_worke
     one process, same global batch of 4: the same losses step after step (GoogLeNet has no
     batch normalization, whose statistics would be per replica). With LMS, each worker plans and
     swaps for its own device and still trains the same."""
-    base = tiny_spec("[64]").trials[0].params.replace(steps=3, warmup_steps=0)
+    # warm-up long enough for LMS's closed loop to accept its plan (1 unmeasured + 3 measured
+    # steps): past the warm-up its steps would be added, and the losses compared after more
+    # updates than the plain runs made
+    base = tiny_spec("[64]").trials[0].params.replace(steps=3, warmup_steps=5)
     one = run_trial(base.replace(batch=4), 600, tmp_path / "one.log")
     # on a machine without GPUs, replicas are CPU workers of the emulated device (a budget each)
     two = run_trial(base.replace(batch=2, gpus=2, memory_budget_bytes=2**30), 600,

@@ -120,8 +120,9 @@ def run(params: "TrialParams") -> dict:
     speed_before = training.machine_speed(device)
     try:
         result = training.measure(
-            train_step, next_batch, params.warmup_steps, params.steps, device, budget, on_step
-        )
+            train_step, next_batch, params.warmup_steps, params.steps, device, budget, on_step,
+            wait_for_loop=params.replicas == 1,  # workers must all run as many steps
+        )  # fmt: skip
     except lms.NothingFitsError as error:  # LMS cannot make it fit: it would not train
         return {
             "outcome": "out_of_memory",

@@ -113,6 +113,7 @@ def measure(
     device: str,
     budget_bytes: int | None = None,
     on_step=None,
+    wait_for_loop: bool = True,
 ) -> Measurement:
     """Run warm-up then timed steps; stop early once the measured peak exceeds `budget_bytes`.
 
@@ -121,7 +122,9 @@ def measure(
     over the budget is the loop's to correct, not the trial's end; a step after which it
     re-planned does not count (its time and peak belong to the plan it replaced: the peak is
     reset and timed steps start again), so the trial's times and peak are those of the plan
-    that held."""
+    that held. Until the loop accepts a plan its steps are warm-up, past the trial's own.
+    `wait_for_loop=False` (data-parallel workers, which must all run as many steps while each
+    worker's loop may take a different number) runs exactly the trial's steps instead."""
     result = Measurement()
     reset_peak(device)
     index, loop_steps = 0, 0
@@ -133,7 +136,7 @@ def measure(
         elapsed = time.perf_counter() - start
         # the loop starts measuring on the step's first call, and may still be measuring after
         calibrating = calibrating or _calibrating(train_step)
-        if plans and _plans(train_step) != plans:  # the loop re-planned after this step
+        if wait_for_loop and plans and _plans(train_step) != plans:  # the loop re-planned
             result.warmup_seconds.append(elapsed)
             result.step_seconds.clear()
             index = min(index, warmup_steps)
@@ -148,7 +151,8 @@ def measure(
         if over and (not calibrating or loop_steps >= MAX_LOOP_STEPS):
             result.over_budget = True
             break
-        if _calibrating(train_step) and index >= warmup_steps and loop_steps < MAX_LOOP_STEPS:
+        waiting = wait_for_loop and loop_steps < MAX_LOOP_STEPS
+        if waiting and index >= warmup_steps and _calibrating(train_step):
             # the loop has not accepted its plan yet: its steps are warm-up, however few the
             # trial asked for (a plan that held for one step is not a plan that holds)
             result.warmup_seconds.append(elapsed)
