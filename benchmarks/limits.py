@@ -86,13 +86,11 @@ def stepping_trials(record: dict) -> int:
     return (last - start) // step + 1
 
 
-def limited_by(record: dict, results: Path) -> str:
-    from suite.records import load_records, results_file
-
+def limited_by(record: dict, trials: list[dict]) -> str:
     if record["smallest_failed"] is None:
         return "stop of the range"
     failed = next(t for t in record["trials"] if t["value"] == record["smallest_failed"])
-    for trial in load_records(results_file(results, record["host"])):
+    for trial in trials:
         if trial["spec_hash"] == failed["spec_hash"]:
             error = (trial["error"] or trial["outcome"]).splitlines()[0]
             if "largest operation" in error:
@@ -101,12 +99,10 @@ def limited_by(record: dict, results: Path) -> str:
     return failed["outcome"]
 
 
-def resident_share(record: dict, results: Path) -> str:
+def resident_share(record: dict, trials: list[dict]) -> str:
     """Variables (weights, optimizer state) over the budget, from the LMS-on trials' plans."""
-    from suite.records import load_records, results_file
-
     hashes = {t["spec_hash"] for t in record["trials"]}
-    for trial in load_records(results_file(results, record["host"])):
+    for trial in trials:
         metrics = trial.get("metrics") or {}
         plan = metrics.get("lms")
         if trial["spec_hash"] in hashes and plan:
@@ -143,7 +139,8 @@ def main() -> None:
         by_study = {}
         for record in summary.searches:
             by_study.setdefault(record["spec"]["study"], {})[record["mode"]] = record
-        reports = lms_reports(load_records(results_file(results, "limits")))
+        trials = load_records(results_file(results, "limits"))  # this host's, read once
+        reports = lms_reports(trials)
         for study, modes in by_study.items():
             off, on = modes["off"], modes["on"]
             for record in (off, on):
@@ -160,8 +157,8 @@ def main() -> None:
                     f"{stepping_trials(off)}/{stepping_trials(on)}",
                     rate_at_limit_text(off),
                     rate_at_limit_text(on),
-                    limited_by(on, results),
-                    resident_share(on, results),
+                    limited_by(on, trials),
+                    resident_share(on, trials),
                 ]
             )
     headers = ["workload", "search", "LMS off", "LMS on", "gain", "swap-only bound",

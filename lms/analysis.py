@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import tensorflow as tf
 
 from lms import _tf_private
-from lms.loops import IF_OPS, WHILE_OPS, body_graph, list_bytes
+from lms.loops import IF_OPS, WHILE_OPS, body_graph, called_function, list_bytes
 
 log = logging.getLogger("lms")
 GiB, MiB = 2**30, 2**20
@@ -279,7 +279,7 @@ def analyze(
             ops[-1].temp_bytes = _call_temp_bytes(graph, op, batch_size, host_device_marker is None)
         elif op.type in WHILE_OPS | IF_OPS:
             ops[-1].temp_bytes = _branch_temp_bytes(graph, op, batch_size)
-            for k, size in list_bytes(graph, op, batch_size).items():
+            for k, size in list_bytes(graph, op, lambda t: tensor_bytes(t, batch_size)).items():
                 tensors[outputs[k]].bytes = size  # a variant: never swapped (rank 0)
                 loops[i] = loops.get(i, 0) + size
     for i, op in enumerate(tf_ops):
@@ -420,14 +420,6 @@ def _fix_alias_buffers(ops: list, tensors: list) -> None:
                 tensors[t].bytes = 0  # the bytes belong to the root buffer
 
 
-def _called_function(graph, call_op):
-    """The function a call op runs (its `.graph` is the body), or None where unknown."""
-    try:
-        return graph._get_function(call_op.get_attr("f").name)
-    except (AttributeError, ValueError, KeyError, TypeError):
-        return None
-
-
 def _body_temp_bytes(body, batch_size) -> int:
     """What a function body holds while it runs besides its inputs and outputs."""
     from lms.simulator import simulate  # the simulator imports this module
@@ -465,7 +457,7 @@ def _call_temp_bytes(graph, call_op, batch_size, on_cpu: bool) -> int:
     for ConvNeXtTiny's 768-channel blocks, 26 % of the step's peak; the allocator shows it under
     no op name). GPUs run grouped convolutions natively (cuDNN): no expansion there.
     """
-    function = _called_function(graph, call_op)
+    function = called_function(graph, call_op)
     body = getattr(function, "graph", None)
     if body is None:
         return 0

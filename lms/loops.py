@@ -9,8 +9,6 @@ sized as trips x the pushed tensor's bytes. LMS cannot swap a list (its mechanis
 tensors) nor plan inside a loop's body: `lms.api` warns, naming the loop.
 """
 
-import math
-
 import tensorflow as tf
 
 WHILE_OPS = frozenset({"While", "StatelessWhile"})
@@ -21,13 +19,18 @@ LIST_WRITES = frozenset({"TensorListPushBack", "TensorListSetItem"})
 PASS_THROUGH = frozenset({"Identity", "IdentityN"})
 
 
-def body_graph(graph, op, attribute: str):
-    """The FuncGraph of function attribute `attribute` ("body", "then_branch", ...), or None."""
+def called_function(graph, op, attribute: str = "f"):
+    """The function an op's function attribute names ("f" of a call, "body" of a While,
+    "then_branch" of an If), or None where unknown."""
     try:
-        function = graph._get_function(op.get_attr(attribute).name)
+        return graph._get_function(op.get_attr(attribute).name)
     except (AttributeError, ValueError, KeyError, TypeError):
         return None
-    return getattr(function, "graph", None)
+
+
+def body_graph(graph, op, attribute: str):
+    """The FuncGraph of function attribute `attribute`, or None."""
+    return getattr(called_function(graph, op, attribute), "graph", None)
 
 
 def _static_int(tensor) -> int | None:
@@ -54,20 +57,10 @@ def trip_count(op) -> int | None:
     return max(lengths) if lengths else None
 
 
-def _element_bytes(tensor, batch_size: int | None) -> int | None:
-    dims = tensor.shape.as_list() if tensor.shape.rank is not None else None
-    if dims is None:
-        return None
-    if dims and dims[0] is None and batch_size:
-        dims[0] = batch_size
-    if any(d is None for d in dims):
-        return None
-    return math.prod(dims) * max(tensor.dtype.size, 1)
-
-
-def list_bytes(graph, op, batch_size: int | None = None) -> dict[int, int]:
+def list_bytes(graph, op, size_of) -> dict[int, int]:
     """Per output of a `While` (by position): the bytes of the tensor list its body writes one
-    element into per iteration. Lists of unknown element shape or trip count are left out."""
+    element into per iteration; `size_of(tensor)` gives an element's bytes (None: unknown).
+    Lists of unknown element shape or trip count are left out."""
     body = body_graph(graph, op, "body")
     trips = trip_count(op)
     if body is None or not trips:
@@ -78,7 +71,7 @@ def list_bytes(graph, op, batch_size: int | None = None) -> dict[int, int]:
     sizes: dict[int, int] = {}
     for inner in writes:
         k = position_of.get(_source(inner.inputs[0]).ref())
-        element = _element_bytes(inner.inputs[-1], batch_size)
+        element = size_of(inner.inputs[-1])
         if k is None or element is None or k >= len(op.outputs):
             continue
         value = _source(inner.inputs[-1])

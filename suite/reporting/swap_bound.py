@@ -93,8 +93,9 @@ def _trial_report(on: dict, reports: dict) -> tuple[dict, dict] | tuple[None, No
     ]
     others = sorted(on["trials"], key=lambda t: t.get("value") or 0, reverse=True)
     for trial in at_limit + others:
-        if report(trial) is not None and trial.get("value"):
-            return trial, report(trial)
+        found = report(trial)
+        if found is not None and trial.get("value"):
+            return trial, found
     return None, None
 
 

@@ -135,7 +135,8 @@ def measure(
         result.final_loss = float(train_step(images, labels))  # reading the loss synchronises
         elapsed = time.perf_counter() - start
         # the loop starts measuring on the step's first call, and may still be measuring after
-        calibrating = calibrating or _calibrating(train_step)
+        still_calibrating = _calibrating(train_step)
+        calibrating = calibrating or still_calibrating
         if wait_for_loop and plans and _plans(train_step) != plans:  # the loop re-planned
             result.warmup_seconds.append(elapsed)
             result.step_seconds.clear()
@@ -152,7 +153,7 @@ def measure(
             result.over_budget = True
             break
         waiting = wait_for_loop and loop_steps < MAX_LOOP_STEPS
-        if waiting and index >= warmup_steps and _calibrating(train_step):
+        if waiting and index >= warmup_steps and still_calibrating:
             # the loop has not accepted its plan yet: its steps are warm-up, however few the
             # trial asked for (a plan that held for one step is not a plan that holds)
             result.warmup_seconds.append(elapsed)
