@@ -116,6 +116,7 @@ def main() -> None:
     parser.add_argument("--workload", action="append", choices=sorted(CASES))
     parser.add_argument("--safety-ratio", type=float, default=0.8)
     parser.add_argument("--reach", action="store_true", help="budgets with weights <= 10 %%")
+    parser.add_argument("--budget", help="the memory budget for every workload (e.g. 1GiB)")
     args = parser.parse_args()
     cases = REACH_CASES if args.reach else CASES
     from tabulate import tabulate
@@ -132,6 +133,7 @@ def main() -> None:
         if workload not in cases:
             continue
         budget, searches = cases[workload]
+        budget = args.budget or budget
         timeout = 7200 if args.reach else 1800  # ResNet50 at 3200^2 steps for minutes here
         text = spec_text(workload, budget, searches, args.safety_ratio, timeout)
         spec = parse_spec(text, f"benchmarks/limits.py:{workload}")

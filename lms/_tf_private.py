@@ -3,6 +3,8 @@
 - `Operation._update_input(index, tensor)`: reroute one input of an op already in a graph.
 - `Operation._add_control_input(op)`: add a control dependency to an existing op.
 - `Operation._set_device(device)`: place an op already in a graph.
+- `Operation._control_outputs`, `_remove_all_control_inputs()`, `_add_control_inputs(ops)`:
+  move the control dependencies on one op to another.
 - `ConcreteFunction.from_func_graph(graph, function_type, attrs)`: a new callable from an edited
   FuncGraph, sharing the original's captured variables.
 - `_pywrap_util_port.IsMklEnabled()`: whether oneDNN's CPU kernels and graph passes are on.
@@ -19,6 +21,14 @@ def update_input(op, index: int, tensor) -> None:
 
 def add_control_input(op, control_op) -> None:
     op._add_control_input(control_op)
+
+
+def move_control_outputs(op, replacement) -> None:
+    """Every op that waits for `op` (a control input) waits for `replacement` instead."""
+    for waiter in list(op._control_outputs):
+        kept = [c for c in waiter.control_inputs if c is not op]
+        waiter._remove_all_control_inputs()
+        waiter._add_control_inputs(kept + [replacement])
 
 
 def set_device(op, device: str) -> None:

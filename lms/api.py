@@ -33,7 +33,7 @@ from lms.options import check_options
 from lms.parameters import Parameters
 from lms.planner import log_plan, plan
 from lms.rewriter import REWRITTEN_MARK, rewrite
-from lms.simulator import simulate
+from lms.simulator import largest_footprint, simulate
 from lms.steptime import SwapGraph
 from lms.swap import DeviceCopy, HostStore, Traffic
 from lms.tuner import Tuned, tune
@@ -727,7 +727,8 @@ def build_report(analysis, tuned, budget, timings, planned=None) -> dict:
         "simulations": tuned.simulations,
         # what holds memory at the (planned) peak and why it was not swapped
         "peak": explain_peak(analysis, tuned.simulation, plan),
-        "analysis": analysis.summary(),
+        # the op that sets the swap-only floor, with its kernel's temporary
+        "analysis": {**analysis.summary(), "floor_op": largest_footprint(analysis).as_dict()},
         "timings_s": timings,
         # the simulated memory over the step, max-pooled to at most TIMELINE_POINTS points (peaks
         # kept): enough for a report's plot, small enough for a record

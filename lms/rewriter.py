@@ -91,8 +91,48 @@ def rewrite(concrete, analysis: Analysis, plan: Plan, mechanism: SwapMechanism):
         chain = analysis.levels[level]
         for before, after in zip(chain, chain[1:], strict=False):
             _tf_private.add_control_input(tf_ops[after], tf_ops[before])
+    _split_sums(analysis, graph, tf_ops)
     setattr(graph, REWRITTEN_MARK, True)
     return _tf_private.concrete_function_from_graph(concrete, graph)
+
+
+def _split_sums(analysis: Analysis, graph, tf_ops) -> None:
+    """Each AddN of more than two floating-point inputs becomes a chain of two-input adds (the
+    same left-to-right sum), in the AddN's place in the order.
+
+    Grappler's memory optimizer rewrites an AddN of three or more inputs into a temporary
+    variable that each input is added to (`SchedulingPass`) when its static estimate of the
+    step's peak is over 80 % of the device's memory, which on the CPU is the RAM available
+    when the step is compiled: an LMS step, whose estimate counts every swapped tensor, is. The
+    rewritten sum holds its output and a zeros tensor of the output's size besides its inputs,
+    and constant folding keeps the zeros as a constant for as long as the step lives. ResNet50
+    1408² b1, everything swapped: measured 1.38x the simulated peak, 245 MiB held between steps;
+    a sum of two inputs is never rewritten."""
+    outputs = {analysis.tensors[t].name for t in analysis.outputs}
+    for index, info in enumerate(analysis.ops):
+        op = tf_ops[index]
+        if (
+            info.type != "AddN"
+            or not info.runs
+            or len(op.inputs) <= 2
+            or not op.outputs[0].dtype.is_floating
+            or op.outputs[0].name in outputs
+        ):
+            continue
+        scope = f"{op.name}/{SCOPE}_sum/"  # absolute: under the AddN's own name
+        with graph.as_default(), tf.control_dependencies(None), tf.name_scope(scope):
+            adds = [tf.raw_ops.AddV2(x=op.inputs[0], y=op.inputs[1])]
+            for term in list(op.inputs)[2:]:
+                adds.append(tf.raw_ops.AddV2(x=adds[-1], y=term))
+        for add in adds:
+            _tf_private.set_device(add.op, op.device)
+        for control in op.control_inputs:
+            _tf_private.add_control_input(adds[0].op, control)
+        for consumer in list(op.outputs[0].consumers()):
+            for position, tensor in enumerate(consumer.inputs):
+                if tensor is op.outputs[0]:
+                    _tf_private.update_input(consumer, position, adds[-1])
+        _tf_private.move_control_outputs(op, adds[-1].op)
 
 
 def _chained_ops(analysis: Analysis, order) -> list:

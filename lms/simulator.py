@@ -205,6 +205,53 @@ def _lifetimes(analysis: Analysis, plan: Plan | None = None) -> _Lifetimes:
     return result
 
 
+@dataclass(frozen=True)
+class Footprint:
+    """The op that sets the swap-only floor: what it alone holds on the device while it runs."""
+
+    name: str
+    bytes: int  # its inputs' and outputs' buffers and its kernel temporary
+    temporary_bytes: int  # of which the kernel's temporary (workspace, col buffer)
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "bytes": self.bytes, "temporary_bytes": self.temporary_bytes}
+
+
+def largest_footprint(analysis: Analysis) -> Footprint:
+    """The running op whose own device bytes are largest: the distinct buffers it reads and
+    writes (not the step's inputs, counted with the resident bytes; an output that a forwarding
+    kernel writes into an input of its size counted once), plus its kernel's temporary under
+    `analysis.kernels`. No swap plan brings the step's device peak below this plus the resident
+    variables and inputs: the floor that sets how far swapping alone can reach. Unlike
+    `analysis.largest_op` (TFLMSv2's "largest operation", inputs + outputs) it counts the
+    workspaces, which decide the floor of a 3D convolution's gradient."""
+    key = ("footprint", analysis.kernels)
+    if key in analysis.cache:
+        return analysis.cache[key]
+    tensors, ops = analysis.tensors, analysis.ops
+    held = temporaries(analysis, analysis.kernels)
+    best = Footprint("", 0, 0)
+    for index, op in enumerate(ops):
+        if not op.runs or not op.outputs:
+            continue
+        buffers = {
+            tensors[t].buffer
+            for t in op.inputs + op.outputs
+            if ops[tensors[tensors[t].buffer].producer].type != "Placeholder"
+        }
+        own = sum(tensors[b].bytes for b in buffers)
+        if op.type in FORWARDING_OPS and len(op.outputs) == 1:
+            out = op.outputs[0]
+            sizes = {tensors[tensors[t].buffer].bytes for t in op.inputs if t != out}
+            if tensors[out].bytes in sizes:  # written into an input's buffer
+                own -= tensors[out].bytes
+        temporary = max(op.temp_bytes, held.bytes[index])
+        if own + temporary > best.bytes:
+            best = Footprint(op.name, own + temporary, temporary)
+    analysis.cache[key] = best
+    return best
+
+
 def _forwarding_candidates(analysis, step_of, index, sizes, output_roots) -> tuple:
     """Per forwarding op and input of its output's size (in the kernel's order of preference):
     its step, its output's buffer and the input's buffer (positions in the lifetime arrays)."""

@@ -365,6 +365,12 @@ def test_the_limits_table_shows_the_swap_only_bound_and_its_op(tmp_path):
     # has one (304px, out of memory) says 304² × 3 pixels, ≈ 527px; nothing trained with LMS
     search("gamma", "max-resolution", None, 256, [(256, "ok", None), (304, oom, relu)])
     search("gamma", "max-batch", 4, None, [(8, oom, pool)])
+    # a report with the op's footprint (its buffers and its kernel's temporary) is bounded by
+    # that, not by TFLMSv2's largest operation: 256² × 240 / (114 + 6) = 2 × 256² pixels
+    with_floor = lms_report(60 * MIB, 6 * MIB, RELU_GRAD, 74 * MIB)
+    floor = {"name": POOL_GRAD, "bytes": 114 * MIB, "temporary_bytes": 20 * MIB}
+    with_floor["analysis"]["floor_op"] = floor
+    search("delta", "max-resolution", 160, 256, [(256, "ok", with_floor)])
     text = render_report(tmp_path, tmp_path / "out").read_text()
     limits = text[text.index("## Limits") :]
     header = next(line for line in limits.splitlines() if line.startswith("| workload"))
@@ -382,3 +388,5 @@ def test_the_limits_table_shows_the_swap_only_bound_and_its_op(tmp_path):
     assert cells[("beta", "max batch")] == ["—", "—"]
     assert cells[("gamma", "max resolution")] == ["only with LMS", "≈ 527, set by conv1_1/ReluGrad"]
     assert cells[("gamma", "max batch")] == ["—", "—"]
+    bounded_by_pool = "≈ 5.12× (362), set by pool1_1/MaxPool2d/MaxPoolGrad"
+    assert cells[("delta", "max resolution")] == ["2.56× pixels", bounded_by_pool]

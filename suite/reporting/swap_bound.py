@@ -2,29 +2,32 @@
 the operation that sets it.
 
 Swapping moves tensors to host memory between their uses, but an op runs with all its inputs and
-outputs on the device, beside the variables (weights, optimizer slots) and the step's inputs. No
-swap plan brings a step's device peak below
+outputs on the device, and its kernel's temporary (a convolution's workspace, Eigen's col
+buffer), beside the variables (weights, optimizer slots) and the step's inputs. No swap plan
+brings a step's device peak below
 
-    floor = largest op (its inputs + outputs) + variables + the step's inputs
+    floor = the op's footprint + variables + the step's inputs
 
-as the LMS report's analysis counts them (`analysis.largest_op`, `variable_bytes`, `input_bytes`).
-The largest op and the inputs grow with the searched dimension's elements (pixels or voxels,
-resolution ** spatial_dims, for a resolution search; samples for a batch search), the variables
-do not. From an LMS-on trial of E1 elements, the floor reaches the device memory LMS was given
-(its closed loop's `device_limit_bytes`: the device less the reserve, not the budget the safety
-ratio leaves, since how close to the device LMS dares plan is part of its reach; reports without
-the loop: `budget_bytes`) at about
+for the op whose footprint is largest, as the LMS report's analysis counts it
+(`analysis.floor_op`: the distinct buffers it reads and writes, an output written into an input
+of its size counted once, plus its temporary; records from before it was recorded:
+`analysis.largest_op`, inputs + outputs). The footprint and the inputs grow with the searched
+dimension's elements (pixels or voxels, resolution ** spatial_dims, for a resolution search;
+samples for a batch search), the variables do not. From an LMS-on trial of E1 elements, the
+floor reaches the device memory LMS was given (its closed loop's `device_limit_bytes`: the
+device less the reserve, not the budget the safety ratio leaves, since how close to the device
+LMS dares plan is part of its reach; reports without the loop: `budget_bytes`) at about
 
-    E* = E1 × (device_limit_bytes − variable_bytes) / (largest_op bytes + input_bytes)
+    E* = E1 × (device_limit_bytes − variable_bytes) / (footprint bytes + input_bytes)
 
 elements. The trial is the one at the LMS-on limit, else the largest LMS-on trial with an LMS
 report (from the host's trial records, by spec hash). The bound is E* over the LMS-off limit's
 elements, the unit of the gain, and E* in the searched unit (resolution: E* ** (1/spatial_dims)).
 
-An estimate, linear from one size: at E* another op may be the largest, the largest op at the
-trial may not grow at all (an optimizer's update, at small sizes: the bound is then too low),
-kernel workspaces (a convolution's) are not counted, and labels are scaled with the pixels
-whether they grow with them or not.
+An estimate, linear from one size: at E* another op may set the floor, an Eigen col buffer does
+not grow with the pixels (its shards do), and labels are scaled with the pixels whether they grow
+with them or not. It counts bytes asked, not the allocator's chunks: what the allocator pads and
+fragments is part of the distance between a measured limit and this bound.
 """
 
 from dataclasses import dataclass
@@ -56,7 +59,7 @@ def _usable(report) -> bool:
     if not isinstance(report, dict) or not isinstance(report.get("analysis"), dict):
         return False
     analysis = report["analysis"]
-    largest = analysis.get("largest_op")
+    largest = floor_op(analysis)
     numbers = (
         report.get("budget_bytes"),
         analysis.get("variable_bytes"),
@@ -66,6 +69,12 @@ def _usable(report) -> bool:
     return all(isinstance(n, int | float) and not isinstance(n, bool) for n in numbers) and bool(
         largest.get("name")
     )
+
+
+def floor_op(analysis: dict):
+    """The op that sets the floor: its footprint with the kernel's temporary where the report
+    has it (lms's `floor_op`), else TFLMSv2's largest operation (inputs + outputs)."""
+    return analysis.get("floor_op") or analysis.get("largest_op")
 
 
 def device_limit(report: dict) -> int:
@@ -105,13 +114,14 @@ def swap_bound(on: dict, reports: dict) -> SwapBound | None:
     if trial is None:
         return None
     analysis = report["analysis"]
-    growing = analysis["largest_op"]["bytes"] + analysis["input_bytes"]
+    largest = floor_op(analysis)
+    growing = largest["bytes"] + analysis["input_bytes"]
     room = device_limit(report) - analysis["variable_bytes"]
     if growing <= 0 or room <= 0:
         return None
     dims = _dims(on)
     elements = trial["value"] ** dims * room / growing
-    return SwapBound(elements, elements ** (1 / dims), analysis["largest_op"]["name"])
+    return SwapBound(elements, elements ** (1 / dims), largest["name"])
 
 
 def short_op_name(name: str) -> str:
