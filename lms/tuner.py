@@ -19,7 +19,7 @@ from lms.budget import format_size
 from lms.errors import NothingFitsError
 from lms.parameters import AUTO, Parameters
 from lms.planner import Plan, plan
-from lms.simulator import Simulation, simulate
+from lms.simulator import Simulation, largest_footprint, simulate
 
 log = logging.getLogger("lms")
 # ordering=-1 tries these in turn: the enforced depth-first order first (lms/ordering.py), then
@@ -154,12 +154,18 @@ def _search(analysis: Analysis, budget_bytes: int, parameters: Parameters) -> Tu
     if chosen is None:
         best = min(cache.values(), default=baseline.peak_bytes)
         lowest = min(cache, key=cache.get) if cache else None
+        floor = largest_footprint(analysis)  # its own buffers and its kernel's temporary
+        temporary = (
+            f" (its kernel's temporary {format_size(floor.temporary_bytes)})"
+            if floor.temporary_bytes
+            else ""
+        )
         error = NothingFitsError(
             f"no LMS parameters fit the budget of {format_size(budget_bytes)}: the best simulated "
             f"peak is {format_size(best)} (without LMS {format_size(baseline.peak_bytes)}); the "
-            f"largest operation, {analysis.largest_op[0]}, needs "
-            f"{format_size(analysis.largest_op[1])} and resident variables and inputs "
-            f"{format_size(analysis.resident_bytes)}"
+            f"largest operation, {floor.name}, needs {format_size(floor.bytes)}{temporary} "
+            f"and resident variables and inputs {format_size(analysis.resident_bytes)}: no "
+            f"swapping gets under {format_size(floor.bytes + analysis.resident_bytes)}"
         )
         if lowest is not None:  # what came closest, for reports that show the shortfall
             closest = plan(analysis, lowest)

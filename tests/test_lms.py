@@ -495,6 +495,7 @@ def test_a_budget_nothing_can_meet_is_a_clear_error():
     message = str(raised.value)
     assert message.startswith("no LMS parameters fit the budget of 3.60 MiB: the best simulated")
     assert "largest operation" in message and "safety_ratio 0.9" in message
+    assert "no swapping gets under" in message  # the floor: its op, temporary and resident
     with pytest.raises(lms.NothingFitsError, match="budget of 100 B: .* KiB") as raised:
         lms.LMS(device_memory=100, safety_ratio=1.0, calibration_steps=0).wrap(case.step)(
             case.images, case.labels
