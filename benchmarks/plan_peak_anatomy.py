@@ -15,10 +15,12 @@ simulator's padded and unpadded peaks. Two variants run interleaved:
     python benchmarks/plan_peak_anatomy.py [--workload resnet50] [--resolution 1408]
         [--batch 1] [--plan 1,1,0,1] [--steps 3] [--runs 2]
 
-Seen here (AMD EPYC, oneDNN, TF 2.21): ResNet50 1408² b1 everything swapped, `addn` 1018 MiB
-measured with 245 MiB held between steps, `split` 720-750 MiB with nothing held (simulated 739);
-GoogLeNet 1280² b2: 591 MiB asked at the floor, 692-724 MiB measured, the replay through the
-allocator model 698-724 MiB (its chunks, not the plan, are the gap to the floor).
+Seen here (AMD EPYC, oneDNN, TF 2.21; two processes each, the same numbers in both): ResNet50
+1408² b1 everything swapped, `split` 750 / 720 / 749 MiB per step, 619 MiB asked at the peak in
+749 MiB of chunks, allocator held 236 MiB between steps, simulated 739 (619 asked + 120
+padding); `addn` 1020 / 1111 / 1019 MiB, 861 MiB asked, 470 MiB held between steps. GoogLeNet
+1280² b2: 591 MiB asked at the floor, 692-724 MiB measured, the allocator model on the real
+requests 698-724 (its chunks, not the plan, are the gap to the floor).
 """
 
 import argparse
