@@ -99,3 +99,42 @@ def test_the_allocators_padding_is_simulated_and_explained():
             )
         )
         assert total == parts["peak_bytes"] == padded.peak_bytes
+
+
+def test_the_emulated_devices_allocator_grows_past_the_budget(monkeypatch):
+    """The CPU allocator the emulated device measures grows its regions up to its own limit
+    (TF_CPU_BFC_MEM_LIMIT_IN_MB, 64 GiB by default), not to the device memory LMS plans for."""
+    from lms.api import cpu_allocator_limit
+
+    monkeypatch.delenv("TF_CPU_BFC_MEM_LIMIT_IN_MB", raising=False)
+    assert cpu_allocator_limit() == 64 * 2**30
+    monkeypatch.setenv("TF_CPU_BFC_MEM_LIMIT_IN_MB", "1024")
+    assert cpu_allocator_limit() == 2**30
+    planner = lms.LMS(device_memory="100MiB", mechanism="host-store")
+    model = planner._allocator()()
+    model.allocate(90 * MiB)  # a region of 128 MiB, past the device's 100 MiB
+    assert model.regions == 128 * MiB
+
+
+def test_the_plan_that_swaps_the_most_is_taken_when_only_its_chunks_fit(monkeypatch):
+    """The searches rank plans by bytes asked; with the allocator's chunks the plan that swaps
+    the most can fit where the searched ones do not. At a budget of exactly its padded peak,
+    tuning returns a plan whose padded peak fits; without that fallback it keeps one over."""
+    import functools
+
+    from test_lms import workload_case
+
+    from lms import tuner
+
+    case = workload_case("googlenet", 96, 2)
+    analysis = lms.analyze(case.step.get_concrete_function(case.images, case.labels).graph)
+    allocator = functools.partial(BestFitAllocator, None, True)
+    floor = lms.plan(analysis, tuner.floor_parameters(lms.Parameters()))
+    budget = lms.simulate(analysis, floor, allocator).peak_bytes
+    tuned = tuner.tune(analysis, budget, lms.Parameters(), allocator)
+    assert tuned.simulation.peak_bytes <= budget
+    monkeypatch.setattr(tuner, "_floor_that_fits", lambda *args: None)
+    without = tuner.tune(analysis, budget, lms.Parameters(), allocator)
+    if without.simulation.peak_bytes <= budget:
+        pytest.skip("a searched plan fits with its chunks here: the fallback is not needed")
+    assert tuned.parameters == tuner.floor_parameters(lms.Parameters())
