@@ -14,6 +14,7 @@ retry after freeing regions, and stream-ordered reuse (not used by TensorFlow's 
 """
 
 import bisect
+import os
 
 MIN_ALLOCATION = 256
 BINS = 21
@@ -28,6 +29,16 @@ def rounded(size: int) -> int:
 
 def bin_of(size: int) -> int:
     return min(max((size >> 8).bit_length() - 1, 0), BINS - 1)
+
+
+def cpu_allocator_limit() -> int:
+    """The bytes TensorFlow's CPU BFC allocator may hold (TF_CPU_BFC_MEM_LIMIT_IN_MB, 64 GiB
+    by default): where its regions stop doubling."""
+    try:
+        mib = int(os.environ.get("TF_CPU_BFC_MEM_LIMIT_IN_MB", 1 << 16))
+    except ValueError:
+        mib = 1 << 16
+    return mib << 20
 
 
 class BestFitAllocator:

@@ -16,7 +16,7 @@ import keras
 import tensorflow as tf
 
 from lms import _tf_private
-from lms.allocator import BestFitAllocator
+from lms.allocator import BestFitAllocator, cpu_allocator_limit
 from lms.analysis import analyze, cpu_paired_reads
 from lms.budget import budget_bytes, format_size, gpu_memory_bytes
 from lms.calibration import (
@@ -52,16 +52,6 @@ EIGEN_KERNELS_WARNING = (
     "~35 % (3D U-Net 16^3); leave margin with safety_ratio, let LMS enforce its order "
     "(ordering=1), or enable oneDNN"
 )
-
-
-def cpu_allocator_limit() -> int:
-    """The bytes TensorFlow's CPU BFC allocator may hold (TF_CPU_BFC_MEM_LIMIT_IN_MB, 64 GiB
-    by default): where its regions stop doubling."""
-    try:
-        mib = int(os.environ.get("TF_CPU_BFC_MEM_LIMIT_IN_MB", 1 << 16))
-    except ValueError:
-        mib = 1 << 16
-    return mib << 20
 
 
 def _has_gpu() -> bool:

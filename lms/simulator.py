@@ -167,10 +167,9 @@ def _lifetimes(analysis: Analysis, plan: Plan | None = None) -> _Lifetimes:
     if ordered:  # chained: the next op starts when this one has finished
         overlap = np.zeros_like(overlap)
     transient = np.zeros(steps + 1, dtype=np.int64)
-    held = temporaries(analysis, analysis.kernels)
+    held, per_op = _kernel_temporaries(analysis)
     side_by_side = np.zeros(steps + 1, dtype=np.int64)
-    for index, op in enumerate(ops):
-        size = max(op.temp_bytes, held.bytes[index])
+    for index, size in enumerate(per_op):
         if size:
             transient[step_of[index]] = max(transient[step_of[index]], size)
         if held.side_by_side[index] and held.bytes[index]:
@@ -205,6 +204,17 @@ def _lifetimes(analysis: Analysis, plan: Plan | None = None) -> _Lifetimes:
     return result
 
 
+def _kernel_temporaries(analysis: Analysis) -> tuple:
+    """The kernel set's temporaries (`lms.kernels.temporaries`) and, per op, the bytes it holds
+    while it runs (that or a called body's own peak): computed once per analysis and kernels."""
+    key = ("temporaries", analysis.kernels)
+    if key not in analysis.cache:
+        held = temporaries(analysis, analysis.kernels)
+        per_op = [max(op.temp_bytes, held.bytes[i]) for i, op in enumerate(analysis.ops)]
+        analysis.cache[key] = (held, per_op)
+    return analysis.cache[key]
+
+
 @dataclass(frozen=True)
 class Footprint:
     """The op that sets the swap-only floor: what it alone holds on the device while it runs."""
@@ -229,7 +239,7 @@ def largest_footprint(analysis: Analysis) -> Footprint:
     if key in analysis.cache:
         return analysis.cache[key]
     tensors, ops = analysis.tensors, analysis.ops
-    held = temporaries(analysis, analysis.kernels)
+    _, held = _kernel_temporaries(analysis)
     best = Footprint("", 0, 0)
     for index, op in enumerate(ops):
         if not op.runs or not op.outputs:
@@ -245,7 +255,7 @@ def largest_footprint(analysis: Analysis) -> Footprint:
             sizes = {tensors[tensors[t].buffer].bytes for t in op.inputs if t != out}
             if tensors[out].bytes in sizes:  # written into an input's buffer
                 own -= tensors[out].bytes
-        temporary = max(op.temp_bytes, held.bytes[index])
+        temporary = held[index]
         if own + temporary > best.bytes:
             best = Footprint(op.name, own + temporary, temporary)
     analysis.cache[key] = best

@@ -104,7 +104,7 @@ def test_the_allocators_padding_is_simulated_and_explained():
 def test_the_emulated_devices_allocator_grows_past_the_budget(monkeypatch):
     """The CPU allocator the emulated device measures grows its regions up to its own limit
     (TF_CPU_BFC_MEM_LIMIT_IN_MB, 64 GiB by default), not to the device memory LMS plans for."""
-    from lms.api import cpu_allocator_limit
+    from lms.allocator import cpu_allocator_limit
 
     monkeypatch.delenv("TF_CPU_BFC_MEM_LIMIT_IN_MB", raising=False)
     assert cpu_allocator_limit() == 64 * 2**30
