@@ -12,15 +12,23 @@ simulator's padded and unpadded peaks. Two variants run interleaved:
   temporary variable and a zeros constant when RAM is short (whether it does depends on the RAM
   available when the step compiles: compare the two on the same machine, in the same minute).
 
+The last step's real requests are also replayed through the allocator model as a GPU of
+`--device-memory` would place them (one region), and there with BFC's split rule scaled to the
+device as on a 16 GiB GPU (128 MiB per 16 GiB): what the absolute 128 MiB costs at this scale.
+
     python benchmarks/plan_peak_anatomy.py [--workload resnet50] [--resolution 1408]
-        [--batch 1] [--plan 1,1,0,1] [--steps 3] [--runs 2]
+        [--batch 1] [--plan 1,1,0,1] [--steps 3] [--runs 2] [--variants split,addn]
+        [--device-memory 1GiB]
 
 Seen here (AMD EPYC, oneDNN, TF 2.21; two processes each, the same numbers in both): ResNet50
 1408² b1 everything swapped, `split` 750 / 720 / 749 MiB per step, 619 MiB asked at the peak in
 749 MiB of chunks, allocator held 236 MiB between steps, simulated 739 (619 asked + 120
 padding); `addn` 1020 / 1111 / 1019 MiB, 861 MiB asked, 470 MiB held between steps. GoogLeNet
 1280² b2: 591 MiB asked at the floor, 692-724 MiB measured, the allocator model on the real
-requests 698-724 (its chunks, not the plan, are the gap to the floor).
+requests 698-724 (its chunks, not the plan, are the gap to the floor). ResNet50 1776² b1, two
+processes: 1005 / 1036 MiB, 870 asked at the peak (one 192.5 MiB request in a 319.5 MiB chunk);
+replayed on a 1 GiB GPU 1026, with a 16 GiB GPU's split rule 892. GoogLeNet 1248² b2 (640 MiB):
+693 / 619 and 641 / 635, 514-571 asked; on a 640 MiB GPU 664, with the scaled rule 587.
 """
 
 import argparse
@@ -93,6 +101,36 @@ def _replay(events, window=None) -> float:
     return model.peak / MiB
 
 
+def _replay_as(events, window, allocator) -> float:
+    """The peak within `window` (MiB) of the process's requests replayed from its start through
+    `allocator` (a fresh `lms.allocator.BestFitAllocator`)."""
+    handles, peak = {}, 0
+    for time, allocation, values in events:
+        if allocation:
+            handles[values["addr"]] = allocator.allocate(values["requested_bytes"])[0]
+        elif values.get("addr") in handles:
+            allocator.free(handles.pop(values["addr"]))
+        if window[0] <= time <= window[1]:
+            peak = max(peak, allocator.in_use)
+    return peak / MiB
+
+
+def _allocators(device_bytes: int) -> dict:
+    """The allocators the real requests are replayed through: the emulated device's (the CPU's
+    BFC: regions doubling from 2 MiB), a GPU of `device_bytes` (one region, TensorFlow's default),
+    and that GPU with BFC's split rule scaled to its size as on a 16 GiB GPU (a chunk is split
+    when 128 MiB per 16 GiB of device memory would be left over): what the emulated device's
+    absolute 128 MiB costs at this scale."""
+    from lms.allocator import MAX_INTERNAL_FRAGMENTATION, BestFitAllocator, cpu_allocator_limit
+
+    scaled = MAX_INTERNAL_FRAGMENTATION * device_bytes // (16 << 30)
+    return {
+        "cpu": lambda: BestFitAllocator(cpu_allocator_limit(), True),
+        "gpu": lambda: BestFitAllocator(device_bytes, False),
+        "gpu_scaled_rule": lambda: BestFitAllocator(device_bytes, False, scaled),
+    }
+
+
 def _asked_at_peak(events, window) -> tuple[float, float]:
     """Bytes asked and chunk bytes of the buffers alive at the window's chunk peak, in MiB."""
     live, in_use, best, at_best = {}, 0, -1, {}
@@ -108,11 +146,12 @@ def _asked_at_peak(events, window) -> tuple[float, float]:
     return asked / MiB, best / MiB
 
 
-def child(workload, resolution, batch, plan, steps, variant) -> dict:
+def child(workload, resolution, batch, plan, steps, variant, device_memory) -> dict:
     import tensorflow as tf
 
     import lms
     from lms import rewriter
+    from lms.budget import parse_size
     from suite.workloads import WORKLOADS, build_workload, data, training
 
     if variant == "addn":
@@ -151,6 +190,10 @@ def child(workload, resolution, batch, plan, steps, variant) -> dict:
         "chunks_at_last_peak": chunks,
         "replayed_from_start": _replay(events),
         "replayed_last_step_fresh": _replay(events, last),
+        "replayed_last_step_as": {
+            name: _replay_as(events, last, make())
+            for name, make in _allocators(parse_size(device_memory)).items()
+        },
         "simulated_padded": simulated,
         "simulated_asked": unpadded,
         "floor": (analysis["floor_op"]["bytes"] + resident) / MiB,
@@ -164,21 +207,35 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--plan", default="1,1,0,1", help="threshold,ahead,groupby,ordering")
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument(
+        "--device-memory", default="1GiB", help="the GPU the requests are also replayed on"
+    )
     parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--variants", default="split,addn", help="split, addn or both")
     parser.add_argument("--child", choices=("split", "addn"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     plan = [int(v) for v in args.plan.split(",")]
     if args.child:
-        result = child(args.workload, args.resolution, args.batch, plan, args.steps, args.child)
+        result = child(
+            args.workload,
+            args.resolution,
+            args.batch,
+            plan,
+            args.steps,
+            args.child,
+            args.device_memory,
+        )
         print(json.dumps(result))
         return
     from lms_emulated import run_json_child
 
-    results = {"split": [], "addn": []}
+    results = {variant: [] for variant in args.variants.split(",")}
     for run in range(args.runs):
         for variant in results:
             print(f"run {run + 1}/{args.runs}: {variant}", file=sys.stderr, flush=True)
-            arguments = [f"--{k}={v}" for k, v in vars(args).items() if k != "child"]
+            arguments = [
+                f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items() if k != "child"
+            ]
             found = run_json_child(__file__, [*arguments, f"--child={variant}"], variant)
             if found:
                 results[variant].append(found)
@@ -195,6 +252,13 @@ def main() -> None:
                 f"{found['replayed_last_step_fresh']:.0f}); simulated "
                 f"{found['simulated_padded']:.0f} ({found['simulated_asked']:.0f} asked); "
                 f"floor {found['floor']:.0f}"
+            )
+            replays = found["replayed_last_step_as"]
+            print(
+                f"  {variant}: the last step's requests replayed (peak): on the CPU's allocator "
+                f"{replays['cpu']:.0f}, on a {args.device_memory} GPU (one region) "
+                f"{replays['gpu']:.0f}, there with the split rule of a 16 GiB GPU "
+                f"{replays['gpu_scaled_rule']:.0f}"
             )
         if runs:
             medians = statistics.median(max(f["peaks"]) for f in runs)

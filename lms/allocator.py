@@ -45,8 +45,17 @@ class BestFitAllocator:
     """The placement of TensorFlow's BFC allocator (`tsl/framework/bfc_allocator.cc`) over
     addresses that are only numbers: `allocate` returns a handle and the chunk's size."""
 
-    def __init__(self, limit: int | None = None, growth: bool = True):
+    def __init__(
+        self,
+        limit: int | None = None,
+        growth: bool = True,
+        max_fragmentation: int = MAX_INTERNAL_FRAGMENTATION,
+    ):
+        """`max_fragmentation`: a chunk this much larger than the request is split even when it
+        is less than twice the request (BFC's `fragmentation_fraction` x memory limit where set,
+        a GPU's `internal_fragmentation_fraction`; else 128 MiB)."""
         self.limit = limit or UNLIMITED
+        self.max_fragmentation = max_fragmentation
         self.region_bytes = rounded(min(self.limit, FIRST_REGION)) if growth else self.limit
         self.regions = 0  # bytes of all regions
         self.end = 0  # next free address: regions are placed apart, so never adjacent
@@ -69,7 +78,7 @@ class BestFitAllocator:
             found = self._find(need)
         address = found
         chunk = self.size[address]
-        if chunk >= 2 * need or chunk - need >= MAX_INTERNAL_FRAGMENTATION:
+        if chunk >= 2 * need or chunk - need >= self.max_fragmentation:
             self._split(address, need)
             chunk = need
         self.used.add(address)

@@ -55,6 +55,11 @@ def test_regions_grow_by_doubling_and_a_whole_device_region_serves_everything():
     fixed.allocate(300 * MiB)
     fixed.free(first)
     assert fixed.allocate(170 * MiB)[1] == 170 * MiB
+    # with a smaller split threshold (BFC's fragmentation_fraction), 127 MiB to spare is split
+    scaled = BestFitAllocator(max_fragmentation=8 * MiB)
+    _, chunk = scaled.allocate(MAX_INTERNAL_FRAGMENTATION + MiB)
+    assert chunk == MAX_INTERNAL_FRAGMENTATION + MiB
+    assert scaled.allocate(100 * MiB)[1] == 100 * MiB  # from the 127 MiB left, 27 spare
 
 
 def test_replaying_the_real_allocators_requests_gives_its_peak():
