@@ -7,6 +7,7 @@ from pathlib import Path
 from invoke import Collection, Exit, task
 
 from suite.errors import SuiteError
+from suite.running.interrupts import RunInterrupted, exit_code
 
 ROOT = Path(__file__).resolve().parent
 
@@ -17,6 +18,8 @@ def _user_errors(function):
     def wrapper(*args, **kwargs):
         try:
             return function(*args, **kwargs)
+        except RunInterrupted as error:  # stopped by a signal: 130 / 143, as a shell says
+            raise Exit(f"stopped: {error}", code=exit_code(error)) from None
         except SuiteError as error:
             raise Exit(f"error: {error}", code=2) from None
 
