@@ -83,7 +83,7 @@ class LMSFunction:
         self._floor_measured = set()  # signatures whose plan that swaps the most was measured
         self._warned_leftovers = False
         self._traffic, self._steps = Traffic(), 0
-        self._copy_seconds = None  # GPU: seconds of device copies per step, from a profile
+        self._copies = None  # GPU: a profiled step's copy events (lms.copy_events.copy_totals)
 
     @staticmethod
     def _key(args):
@@ -265,15 +265,13 @@ class LMSFunction:
         """Run one step under TensorFlow's profiler: (lms.StepProfile of its ops, lms.SwapGraph
         of its swaps), what `lms.project` replays on another link. Run a step first: the first
         call traces, plans and rewrites."""
+        from lms.copy_events import profile_copies
         from lms.profile import profile_step, swap_graph
 
         callable_, _ = self.prepare(*args)
         profile = profile_step(self, *args)
-        if profile.copies:  # GPU only: the copy engines' events time the swaps
-            self._copy_seconds = {
-                direction: sum(e.duration for e in profile.copies if key in e.type.lower())
-                for direction, key in (("out", "dtoh"), ("in", "htod"))
-            }
+        if profile.copies:  # GPU only: one more step, for its copies' own bytes and durations
+            self._copies = profile_copies(self, *args)
         graph = getattr(callable_, "graph", None)
         swaps = swap_graph(graph, self.lms.batch_size) if graph is not None else SwapGraph({})
         return profile, swaps
@@ -287,17 +285,27 @@ class LMSFunction:
     def traffic(self) -> dict | None:
         """The swap traffic per step since the last `reset_traffic` (None before any step).
 
-        On the emulated device it is measured in the host store: swaps, bytes, and the seconds
-        spent in swap ops (the host copy, and the wait for an emulated link); bandwidth is bytes
-        over those seconds. With device copies (a GPU) the counts and bytes are the plan's, as
-        every swap op runs once per step, and the seconds are those of the device's copy events
-        in the last `profile()` step (GPU only); None before one."""
+        Swaps and bytes each way: on the emulated device counted in the host store; with device
+        copies (a GPU) the plan's, as every swap op runs once per step. Seconds and bandwidth only
+        where a copy's own duration was measured, as `copy` says:
+        - "emulated link": the link's transfers, each from when its engine began it to its end;
+        - "none": the emulated device without a link, where nothing crosses one;
+        - "GPU copy events": the copy engines' events of the last `profile()` step, all of its
+          host<->device copies (lms/copy_events.py);
+        - "not profiled": a GPU step before any `profile()`.
+        `version` 2: older records' seconds timed the swap ops' bookkeeping, not a copy."""
         if not self._steps:
             return None
-        steps = self._steps
+        steps, link = self._steps, self.lms.link
+        timed = {}  # direction -> (bytes, seconds) per step, of copies whose duration was measured
         if self.lms._mechanism_kind() == "host-store":
             t, source = self._traffic, "host-store"
-            out_seconds, in_seconds = t.out_seconds / steps, t.in_seconds / steps
+            copy = "emulated link" if link is not None else "none"
+            if link is not None:
+                timed = {
+                    "out": (t.out_bytes / steps, t.out_transfer_seconds / steps),
+                    "in": (t.in_bytes / steps, t.in_transfer_seconds / steps),
+                }
         else:
             report = self.lms.report or {}
             t = Traffic(
@@ -306,23 +314,26 @@ class LMSFunction:
                 report.get("swapped_bytes", 0) * steps,
                 report.get("swapped_in_bytes", 0) * steps,
             )
-            source, out_seconds, in_seconds = "plan", None, None
-            if self._copy_seconds:
-                out_seconds, in_seconds = self._copy_seconds["out"], self._copy_seconds["in"]
-        link = self.lms.link
-        return {
+            source, copy = "plan", "not profiled"
+            if self._copies is not None:
+                copy = "GPU copy events"
+                timed = {d: (nbytes, spent) for d, (_, nbytes, spent) in self._copies.items()}
+        traffic = {
+            "version": 2,
             "source": source,
+            "copy": copy,
             "steps": steps,
             "swap_outs_per_step": t.swap_outs / steps,
             "swap_ins_per_step": t.swap_ins / steps,
             "out_bytes_per_step": t.out_bytes / steps,
             "in_bytes_per_step": t.in_bytes / steps,
-            "out_seconds_per_step": out_seconds,
-            "in_seconds_per_step": in_seconds,
-            "out_bandwidth": t.out_bytes / steps / out_seconds if out_seconds else None,
-            "in_bandwidth": t.in_bytes / steps / in_seconds if in_seconds else None,
             "link": None if link is None else link.as_dict(),
         }
+        for direction in ("out", "in"):
+            nbytes, spent = timed.get(direction, (0, None))
+            traffic[f"{direction}_seconds_per_step"] = spent
+            traffic[f"{direction}_bandwidth"] = nbytes / spent if spent else None
+        return traffic
 
 
 class LMS(keras.callbacks.Callback):

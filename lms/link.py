@@ -5,10 +5,11 @@ A GPU's copy engines move one transfer at a time per direction; a transfer of n 
 `latency + n / bandwidth`. `EmulatedLink` does the same with wall-clock time: each transfer
 reserves its direction's engine from the moment it is asked for (or when the engine frees up)
 for that long, and the swap op returns at the end of its reservation (sleeping less by how late
-`time.sleep` wakes up here, measured once per link). The host copy the swap
-does meanwhile overlaps the reservation, so an op takes the longer of the two. Swap ops wait
-with `time.sleep`, which holds one of TensorFlow's inter-op threads but no core: compute goes
-on beside them as it goes on beside a GPU's copy engines.
+`time.sleep` wakes up here, measured once per link). The host copy the swap does meanwhile
+overlaps the reservation, so an op takes the longer of the two. Swap ops wait with `time.sleep`,
+which holds one of TensorFlow's inter-op threads but no core: compute goes on beside them as it
+goes on beside a GPU's copy engines. Each transfer's own duration is measured (`EmulatedLink.move`):
+the swap traffic's bandwidth is its bytes over those durations, never the swap ops' time.
 
 No TensorFlow here: the suite checks a spec's `link` table with this module alone.
 """
@@ -157,13 +158,24 @@ class EmulatedLink:
         self._lock = threading.Lock()
         self.oversleep = _oversleep()
 
-    def reserve(self, direction: str, nbytes: int) -> float:
-        """Book a transfer now; return the `time.perf_counter()` at which it is done."""
+    def reserve(self, direction: str, nbytes: int) -> tuple[float, float]:
+        """Book a transfer now; return the `time.perf_counter()`s at which its engine begins it
+        (now, or when the transfer before it is done) and at which it is done."""
         with self._lock:
             start = max(time.perf_counter(), self._free_at[direction])
             end = start + self.link.seconds(nbytes, direction)
             self._free_at[direction] = end
-        return end
+        return start, end
+
+    def move(self, direction: str, nbytes: int, work=None):
+        """One transfer: book it, run `work()` meanwhile (the host copy, if any), return when
+        both are done. Returns (work's result, the seconds the transfer took): from when its
+        engine began it to when it was done, by the clock, so neither the queue before it nor
+        the swap op's bookkeeping counts, and a late wake-up or a slow host copy does."""
+        start, end = self.reserve(direction, nbytes)
+        result = work() if work is not None else None
+        self.wait_until(end)
+        return result, max(0.0, time.perf_counter() - start)
 
     def wait_until(self, end: float) -> None:
         """Sleep until about `end`: `time.sleep` returns late by a fairly constant amount (70-90

@@ -15,7 +15,6 @@ one by one through TensorFlow's Python op constructors (benchmarks/lms_speed.py)
 
 import itertools
 import threading
-import time
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -106,15 +105,16 @@ class DeviceCopy(SwapMechanism):
 
 @dataclass
 class Traffic:
-    """What swap ops moved: counts, bytes, and the seconds spent inside them (the host copy
-    and, with an emulated link, the wait for it)."""
+    """What swap ops moved: counts, bytes, and with an emulated link the seconds its transfers
+    took (`EmulatedLink.move`: each transfer's own duration, not the time in the swap op).
+    Without a link nothing crosses one (the store keeps a host copy): no seconds to measure."""
 
     swap_outs: int = 0
     swap_ins: int = 0
     out_bytes: int = 0
     in_bytes: int = 0
-    out_seconds: float = 0.0
-    in_seconds: float = 0.0
+    out_transfer_seconds: float = 0.0
+    in_transfer_seconds: float = 0.0
 
     def add(self, other: "Traffic") -> None:
         for f in fields(self):
@@ -158,37 +158,35 @@ class HostStore(SwapMechanism):
         return left
 
     def _put(self, array, readers):
-        started = time.perf_counter()
-        done = self._engines.reserve("out", array.nbytes) if self._engines else started
         handle = next(self._handles)
-        copy = aligned_copy(array)  # the array may alias TensorFlow's buffer, which must be freed
+        # a copy: the array may alias TensorFlow's buffer, which must be freed
         if self._engines:
-            self._engines.wait_until(done)
+            copy, seconds = self._engines.move("out", array.nbytes, lambda: aligned_copy(array))
+        else:
+            copy, seconds = aligned_copy(array), 0.0
         with self._lock:
             self._arrays[handle] = copy
             self._readers[handle] = int(readers)
             self._traffic.swap_outs += 1
             self._traffic.out_bytes += array.nbytes
-            self._traffic.out_seconds += time.perf_counter() - started
+            self._traffic.out_transfer_seconds += seconds
         # A one-element vector, not a 0-d array or numpy scalar: TensorFlow's PyFunc kept one
         # small Python object per call for a 0-d result here (1.5 MB per 1,000 steps with 47
         # swaps; benchmarks/lms_host_memory.py), none for a vector.
         return np.array([handle], dtype=np.int64)
 
     def _get(self, handle):
-        started = time.perf_counter()
         handle = int(handle[0])
         with self._lock:
             array = self._arrays[handle]
             self._readers[handle] -= 1
             if self._readers[handle] == 0:
                 del self._arrays[handle], self._readers[handle]
-        if self._engines:
-            self._engines.wait_until(self._engines.reserve("in", array.nbytes))
+        seconds = self._engines.move("in", array.nbytes)[1] if self._engines else 0.0
         with self._lock:
             self._traffic.swap_ins += 1
             self._traffic.in_bytes += array.nbytes
-            self._traffic.in_seconds += time.perf_counter() - started
+            self._traffic.in_transfer_seconds += seconds
         # TensorFlow wraps the returned (aligned) array without copying it; the swap-in's
         # DeepCopy then copies it into the allocator, so no reader writes into the stored array
         return array

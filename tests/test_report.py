@@ -111,12 +111,19 @@ def test_report_tables_numbers_hosts_and_plot(tmp_path):
     assert "300 MiB" in text
     assert "ppc64le" in text and "2.14.1 / 3.15.1" in text
     assert "| copy GB/s at 1 MiB / 64 MiB / 1 GiB | memcpy 40 / 12 / 10" in text
-    # swap traffic beside throughput: per step, both ways, with the bandwidth its time implies
+    # swap traffic beside throughput: per step, both ways; this record is from before traffic
+    # version 2, whose seconds timed the swap ops' bookkeeping: no bandwidth from them
     assert "swapped per step (out / in)" in text
-    assert "131 MiB / 189 MiB (143 / 194 swaps, 2 / 1 GB/s)" in text
+    assert (
+        "131 MiB / 189 MiB (143 / 194 swaps; bandwidth not measured (record before swap "
+        "traffic v2))" in text
+    )
+    assert "GB/s)" not in text
     png = (tmp_path / "out" / "throughput.png").read_bytes()
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 5000
-    assert "![Training throughput per workload and host](throughput.png)" in text
+    assert (
+        "![Training throughput per configuration and host, LMS off and on](throughput.png)" in text
+    )
 
 
 def test_report_without_records_says_so(tmp_path):
@@ -390,3 +397,96 @@ def test_the_limits_table_shows_the_swap_only_bound_and_its_op(tmp_path):
     assert cells[("gamma", "max batch")] == ["—", "—"]
     bounded_by_pool = "≈ 5.12× (362), set by pool1_1/MaxPool2d/MaxPoolGrad"
     assert cells[("delta", "max resolution")] == ["2.56× pixels", bounded_by_pool]
+
+
+def traffic(copy, out_seconds=None, in_seconds=None):
+    """An LMS record's swap traffic (version 2): 131 MiB out, 189 MiB in per step."""
+    out_bytes, in_bytes = 131 * 2**20, 189 * 2**20
+    return {
+        "version": 2, "source": "host-store", "copy": copy, "steps": 5,
+        "swap_outs_per_step": 143, "swap_ins_per_step": 194,
+        "out_bytes_per_step": out_bytes, "in_bytes_per_step": in_bytes,
+        "out_seconds_per_step": out_seconds, "in_seconds_per_step": in_seconds,
+        "out_bandwidth": out_bytes / out_seconds if out_seconds else None,
+        "in_bandwidth": in_bytes / in_seconds if in_seconds else None,
+        "link": {"bandwidth": 2e9, "latency": 0.0} if copy == "emulated link" else None,
+    }  # fmt: skip
+
+
+def test_swap_bandwidth_is_shown_only_where_a_copy_was_timed(tmp_path):
+    """An emulated link's transfers give a bandwidth (bytes over all processes' seconds); the
+    emulated device without a link says there was no copy; an old record's bookkeeping
+    "bandwidth" is not shown; a GPU step nobody profiled says so."""
+    ref = store_host(tmp_path, HOST)
+    path = results_file(tmp_path, "alpha")
+    cases = {
+        # two processes: 131 MiB in 0.07 + 0.07 s out, 189 MiB in 0.1 and 0.3 s in
+        "link": [traffic("emulated link", 0.07, 0.1), traffic("emulated link", 0.07, 0.3)],
+        "nolink": [traffic("none")],
+        "gpu": [traffic("not profiled") | {"source": "plan"}],
+        # before version 2: seconds in the swap ops, "54 / 85 GB/s" of dictionary lookups
+        "old": [traffic(None, 131 * 2**20 / 54e9, 189 * 2**20 / 85e9)],
+        "mixed": [traffic("emulated link", 0.07, 0.1), traffic("none")],
+    }
+    for spec_hash, traffics in cases.items():
+        for repeat, measured in enumerate(traffics):
+            made = record("alpha", ref, spec_hash, 3.0, 0.1, repeat=repeat)
+            made["params"]["lms"] = LMS_EVERYTHING
+            if spec_hash == "old":
+                del measured["version"], measured["copy"]  # fields version 2 added
+            made["metrics"]["lms_traffic"] = measured
+            append_record(path, made)
+    text = render_report(tmp_path, tmp_path / "out").read_text()
+
+    def cell(spec_hash):
+        section = text[text.index(f"Spec hash `{spec_hash}`") :]
+        row = next(line for line in section.splitlines() if line.startswith("| alpha"))
+        return next(c.strip() for c in row.split("|") if "swaps" in c)
+
+    out_rate = 2 * 131 * 2**20 / 0.14 / 1e9
+    in_rate = 2 * 189 * 2**20 / 0.4 / 1e9
+    assert cell("link") == (
+        f"131 MiB / 189 MiB (143 / 194 swaps; emulated link's transfers "
+        f"{out_rate:.3g} / {in_rate:.3g} GB/s)"
+    )
+    assert cell("nolink") == (
+        "131 MiB / 189 MiB (143 / 194 swaps; no copy: emulated device without a link)"
+    )
+    assert cell("gpu").endswith("swaps; GPU copies not profiled)")
+    assert cell("old").endswith("swaps; bandwidth not measured (record before swap traffic v2))")
+    assert "GB/s" not in cell("old")
+    assert cell("mixed").endswith(" GB/s in 1 of 2 processes)")
+
+
+def test_the_throughput_plot_draws_each_lms_setting_apart_with_a_legend(tmp_path):
+    """LMS off and on of the same configuration on the same host: side by side, not on top of
+    each other; one colour and hatch per setting, each once in the legend; error bars kept."""
+    from suite.reporting.figures import discard
+    from suite.reporting.report import _group
+    from suite.reporting.throughput_plot import draw_throughput, throughput_bars
+
+    records = []
+    for host in ("alpha", "beta"):
+        records.append(record(host, "r", "off", 10.0, 0.5))
+        on = record(host, "r", "on", 7.0, 0.25)
+        on["params"]["lms"] = LMS_EVERYTHING
+        records.append(on)
+    linked = record("alpha", "r", "link", 5.0, 0.25)
+    linked["params"]["lms"] = LMS_EVERYTHING | {"link": {"bandwidth": 2e9, "latency": 0.0}}
+    records.append(linked)
+    figure, axis = draw_throughput(throughput_bars(_group(records)))
+    handles, _ = axis.get_legend_handles_labels()
+    labels = [text.get_text().replace("\n", " ") for text in axis.get_legend().get_texts()]
+    assert labels[0] == "LMS off" and len(labels) == len(set(labels)) == 3  # one per setting
+    assert all(label.startswith("LMS on (swapout_threshold 1") for label in labels[1:])
+    assert "2 GB/s" in labels[2]
+    looks = {(tuple(h.patches[0].get_facecolor()), h.patches[0].get_hatch()) for h in handles}
+    assert len(looks) == 3  # every setting its own colour and hatch
+    # no two bars stand in the same place: off and on are beside each other per host
+    bars = [(p.get_x(), p.get_height()) for h in handles for p in h.patches]
+    assert len(bars) == 5 and len({x for x, _ in bars}) == 5
+    assert sorted(h for _, h in bars) == [5.0, 7.0, 7.0, 10.0, 10.0]
+    assert all(h.errorbar is not None for h in handles)  # the standard errors stay
+    ticks = [t.get_text() for t in axis.get_xticklabels()]
+    assert ticks == ["googlenet\n64px b2 fp32\nalpha", "googlenet\n64px b2 fp32\nbeta"]
+    discard(figure)

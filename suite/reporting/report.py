@@ -4,7 +4,7 @@ Groups records by workload and spec hash: only records with the same hash descri
 workload. Per group and host: throughput (mean over repeats), pixels/voxels per second, peak
 memory, outcomes. Plus the limits found by searches (`suite.reporting.limits_table`), sweep
 plots (`suite.reporting.sweep_plots`), the host descriptions, the parameters behind each hash,
-and a bar chart.
+and a bar chart (`suite.reporting.throughput_plot`).
 """
 
 import statistics
@@ -28,7 +28,9 @@ from suite.reporting.limits_table import limits_table
 from suite.reporting.memory_plots import plot_timelines
 from suite.reporting.projection_section import projection_section
 from suite.reporting.scaling import scaling_section
+from suite.reporting.swap_traffic import traffic_text
 from suite.reporting.sweep_plots import plot_sweeps
+from suite.reporting.throughput_plot import plot_throughput
 from suite.specs.model import lms_text
 from suite.stats import ratio_interval, ratio_text
 from suite.units import format_bytes
@@ -127,26 +129,6 @@ def _throughput_table(by_host: dict, emulated: dict | None = None) -> str:
     if compare:
         headers.insert(3, f"vs {reference}")
     return tabulate(rows, headers, tablefmt="github", disable_numparse=True)
-
-
-def traffic_text(records) -> str:
-    """The swap traffic of a host's trial processes, per step: bytes each way, swaps, and the
-    bandwidth the time in swap ops implies (host store only), e.g. "131 MiB / 189 MiB
-    (143 / 194 swaps, 2.1 / 1.1 GB/s)"."""
-    traffic = [r["metrics"]["lms_traffic"] for r in records if r["metrics"].get("lms_traffic")]
-    if not traffic:
-        return "—"
-
-    def mean(key):
-        return sum(t[key] for t in traffic) / len(traffic)
-
-    text = f"{format_bytes(mean('out_bytes_per_step'))} / {format_bytes(mean('in_bytes_per_step'))}"
-    text += f" ({mean('swap_outs_per_step'):.0f} / {mean('swap_ins_per_step'):.0f} swaps"
-    if all(t["out_seconds_per_step"] and t["in_seconds_per_step"] for t in traffic):
-        out_rate = mean("out_bytes_per_step") / mean("out_seconds_per_step") / 1e9
-        in_rate = mean("in_bytes_per_step") / mean("in_seconds_per_step") / 1e9
-        text += f", {out_rate:.3g} / {in_rate:.3g} GB/s"
-    return text + ")"
 
 
 def _known(value) -> str:
@@ -265,42 +247,6 @@ def _provenance(groups: dict) -> tuple[str | None, list[str]]:
     return table, left_out
 
 
-def _plot(groups: dict, path: Path) -> bool:
-    """Bar chart of images/sec per workload configuration and host; False if nothing to plot."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    bars = []
-    for workload, by_hash in sorted(groups.items()):
-        for by_host in by_hash.values():
-            for host, result in sorted(by_host.items()):
-                rate = result.rate("images_per_sec")
-                if rate:
-                    p = record_params(result.records[-1])
-                    bars.append((f"{workload}\n{p.resolution}px b{p.batch}", host, *rate))
-    if not bars:
-        return False
-    hosts = sorted({b[1] for b in bars})
-    labels = list(dict.fromkeys(b[0] for b in bars))
-    width = 0.8 / len(hosts)
-    figure, axis = plt.subplots(figsize=(max(6, 1.6 * len(labels)), 4))
-    for h, host in enumerate(hosts):
-        points = [(labels.index(b[0]) + h * width, b[2], b[3]) for b in bars if b[1] == host]
-        xs, ys, errors = zip(*points, strict=True)
-        axis.bar(xs, ys, width, yerr=errors, label=host, capsize=3)
-    axis.set_xticks([i + width * (len(hosts) - 1) / 2 for i in range(len(labels))], labels)
-    axis.set_ylabel("images/sec (mean ± stderr)")
-    axis.set_title("Training throughput per workload and host")
-    axis.legend()
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
-    return True
-
-
 def _regression(output_dir: Path) -> dict | None:
     """The last `inv regress` result written beside the report, as a table, if there is one."""
     from suite.reporting.regress import load_regression, table
@@ -355,7 +301,7 @@ def render_report(results_dir: Path, output_dir: Path, title: str = "LMS benchma
             )
     provenance, left_out = _provenance(groups)
     plot_name = "throughput.png"
-    has_plot = _plot(groups, output_dir / plot_name)
+    has_plot = plot_throughput(groups, output_dir / plot_name)
     environment = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),
         undefined=jinja2.StrictUndefined,
