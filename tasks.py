@@ -7,9 +7,14 @@ from pathlib import Path
 from invoke import Collection, Exit, task
 
 from suite.errors import SuiteError
+from suite.records import readable_directory, writable_directory, writable_file
 from suite.running.interrupts import RunInterrupted, exit_code
 
 ROOT = Path(__file__).resolve().parent
+# Progress reaches a file or a pipe (cron, scheduled/nightly.sh, `| tee`) line by line as it is
+# printed, from every thread and from the containers whose output is forwarded, not when the
+# process ends: Python buffers stdout in blocks unless it is a terminal.
+sys.stdout.reconfigure(line_buffering=True)
 
 
 def _user_errors(function):
@@ -59,8 +64,9 @@ def run(c, spec=None, results=None, host=None, resolution=None, batch=None, step
 
     overrides = {"resolution": resolution, "batch": batch, "steps": steps, "precision": precision}
     loaded = load_spec(spec or c.suite.spec, overrides)  # validated here, before any host
+    results = writable_directory(Path(results or c.suite.results), "--results")
     failed, hosts_run = dispatch(
-        loaded, overrides, Path(results or c.suite.results), host=host, force=force, hosts=hosts,
+        loaded, overrides, results, host=host, force=force, hosts=hosts,
         native=native, configured=c.suite.get("hosts"), default_image=c.suite.image,
         built=c.suite.get("built"), round_=parse_round(round), run_id=run_id,
     )  # fmt: skip
@@ -92,7 +98,7 @@ def build(c, arch=None, base=None, extras=None):
 @task(
     auto_shortflags=False,  # -h stays help, not --host
     help={
-        "spec": "spec name or path to a .toml file",
+        "spec": "spec name (suite/specs/NAME.toml) or path to a .toml file; default: smoke",
         "study": "a max-resolution or max-batch study of the spec; default: all of them",
         "results": "results directory",
         "host": "host name the records are filed under; default: this machine's hostname",
@@ -100,14 +106,15 @@ def build(c, arch=None, base=None, extras=None):
     },
 )
 @_user_errors
-def search(c, spec, study=None, results=None, host=None, force=False):
+def search(c, spec=None, study=None, results=None, host=None, force=False):
     """Find the largest resolution or batch that trains, LMS off and on (limit searches)."""
     from suite.running.runner import run_spec, search_studies, summary_lines
     from suite.specs import load_spec
 
-    loaded = load_spec(spec)
+    loaded = load_spec(spec or c.suite.spec)
     studies = search_studies(loaded, study)
-    summary = run_spec(loaded, Path(results or c.suite.results), host, force, studies=studies)
+    results = writable_directory(Path(results or c.suite.results), "--results")
+    summary = run_spec(loaded, results, host, force, studies=studies)
     print("\n".join(summary_lines(summary)))
 
 
@@ -122,7 +129,8 @@ def report(c, results=None, output=None):
     """Render the Markdown report (tables and plots) from the stored records."""
     from suite.reporting.report import render_report
 
-    path = render_report(Path(results or c.suite.results), Path(output or c.suite.reports))
+    results = readable_directory(Path(results or c.suite.results), "--results")
+    path = render_report(results, writable_directory(Path(output or c.suite.reports), "--output"))
     print(f"report: {path}")
 
 
@@ -137,7 +145,8 @@ def publish(c, reports=None, to=None):
     """Copy the rendered report into a dated directory and update the index (newest first)."""
     from suite.reporting.publish import publish as publish_report
 
-    target = publish_report(Path(reports or c.suite.reports), Path(to or c.suite.publish))
+    reports = readable_directory(Path(reports or c.suite.reports), "--reports")
+    target = publish_report(reports, writable_directory(Path(to or c.suite.publish), "--to"))
     print(f"published: {target} (index: {target.parent / 'index.md'})")
 
 
@@ -152,8 +161,10 @@ def baseline(c, results=None, output=None):
     """Accept the newest run of every host and workload as the regression baseline."""
     from suite.reporting.regress import make_baseline
 
-    path = Path(output or c.suite.baseline)
-    accepted = make_baseline(Path(results or c.suite.results), path)
+    path = writable_file(Path(output or c.suite.baseline), "--output")
+    accepted = make_baseline(
+        readable_directory(Path(results or c.suite.results), "--results"), path
+    )
     print(f"baseline: {path} ({len(accepted['entries'])} host/workload entries)")
 
 
@@ -163,22 +174,25 @@ def baseline(c, results=None, output=None):
         "baseline": "baseline file; default: invoke.yaml suite.baseline",
         "tolerance": "smallest relative change that counts (default: invoke.yaml "
         "suite.regress.tolerance)",
-        "alpha": "significance level of the Mann–Whitney test (default: invoke.yaml "
-        "suite.regress.alpha, asv's 0.002)",
+        "alpha": "significance level: a change counts when the 1 - alpha confidence interval of "
+        "the ratio of geometric means (Welch's t on log images/sec, one value per trial process) "
+        "excludes 1 (default: invoke.yaml suite.regress.alpha, asv's 0.002)",
         "output": "report directory the regression section is written to",
     }
 )
 @_user_errors
 def regress(c, results=None, baseline=None, tolerance=None, alpha=None, output=None):
-    """Compare the newest runs with the baseline; exit 1 on a significant regression."""
+    """Compare the newest runs with the baseline (Welch's t on log rates); exit 1 if regressed."""
     from suite.reporting.regress import compare, load_baseline, table, thresholds, write_regression
 
     tolerance, alpha = thresholds(tolerance or c.suite.regress.tolerance,
                                   alpha or c.suite.regress.alpha)  # fmt: skip
+    output = writable_directory(Path(output or c.suite.reports), "--output")
+    results = readable_directory(Path(results or c.suite.results), "--results")
     accepted = load_baseline(Path(baseline or c.suite.baseline))
-    rows = compare(accepted, Path(results or c.suite.results), tolerance, alpha)
+    rows = compare(accepted, results, tolerance, alpha)
     print(table(rows))
-    path = write_regression(rows, Path(output or c.suite.reports), tolerance, alpha)
+    path = write_regression(rows, output, tolerance, alpha)
     print(f"regression check: {path} (`inv report` adds it to the report)")
     regressions = [r for r in rows if r["verdict"] == "regression"]
     if regressions:
@@ -213,22 +227,24 @@ def models(c, resolution=None, batch=None, precision=None, workload=None):
         "precision": "override the precision",
         "device_memory": "memory to plan for, e.g. 16GiB; default: the spec's lms.device_memory "
         "or memory_budget, else the GPU's memory",
-        "output": "directory for the memory plots",
+        "output": "directory for the memory plots (one per plan: plan-SPEC-STUDY-WORKLOAD-"
+        "RESpx-bBATCH-lms-off|on.png)",
     }
 )
 @_user_errors
 def plan(c, spec=None, workload=None, resolution=None, batch=None, precision=None,
          device_memory=None, output=None):  # fmt: skip
-    """Print LMS's plan (JSON) for a spec's trials and plot their memory, without running."""
-    from suite.running.planning import plan_spec, show_lms_messages
+    """Print LMS's plans (JSON) for a spec's trials and plot each one's memory, without running."""
     from suite.specs import load_spec
 
-    show_lms_messages()
     overrides = {"resolution": resolution, "batch": batch, "precision": precision}
     loaded = load_spec(spec or c.suite.spec, overrides)
-    reports = plan_spec(loaded, Path(output or c.suite.reports), workload, device_memory,
-                        Path(c.suite.results))  # fmt: skip
-    print(json.dumps(reports, indent=1))
+    output = writable_directory(Path(output or c.suite.reports), "--output")
+    from suite.running.planning import plan_spec, show_lms_messages  # TensorFlow: after the checks
+
+    show_lms_messages()
+    reports = plan_spec(loaded, output, workload, device_memory, Path(c.suite.results))
+    print(json.dumps(reports, indent=1))  # stdout is the JSON; progress and messages: stderr
 
 
 @task(
@@ -247,14 +263,16 @@ def plan(c, spec=None, workload=None, resolution=None, batch=None, precision=Non
 def project(c, spec=None, link=None, gpu="host", workload=None, resolution=None, batch=None,
             precision=None, output=None):  # fmt: skip
     """Project the LMS trials' images/sec on named CPU-GPU links (JSON; a section of the report)."""
-    from suite.running.projection import project_spec
     from suite.specs import load_spec
 
     names = [n.strip() for n in link.split(",") if n.strip()] if link else None
     overrides = {"resolution": resolution, "batch": batch, "precision": precision}
     loaded = load_spec(spec or c.suite.spec, overrides)
-    results = project_spec(loaded, Path(output or c.suite.reports), names, gpu, workload)
-    print(json.dumps(results, indent=1))
+    output = writable_directory(Path(output or c.suite.reports), "--output")
+    from suite.running.projection import project_spec  # TensorFlow: after the checks
+
+    results = project_spec(loaded, output, names, gpu, workload)
+    print(json.dumps(results, indent=1))  # stdout is the JSON; progress: stderr
 
 
 @task

@@ -8,7 +8,12 @@
 
 Appends are a single `os.write` of one line to a file opened with O_APPEND, then fsync: a run
 killed at any moment leaves every earlier record intact and at worst one torn last line, which
-loading skips (with a warning) and the next append seals off with a newline.
+loading skips (with a warning) and the next append seals off with a newline. A record whose
+fields have the wrong types (edited by hand, written by a broken tool) is skipped the same way,
+with a warning naming file:line and the field: the report reads what stands. Writing refuses it.
+
+The directories the tasks are given (`--results`, `--output`, ...) are checked here before any
+work, so that a run does not end after minutes in a traceback about a file it cannot write.
 """
 
 import hashlib
@@ -16,6 +21,7 @@ import json
 import logging
 import os
 import re
+import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -75,6 +81,42 @@ def log_file(results_dir: Path, host: str, name: str) -> Path:
     return Path(results_dir) / "logs" / check_host_name(host) / f"{name}.log"
 
 
+def writable_directory(path: Path, option: str) -> Path:
+    """`path` as a directory this process can write files in, made if missing; a RecordError
+    naming `option` otherwise. Tried with a real file: permissions, a read-only or immutable
+    directory and a file in the way all show."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise RecordError(f"{option} {path}: a file, not a directory; give a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as error:
+        raise RecordError(f"{option} {path}: cannot write there ({error.strerror}); give a "
+                          "directory you can write to") from None  # fmt: skip
+    return path
+
+
+def writable_file(path: Path, option: str) -> Path:
+    """`path` as a file this process can write (replace atomically); RecordError naming
+    `option` otherwise."""
+    path = Path(path)
+    if path.is_dir():
+        raise RecordError(f"{option} {path}: a directory, not a file; give a file name")
+    writable_directory(path.parent, option)
+    return path
+
+
+def readable_directory(path: Path, option: str) -> Path:
+    """`path` unless it names something that is not a directory (RecordError naming `option`);
+    whether a missing one is an error is the reader's to say."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise RecordError(f"{option} {path}: a file, not a directory; give a directory")
+    return path
+
+
 def shared_folders(host: str) -> tuple[str, ...]:
     """Folders copied as they are when a host's results are merged into another directory."""
     return ("hosts", f"logs/{check_host_name(host)}")
@@ -93,10 +135,81 @@ def write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+class DamagedRecord(RecordError):
+    """One record is not a readable trial record (a field missing or of the wrong type): loading
+    skips it with a warning naming file:line, as it skips a torn line; writing refuses it."""
+
+    def __init__(self, where: str, problem: str):
+        self.where, self.problem = where, problem
+        super().__init__(f"{where}: {problem}")
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _integer(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _rate(value) -> bool:
+    """A rate summary (suite.stats.summarize_rates): numbers, mean and stderr at least."""
+    return (
+        isinstance(value, dict)
+        and {"mean", "stderr"} <= set(value)
+        and all(_number(v) for k, v in value.items() if k in ("mean", "stderr", "jitter", "total"))
+    )
+
+
+_RATE = (_rate, "a table {mean, stderr, jitter, total} of numbers")
+# metrics the reports and the regression gate read -> (check, what is allowed), when present
+METRIC_TYPES = {
+    "images_per_sec": _RATE,
+    "images_per_sec_per_replica": _RATE,
+    "pixels_per_sec": _RATE,
+    "voxels_per_sec": _RATE,
+    "machine_speed": (lambda v: isinstance(v, dict) and _number(v.get("mean")),
+                      "a table with a number 'mean'"),
+    "step_time_s": (lambda v: isinstance(v, dict) and all(map(_number, v.values())),
+                    "a table of numbers"),
+    "peak_memory_bytes": (lambda v: v is None or _integer(v), "an integer or null"),
+    "memory_budget_bytes": (lambda v: v is None or _integer(v), "an integer or null"),
+    "replicas": (_integer, "an integer"),
+    "nodes": (_integer, "an integer"),
+    "lms": (lambda v: v is None or isinstance(v, dict), "a table or null"),
+    "lms_traffic": (lambda v: v is None or isinstance(v, dict), "a table or null"),
+    "workers": (lambda v: isinstance(v, list), "a list"),
+}  # fmt: skip
+# trial parameters the reports read -> (check, what is allowed)
+PARAM_TYPES = {
+    "workload": (lambda v: isinstance(v, str), "a string"),
+    "resolution": (_integer, "an integer"),
+    "batch": (_integer, "an integer"),
+    "precision": (lambda v: isinstance(v, str), "a string"),
+    "gpus": (_integer, "an integer"),
+    "nodes": (_integer, "an integer"),
+    "lms": (lambda v: v is None or isinstance(v, dict), "a table or null"),
+}
+
+
+def _short(value) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _check_table(where: str, name: str, table: dict, checks: dict) -> None:
+    for field, (check, allowed) in checks.items():
+        if field in table and not check(table[field]):
+            raise DamagedRecord(where, f"field '{name}.{field}' = {_short(table[field])} is "
+                                f"invalid; allowed: {allowed}")  # fmt: skip
+
+
 def validate_record(record: dict, where: str) -> dict:
-    """Raise RecordError naming `where` if `record` is not a schema-1 record."""
+    """The record if it is a schema-1 trial record. Another schema version is a RecordError (the
+    whole file is another suite's); a damaged record (a field missing or of the wrong type, in
+    the record, its metrics or its parameters) a DamagedRecord, both naming `where`."""
     if not isinstance(record, dict):
-        raise RecordError(f"{where}: a record must be a JSON object")
+        raise DamagedRecord(where, "a record must be a JSON object")
     version = record.get("schema")
     if version != SCHEMA_VERSION:
         raise RecordError(
@@ -106,13 +219,21 @@ def validate_record(record: dict, where: str) -> dict:
         )
     for name, kind in REQUIRED.items():
         if name not in record:
-            raise RecordError(f"{where}: record lacks required field {name!r}")
+            raise DamagedRecord(where, f"record lacks required field {name!r}")
         if not isinstance(record[name], kind) or isinstance(record[name], bool):
-            raise RecordError(f"{where}: field {name!r} has type {type(record[name]).__name__}")
+            allowed = " or ".join(
+                k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,))
+            )
+            raise DamagedRecord(where, f"field {name!r} has type {type(record[name]).__name__}; "
+                                f"allowed: {allowed.replace('NoneType', 'null')}")  # fmt: skip
     if record["outcome"] not in OUTCOMES:
-        raise RecordError(f"{where}: outcome {record['outcome']!r} is not one of {OUTCOMES}")
+        raise DamagedRecord(where, f"outcome {record['outcome']!r} is not one of {OUTCOMES}")
     if record["outcome"] == "ok" and not record["metrics"]:
-        raise RecordError(f"{where}: an 'ok' record must carry metrics")
+        raise DamagedRecord(where, "an 'ok' record must carry metrics")
+    if record["outcome"] == "ok" and "images_per_sec" not in record["metrics"]:
+        raise DamagedRecord(where, "an 'ok' record's metrics must hold 'images_per_sec'")
+    _check_table(where, "metrics", record["metrics"] or {}, METRIC_TYPES)
+    _check_table(where, "params", record["params"], PARAM_TYPES)
     return record
 
 
@@ -133,7 +254,7 @@ def validate_search_record(record: dict, where: str) -> dict:
         raise RecordError(f"{where}: not a schema-{SCHEMA_VERSION} search record")
     for name, kind in SEARCH_REQUIRED.items():
         if not isinstance(record.get(name), kind):
-            raise RecordError(f"{where}: search record lacks field {name!r} ({kind.__name__})")
+            raise DamagedRecord(where, f"search record lacks field {name!r} ({kind.__name__})")
     return record
 
 
@@ -176,7 +297,8 @@ def _ends_with_newline(path: Path) -> bool:
 
 
 def load_records(path: Path, validate=None) -> list[dict]:
-    """All records of a results file, validated; a torn line from a killed run is skipped."""
+    """All records of a results file, validated; a torn line from a killed run and a damaged
+    record are skipped with a warning naming file:line."""
     path = Path(path)
     if not path.exists():
         return []
@@ -191,7 +313,10 @@ def load_records(path: Path, validate=None) -> list[dict]:
             # a torn write is an unterminated line: the last one, or one sealed off by an append
             log.warning("%s:%d: skipping an incomplete record (%s)", path, number, error.msg)
             continue
-        records.append((validate or validate_record)(record, f"{path}:{number}"))
+        try:
+            records.append((validate or validate_record)(record, f"{path}:{number}"))
+        except DamagedRecord as error:
+            log.warning("%s: skipping a damaged record: %s", error.where, error.problem)
     return records
 
 

@@ -1,6 +1,8 @@
 import json
+import logging
 
 import pytest
+from _unwritable import unwritable
 
 from suite.errors import RecordError
 from suite.records import (
@@ -8,9 +10,12 @@ from suite.records import (
     append_record,
     load_host,
     load_records,
+    readable_directory,
     record_params,
     store_host,
     validate_record,
+    writable_directory,
+    writable_file,
     write_atomic,
 )
 
@@ -65,7 +70,8 @@ def test_other_schema_versions_are_refused_with_instructions(tmp_path):
     [
         ({"outcome": "exploded"}, "outcome 'exploded'"),
         ({"metrics": None}, "must carry metrics"),
-        ({"repeat": "0"}, "field 'repeat' has type str"),
+        ({"repeat": "0"}, "field 'repeat' has type str; allowed: int"),
+        ({"metrics": {"images_per_sec": "fast"}}, "'metrics.images_per_sec' = \"fast\""),
     ],
 )
 def test_invalid_records_are_refused_on_write(tmp_path, changes, message):
@@ -127,3 +133,56 @@ def test_record_params_are_typed_and_a_foreign_shape_is_a_record_error():
     assert typed.to_dict() == params  # the canonical form round-trips: the hash is unchanged
     with pytest.raises(RecordError, match="record 0123456789abcdef of host h1: .*missing"):
         record_params(make_record(params={"workload": "googlenet"}))
+
+
+@pytest.mark.parametrize(
+    "changes, field, allowed",
+    [
+        ({"metrics": {"images_per_sec": "fast"}}, "metrics.images_per_sec", "a table {mean"),
+        ({"metrics": {"images_per_sec": {"mean": "fast", "stderr": 0.1}}},
+         "metrics.images_per_sec", "of numbers"),
+        ({"metrics": {"images_per_sec": {"mean": 1.0, "stderr": 0.1}, "peak_memory_bytes": "big"}},
+         "metrics.peak_memory_bytes", "an integer or null"),
+        ({"metrics": {"images_per_sec": {"mean": 1.0, "stderr": 0.1},
+                      "machine_speed": {"mean": None}}}, "metrics.machine_speed", "'mean'"),
+        ({"params": {"workload": "googlenet", "resolution": "224"}}, "params.resolution",
+         "an integer"),
+        ({"repeat": "0"}, "repeat", "int"),
+        ({"metrics": {"pixels_per_sec": {"mean": 1.0, "stderr": 0.1}}}, "images_per_sec", ""),
+    ],
+)  # fmt: skip
+def test_a_record_of_wrong_types_is_skipped_with_file_and_line_like_a_torn_one(
+    tmp_path, caplog, changes, field, allowed
+):
+    """What the report reads must have its type: a hand-edited `images_per_sec: "fast"` is
+    skipped (with a warning naming file:line, the field and what is allowed), the rest stands."""
+    path = tmp_path / "h1.jsonl"
+    append_record(path, make_record(repeat=0))
+    with open(path, "a") as handle:  # written by hand or another tool: append_record refuses it
+        handle.write(json.dumps(make_record(**{"repeat": 1, **changes})) + "\n")
+    append_record(path, make_record(repeat=2))
+    with caplog.at_level(logging.WARNING, logger="suite.records"):
+        assert [r["repeat"] for r in load_records(path)] == [0, 2]
+    (warning,) = caplog.messages
+    assert warning.startswith(f"{path}:2: skipping a damaged record: ")
+    assert f"'{field}'" in warning and allowed in warning
+
+
+def test_a_file_or_an_unwritable_directory_is_refused_naming_the_option(tmp_path):
+    a_file = tmp_path / "results.txt"
+    a_file.write_text("not a directory")
+    for check in (writable_directory, readable_directory):
+        with pytest.raises(RecordError, match=f"^--results {a_file}: a file, not a directory"):
+            check(a_file, "--results")
+    with pytest.raises(RecordError, match=f"^--output {tmp_path}: a directory, not a file"):
+        writable_file(tmp_path, "--output")
+    with pytest.raises(RecordError, match="cannot write there \\(Not a directory\\)"):
+        writable_directory(a_file / "deeper", "--output")
+    made = writable_directory(tmp_path / "new" / "dir", "--output")  # missing: made
+    assert made.is_dir() and list(made.iterdir()) == []  # the probe leaves nothing behind
+    assert readable_directory(tmp_path / "missing", "--results") == tmp_path / "missing"
+    with unwritable(tmp_path / "locked") as locked:
+        with pytest.raises(RecordError, match=f"^--output {locked}: cannot write there "):
+            writable_directory(locked, "--output")
+        with pytest.raises(RecordError, match=f"^--output {locked}: cannot write there "):
+            writable_file(locked / "baseline.json", "--output")

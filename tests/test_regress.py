@@ -11,15 +11,23 @@ from test_report import HOST, record
 
 from suite.errors import SuiteError
 from suite.records import SCHEMA_VERSION, append_record, results_file, store_host
-from suite.reporting.regress import compare, load_baseline, make_baseline, write_regression
+from suite.reporting.regress import (
+    compare,
+    load_baseline,
+    make_baseline,
+    table,
+    write_regression,
+)
 from suite.reporting.report import render_report
+from suite.specs import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 PARAMS = record("h", "r", "x", 1.0, 0.1)["params"]
+SMOKE_OFF, SMOKE_ON = (t.params.to_dict() for t in load_spec("smoke").trials[:2])
 
 
 def run_records(host, run, spec_hash, seconds_per_step, seed, repeats=3, outcome="ok", day=1,
-                given_rates=None, machine=None):  # fmt: skip
+                given_rates=None, machine=None, params=PARAMS):  # fmt: skip
     """A run's records, one per trial process: images/sec around 2 / `seconds_per_step` (3 %
     noise between processes), or `given_rates`; `machine`: the machine speed each measured."""
     rng = random.Random(seed)
@@ -35,7 +43,7 @@ def run_records(host, run, spec_hash, seconds_per_step, seed, repeats=3, outcome
             "schema": SCHEMA_VERSION,
             "spec": {"name": "s", "study": "a", "source": "s.toml"},
             "spec_hash": spec_hash,
-            "params": PARAMS,
+            "params": params,
             "repeat": repeat,
             "host": host,
             "host_ref": "ref",
@@ -60,9 +68,9 @@ def write(results, records):
 def accepted(tmp_path):
     results = tmp_path / "results"
     store_host(results, HOST)
-    write(results, run_records("h1", "base", "aaaa", 0.100, seed=1))
-    write(results, run_records("h1", "base", "bbbb", 0.200, seed=2))
-    write(results, run_records("h2", "base", "aaaa", 0.050, seed=3))
+    write(results, run_records("h1", "base", "aaaa", 0.100, seed=1, params=SMOKE_OFF))
+    write(results, run_records("h1", "base", "bbbb", 0.200, seed=2, params=SMOKE_ON))
+    write(results, run_records("h2", "base", "aaaa", 0.050, seed=3, params=SMOKE_OFF))
     baseline = make_baseline(results, tmp_path / "baseline.json")
     assert len(baseline["entries"]) == 3
     return results, tmp_path / "baseline.json"
@@ -98,6 +106,12 @@ def test_inv_regress_exits_non_zero_and_the_report_shows_it(accepted, tmp_path):
     completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     assert completed.returncode == 1, completed.stdout + completed.stderr
     assert "regression" in completed.stdout and "1 regression(s)" in completed.stderr
+    # LMS off and on of one size are two rows that say which is which
+    cells = [[c.strip() for c in line.split("|")[1:4]] for line in completed.stdout.splitlines()]
+    assert cells[0] == ["host", "configuration", "LMS"]
+    assert ["h1", "googlenet 224px b4", "off"] in cells
+    assert ["h1", "googlenet 224px b4", "on (swapout_threshold 1, swapin_ahead 1, swapin_groupby "
+            "0, sync_mode 0)"] in cells  # fmt: skip
     report = render_report(results, tmp_path / "report").read_text()
     assert "## Regression check" in report and "**1 regression(s)**" in report
 
@@ -211,3 +225,38 @@ def test_a_damaged_regression_file_is_one_clear_error(tmp_path):
     (tmp_path / "regression.json").write_text("{")
     with pytest.raises(SuiteError, match="not valid JSON"):
         load_regression(tmp_path)
+
+
+def test_the_table_tells_every_configuration_apart(tmp_path):
+    """Issue 27: two "googlenet 224px b4" rows and no LMS column. Each row says LMS off or on
+    (with its settings and emulated link), and rows that would still read the same name every
+    parameter in which they differ."""
+    link_2, link_8 = (t.params.to_dict() for t in load_spec("link-emulated").trials[2:4])
+    fp16 = load_spec("smoke", {"precision": "fp16"}).trials[0].params.to_dict()
+    careful = {**SMOKE_ON, "lms": {**SMOKE_ON["lms"], "safety_ratio": 0.8}, "steps": 20}
+    configurations = [SMOKE_OFF, SMOKE_ON, link_2, link_8, fp16, careful]
+    results = tmp_path / "results"
+    for seed, params in enumerate(configurations):
+        write(results, run_records("h1", "base", f"hash{seed}", 0.1, seed, params=params))
+    rows = compare(make_baseline(results, tmp_path / "baseline.json"), results)
+    named = {r["key"]: (r["configuration"], r["lms"]) for r in rows}
+    everything = "on (swapout_threshold 1, swapin_ahead 1, swapin_groupby 0, sync_mode 0"
+    assert named == {
+        "h1/hash0": ("googlenet 224px b4 precision=fp32", "off"),
+        "h1/hash1": ("googlenet 224px b4 lms.safety_ratio=0.9 steps=8", everything + ")"),
+        "h1/hash2": ("googlenet 224px b4", everything + ", 2 GB/s, 10 us emulated link)"),
+        "h1/hash3": ("googlenet 224px b4", everything + ", 8 GB/s, 10 us emulated link)"),
+        "h1/hash4": ("googlenet 224px b4 precision=fp16", "off"),
+        "h1/hash5": ("googlenet 224px b4 lms.safety_ratio=0.8 steps=20", everything + ")"),
+    }
+    printed = table(rows).splitlines()[2:]
+    assert len({tuple(line.split("|")[1:4]) for line in printed}) == len(configurations)
+
+
+def test_rows_alike_in_every_parameter_are_told_apart_by_their_spec_hash(accepted):
+    """Hashes differ over the same parameters only in hand-made or other suites' records."""
+    results, path = accepted
+    write(results, run_records("h2", "base", "ffff", 0.050, seed=4, params=SMOKE_OFF))
+    rows = compare(make_baseline(results, path), results)
+    alike = sorted(r["configuration"] for r in rows if r["host"] == "h2")
+    assert alike == ["googlenet 224px b4 [aaaa]", "googlenet 224px b4 [ffff]"]

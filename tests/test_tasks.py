@@ -6,7 +6,30 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+from _unwritable import unwritable
+from test_report import HOST, record
+
+from suite.records import append_record, results_file, store_host
+
 ROOT = Path(__file__).resolve().parents[1]
+TINY = """name = "tiny"
+[defaults]
+steps = 2
+warmup_steps = 1
+repeats = 2
+timeout = 600
+
+[[study]]
+name = "tiny"
+kind = "throughput"
+lms_mode = "both"
+workload = "googlenet"
+resolution = 64
+batch = 1
+memory_budget = "300MiB"
+lms = { swapout_threshold = 1, swapin_ahead = 1, swapin_groupby = 0, sync_mode = 0 }
+"""
 
 
 def inv(*args, timeout=300):
@@ -74,14 +97,29 @@ def test_specs_lists_every_shipped_spec_with_its_studies():
     from suite.specs import available_specs, load_spec
 
     lines = inv("specs").stdout.splitlines()
-    heads = [line for line in lines if not line.startswith("  ")]
+    heads = [line for line in lines if line and not line.startswith("  ")]
     assert len(heads) == len(available_specs())
     for name, line in zip(available_specs(), heads, strict=True):
         spec = load_spec(name)
-        assert line.startswith(
-            f"{name}: {len(spec.trials)} trials, {len(spec.switch_sweeps)} switch sweeps, "
-            f"{len(spec.searches)} searches — "
-        )
+        # the trials `inv run` counts: every configuration times its repeats
+        processes = sum(t.repeats for t in spec.trials)
+        assert line.startswith(f"{name}: {processes} trials (" if processes else f"{name}: ")
+        # the whole description, re-flowed: not cut mid-sentence
+        start = lines.index(line) + 1
+        text = []
+        for following in lines[start:]:
+            if not following.startswith("    "):
+                break
+            text.append(following.strip())
+        assert " ".join(text) == " ".join(spec.description.split())
+        assert all(len(part) <= 100 for part in lines[start : start + len(text)])
+    assert (
+        "smoke: 12 trials (4 configurations x 3 repeats), 4 limit searches (2 studies x LMS "
+        in ("\n".join(lines))
+    )
+    assert any(line.startswith("resnet50-sweep: 8 trials in 1 switch sweep (8 resolutions x 1 "
+                               "repeat, +1 where LMS becomes necessary), 2 limit searches")
+               for line in lines)  # fmt: skip
     # which studies use LMS, and how
     assert "  lms-everything: googlenet 2240px batch 15 fp16 — LMS on (swapout_threshold 1, " in (
         "\n".join(lines)
@@ -98,7 +136,7 @@ def test_plan_prints_the_plan_and_plots_it_without_training(tmp_path):
     assert completed.returncode == 0, completed.stderr
     # smoke's GoogLeNet throughput study: LMS off (planned auto-tuned: what LMS would do) and on
     # (TFLMSv2's everything swapped, as written in the spec)
-    report, swap_all = json.loads(completed.stdout)
+    report, swap_all = json.loads(completed.stdout)  # stdout is the JSON alone
     assert swap_all["parameters"]["swapout_threshold"] == 1 and swap_all["swapped_bytes"] > 0
     assert (report["workload"], report["resolution"], report["batch"]) == ("googlenet", 96, 4)
     assert report["lms_needed"] and report["fits"] and report["swapped_bytes"] > 0
@@ -113,6 +151,20 @@ def test_plan_prints_the_plan_and_plots_it_without_training(tmp_path):
     assert sum(peak[p] for p in parts) == report["peak_bytes_with_lms"]
     assert all(b["why_on_device"] and b["bytes"] > 0 for b in peak["largest_buffers"])
     assert Path(report["plot"]).read_bytes().startswith(b"\x89PNG")
+    # one plot per plan, named for which: LMS off and LMS on do not overwrite each other
+    assert (report["study"], report["trial_lms"], swap_all["trial_lms"][:3]) == (
+        "googlenet-throughput", "off", "on ")  # fmt: skip
+    assert (
+        Path(report["plot"]).name == "plan-smoke-googlenet-throughput-googlenet-96px-b4-lms-off.png"
+    )
+    assert (
+        Path(swap_all["plot"]).name
+        == "plan-smoke-googlenet-throughput-googlenet-96px-b4-lms-on.png"
+    )
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == sorted(
+        Path(r["plot"]).name for r in (report, swap_all)
+    )
+    assert Path(report["plot"]).read_bytes() != Path(swap_all["plot"]).read_bytes()
     wrong = inv("plan", "--workload", "nope", "--device-memory", "1GiB")
     assert wrong.returncode == 2 and "it has: deeplabv3plus, googlenet" in wrong.stderr
     wrong = inv("plan", "--workload", "googlenet", "--device-memory", "lots")
@@ -125,7 +177,9 @@ def test_project_prints_throughput_per_link_and_the_report_plots_it(tmp_path):
               "--output", str(tmp_path)]  # fmt: skip
     roofline = inv("project", *common, "--gpu", "v100", "--link", "pcie3,nvlink2")
     assert roofline.returncode == 0, roofline.stderr
-    (estimate,) = json.loads(roofline.stdout[roofline.stdout.index("[\n") :])
+    (estimate,) = json.loads(roofline.stdout)  # stdout is the JSON alone: progress on stderr
+    progress = "[1/1] googlenet 64px batch 2 fp32 on v100"  # among TensorFlow's messages
+    assert any(line.startswith(progress) for line in roofline.stderr.splitlines())
     assert (estimate["gpu"], estimate["resolution"], estimate["batch"]) == ("v100", 64, 2)
     pcie3, nvlink2 = estimate["links"]
     assert estimate["in_bytes_per_step"] > 0 and estimate["swaps"] > 0
@@ -135,6 +189,7 @@ def test_project_prints_throughput_per_link_and_the_report_plots_it(tmp_path):
     measured = inv("project", *common, "--link", "pcie3,0.5GB/s")  # --gpu host: profiled here
     assert measured.returncode == 0, measured.stderr
     (here,) = json.loads((tmp_path / "projection.json").read_text())
+    assert json.loads(measured.stdout) == [here]
     assert here["gpu"] == "host" and here["links"][0]["step_seconds"] >= here["compute_seconds"]
     assert here["links"][1]["bandwidth"] == 0.5e9  # any bandwidth, beside the named links
     results = tmp_path / "results"
@@ -185,3 +240,127 @@ def test_newcomer_errors_are_one_line(tmp_path):
     assert "bash scripts/docker.sh" in build.stderr
     helped = inv("run", "-h")  # help, not --host
     assert helped.returncode == 0 and "Usage: inv[oke] [--core-opts] run" in helped.stdout
+
+
+def _task_names() -> list[str]:
+    listing = json.loads(inv("--list", "--list-format", "json").stdout)
+    return [task["name"] for task in listing["tasks"]]
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_every_task_answers_help(flag):
+    """`inv search --help` once said "unknown spec '--help'" (its spec was positional)."""
+    names = _task_names()
+    assert {"run", "search", "report", "regress", "plan", "project", "specs"} <= set(names)
+    unanswered = []
+    for name in names:
+        helped = inv(name, flag, timeout=120)
+        if helped.returncode != 0 or f"Usage: inv[oke] [--core-opts] {name} " not in helped.stdout:
+            unanswered.append((name, helped.returncode, helped.stderr.strip()[-200:]))
+    assert unanswered == []
+
+
+def test_help_and_defaults_name_the_statistics_the_gate_uses():
+    """The gate is Welch's t on the logarithms of per-process rates (suite.stats.ratio_interval),
+    not Mann-Whitney (what it used before)."""
+    helped = " ".join(inv("regress", "--help").stdout.split())
+    assert "Welch's t on log images/sec" in helped and "Mann" not in helped
+    defaults = (ROOT / "invoke.yaml").read_text()
+    assert "Welch's t on logs" in defaults and "Mann" not in defaults
+
+
+def test_search_takes_the_default_spec_like_the_other_tasks(tmp_path):
+    completed = inv("search", "--study", "nope", "--results", str(tmp_path / "r"))
+    assert completed.returncode == 2
+    assert completed.stderr.strip().endswith(
+        "study 'nope' is not a max-resolution or max-batch study; those are: "
+        "googlenet-max-resolution, googlenet-max-batch"
+    )
+    assert "smoke.toml" in completed.stderr
+
+
+def test_progress_reaches_a_pipe_line_by_line_while_the_run_goes_on(tmp_path):
+    """Issue 27: with stdout a pipe (cron, nightly.sh, tee) progress came only when the run
+    ended. The first trial's line must arrive while the run still has its trials ahead: the
+    records file then holds fewer than all of them and the process is running."""
+    spec, results = tmp_path / "tiny.toml", tmp_path / "results"
+    spec.write_text(TINY)
+    # as cron runs it: Python's own buffering, whatever this shell says
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    with open(tmp_path / "stderr", "w") as errors:
+        process = subprocess.Popen(
+            [str(ROOT / "inv"), "run", "--spec", str(spec), "--results", str(results)],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=errors, text=True, env=env,
+        )  # fmt: skip
+        try:
+            lines = []
+            for line in process.stdout:
+                lines.append(line)
+                if line.startswith("[trial 1/4]"):
+                    break
+            recorded = results.glob("*.jsonl")
+            records = sum(len(path.read_text().splitlines()) for path in recorded)
+            assert process.poll() is None and records < 4, (records, lines)
+            rest = process.stdout.read()
+            assert process.wait(timeout=900) == 0, (tmp_path / "stderr").read_text()
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    assert lines[0].startswith("spec tiny: 4 trials; 0 already recorded")
+    assert "[trial 4/4]" in rest and "records: " in rest
+
+
+def test_a_file_or_an_unwritable_directory_is_one_line(tmp_path):
+    """`--results` naming a file or an unwritable directory, an unwritable `--output`: one line
+    naming the option and the path, before any work (the run and the plans start nothing)."""
+    a_file = tmp_path / "results.jsonl"
+    a_file.write_text("")
+    spec = tmp_path / "tiny.toml"
+    spec.write_text(TINY)
+    for task in (["run", "--spec", str(spec)], ["report"], ["baseline"], ["search"]):
+        wrong = inv(*task, "--results", str(a_file))
+        assert wrong.returncode == 2, (task, wrong.stderr)
+        assert wrong.stderr.strip() == (
+            f"error: --results {a_file}: a file, not a directory; give a directory"
+        ), task
+    results = tmp_path / "results"
+    store_host(results, HOST)
+    append_record(results_file(results, "h1"), record("h1", "ref", "aaaa", 10.0, 0.1))
+    with unwritable(tmp_path / "locked") as locked:
+        commands = [
+            ("--results", "run", "--spec", str(spec), "--results", str(locked)),
+            ("--output", "report", "--results", str(results), "--output", str(locked)),
+            ("--output", "plan", "--spec", str(spec), "--output", str(locked)),
+            ("--output", "project", "--spec", str(spec), "--output", str(locked)),
+            ("--output", "baseline", "--results", str(results), "--output", f"{locked}/b.json"),
+            ("--output", "regress", "--results", str(results), "--output", str(locked)),
+            ("--to", "publish", "--reports", str(results), "--to", str(locked)),
+        ]
+        for option, *command in commands:
+            wrong = inv(*command)
+            assert wrong.returncode == 2, (command, wrong.stderr)
+            (line,) = wrong.stderr.strip().splitlines()
+            assert line.startswith(f"error: {option} {locked}: cannot write there ("), line
+            assert line.endswith("); give a directory you can write to"), line
+        assert list(locked.iterdir()) == []
+
+
+def test_a_record_of_the_wrong_type_is_skipped_with_its_file_and_line(tmp_path):
+    """A hand-edited `images_per_sec: "fast"` is one warning naming file:line and the field; the
+    report renders from the records that stand."""
+    results = tmp_path / "results"
+    store_host(results, HOST)
+    path = results_file(results, "h1")
+    append_record(path, record("h1", "ref", "aaaa", 10.0, 0.1))
+    damaged = record("h1", "ref", "aaaa", 10.0, 0.1, repeat=1)
+    damaged["metrics"]["images_per_sec"] = "fast"
+    with open(path, "a") as handle:
+        handle.write(json.dumps(damaged) + "\n")
+    completed = inv("report", "--results", str(results), "--output", str(tmp_path / "out"))
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stderr.strip() == (
+        f"{path}:2: skipping a damaged record: field 'metrics.images_per_sec' = \"fast\" is "
+        "invalid; allowed: a table {mean, stderr, jitter, total} of numbers"
+    )
+    assert (tmp_path / "out" / "report.md").exists()

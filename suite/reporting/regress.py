@@ -14,6 +14,10 @@ two loops to 0.40x and 0.50x), so a change is called only when it holds both as 
 machine speed (its significance is tested as measured: the division adds the chain's noise);
 otherwise "inconclusive: run again". A trial that trained in the baseline and does
 not now is a regression whatever its numbers. Comparisons pair equal spec hashes only.
+
+The table names each row's configuration so that no two rows look alike: workload, size, batch,
+LMS (off, or on with its settings), and every parameter in which a row differs from rows that
+would otherwise read the same (precision, steps, memory budget, ...).
 """
 
 import json
@@ -25,6 +29,7 @@ from tabulate import tabulate
 
 from suite.errors import SuiteError
 from suite.records import load_all_records, record_params, utc_now, write_atomic
+from suite.specs.model import lms_text
 from suite.stats import ratio_interval
 
 BASELINE_VERSION = 2  # 2: per trial process, with the machine speed (1: per step)
@@ -82,6 +87,7 @@ def make_baseline(results_dir: Path, path: Path) -> dict:
             "workload": record_params(ok[0]).workload,
             "resolution": record_params(ok[0]).resolution,
             "batch": record_params(ok[0]).batch,
+            "params": ok[0]["params"],  # what the table tells rows apart by
             "run": ok[0].get("run"),
             "images_per_sec": statistics.fmean(p["rate"] for p in processes),
             "processes": processes,
@@ -100,6 +106,9 @@ def load_baseline(path: Path) -> dict:
         raise SuiteError(f"baseline {path} does not exist: make one with `inv baseline`") from None
     except json.JSONDecodeError as error:
         raise SuiteError(f"baseline {path}: not valid JSON ({error})") from None
+    except OSError as error:  # a directory, unreadable
+        raise SuiteError(f"baseline {path}: cannot read it ({error.strerror}); give the "
+                         "baseline file `inv baseline` wrote") from None  # fmt: skip
     if baseline.get("version") != BASELINE_VERSION or "entries" not in baseline:
         raise SuiteError(f"baseline {path}: version {baseline.get('version')!r}; this suite "
                          f"reads version {BASELINE_VERSION}")  # fmt: skip
@@ -138,6 +147,8 @@ def compare(baseline: dict, results_dir: Path, tolerance=TOLERANCE, alpha=ALPHA)
         row.update(key=key, baseline=entry["images_per_sec"], now=None, change=None, p=None,
                    interval=None, machine=None, processes=None)  # fmt: skip
         run = runs.get((entry["host"], entry["spec_hash"]))
+        # baselines made before entries kept their parameters: the run's (same spec hash)
+        row["params"] = entry.get("params") or (run[0]["params"] if run else None)
         if not run or run[0].get("run") == entry["run"]:
             row["verdict"] = "no new run"
             rows.append(row)
@@ -176,25 +187,68 @@ def compare(baseline: dict, results_dir: Path, tolerance=TOLERANCE, alpha=ALPHA)
         if reason:
             row["reason"] = reason
         rows.append(row)
+    name_configurations(rows)
     return rows
 
 
+def _flat(table: dict, prefix: str = "") -> dict:
+    """{"lms.link.bandwidth": 2e9, "precision": "fp32", ...}: nested tables as dotted keys."""
+    flat = {}
+    for key, value in table.items():
+        if isinstance(value, dict):
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def name_configurations(rows: list[dict]) -> None:
+    """Give each row its `lms` ("off", "on (auto-tuned)", ...) and its `configuration`: workload,
+    size and batch, plus every parameter in which it differs from the rows of its host that
+    would otherwise read the same; the spec hash where even those agree (hand-made or older
+    records whose hashes differ over the same parameters)."""
+    for row in rows:
+        row["lms"] = "—" if row["params"] is None else lms_text(row["params"].get("lms"))
+        row["configuration"] = f"{row['workload']} {row['resolution']}px b{row['batch']}"
+    alike = defaultdict(list)
+    for row in rows:
+        alike[(row["host"], row["configuration"], row["lms"])].append(row)
+    shown = {"workload", "resolution", "batch"}
+    for group in (g for g in alike.values() if len(g) > 1):
+        flats = [_flat(r["params"] or {}) for r in group]
+        keys = sorted({k for f in flats for k in f} - shown)
+        differing = [k for k in keys if len({json.dumps(f.get(k)) for f in flats}) > 1]
+        for row, flat in zip(group, flats, strict=True):
+            extra = [f"{k}={flat.get(k, '—')}" for k in differing]
+            row["configuration"] = " ".join([row["configuration"], *extra])
+        if len({r["configuration"] for r in group}) < len(group):
+            for row in group:
+                row["configuration"] += f" [{row['key'].split('/')[-1]}]"
+
+
 def table(rows: list[dict]) -> str:
+    """The rows as a GitHub table (printed by `inv regress`, shown in the report)."""
+
     def fmt(value, pattern):
         return "—" if value is None else pattern.format(value)
 
-    body = [
-        [r["host"], f"{r['workload']} {r['resolution']}px b{r['batch']}",
-         fmt(r["baseline"], "{:.3g}"), fmt(r["now"], "{:.3g}"), fmt(r["machine"], "{:.2f}×"),
-         fmt(r["change"], "{:+.1%}")
-         + (f" ({r['interval'][0]:+.0%} to {r['interval'][1]:+.0%})" if r.get("interval") else ""),
-         fmt(r["p"], "{:.2g}"), "/".join(map(str, r["processes"])) if r.get("processes") else "—",
-         r["verdict"] + (f" ({r['reason']})" if r.get("reason") else "")]
-        for r in rows
-    ]  # fmt: skip
-    headers = ["host", "workload", "baseline img/s", "now img/s", "machine speed",
+    def cells(r):
+        # rows of a regression.json written before rows named their configuration: as they are
+        configuration = (
+            r.get("configuration") or f"{r['workload']} {r['resolution']}px b{r['batch']}"
+        )
+        interval = r.get("interval")
+        spread = f" ({interval[0]:+.0%} to {interval[1]:+.0%})" if interval else ""
+        processes = "/".join(map(str, r["processes"])) if r.get("processes") else "—"
+        verdict = r["verdict"] + (f" ({r['reason']})" if r.get("reason") else "")
+        return [r["host"], configuration, r.get("lms", "—"), fmt(r["baseline"], "{:.3g}"),
+                fmt(r["now"], "{:.3g}"), fmt(r["machine"], "{:.2f}×"),
+                fmt(r["change"], "{:+.1%}") + spread, fmt(r["p"], "{:.2g}"), processes,
+                verdict]  # fmt: skip
+
+    headers = ["host", "configuration", "LMS", "baseline img/s", "now img/s", "machine speed",
                "change", "p", "processes now/baseline", "verdict"]  # fmt: skip
-    return tabulate(body, headers, tablefmt="github", disable_numparse=True)
+    return tabulate([cells(r) for r in rows], headers, tablefmt="github", disable_numparse=True)
 
 
 def write_regression(rows: list[dict], output_dir: Path, tolerance: float, alpha: float) -> Path:

@@ -2,6 +2,8 @@
 
 Builds the model at the trial's full size (only its weights are allocated), traces the training
 step from TensorSpecs, and asks lms for the analysis, the tuned parameters and the simulated peaks.
+Each plan gets its own memory plot, named for its spec, study, size and whether the trial runs
+with LMS (`plot_name`): a study's LMS-off and LMS-on trials are two plans and two plots.
 """
 
 from pathlib import Path
@@ -10,7 +12,8 @@ import lms
 from suite import lms_seam
 from suite.errors import SuiteError
 from suite.lms_seam import lms_options
-from suite.specs import Spec, TrialParams
+from suite.specs import Spec, Trial, TrialParams
+from suite.specs.model import lms_text
 
 
 def show_lms_messages() -> None:
@@ -68,6 +71,14 @@ def measured_attempts(results_dir: Path | None) -> dict:
     return found
 
 
+def plot_name(spec: Spec, trial: Trial) -> str:
+    """The file of a trial's plan plot, e.g. plan-smoke-googlenet-throughput-googlenet-224px-b4-
+    lms-on.png: a study's trials differ in size or LMS mode only, so the name is one per plan."""
+    p = trial.params
+    mode = "on" if p.lms else "off"
+    return f"plan-{spec.name}-{trial.study}-{p.workload}-{p.resolution}px-b{p.batch}-lms-{mode}.png"
+
+
 def plan_spec(
     spec: Spec,
     output_dir: Path,
@@ -94,11 +105,13 @@ def plan_spec(
     measured = measured_attempts(results_dir) if device_memory is None else {}
     reports = []
     for trial in trials:
-        p = trial.params
-        plot = output_dir / f"plan-{p.workload}-{p.resolution}px-b{p.batch}.png"
-        report = plan_trial(p, memory, plot)
+        report = plan_trial(trial.params, memory, output_dir / plot_name(spec, trial))
         report.pop("timeline", None)  # drawn in the plot; hundreds of numbers in JSON
         if trial.hash in measured:
             report["measured"] = measured[trial.hash]
-        reports.append({"spec_hash": trial.hash, **report})
+        # the trial planned: its study and its LMS as the spec runs it (an LMS-off trial is
+        # planned as LMS would do it, auto-tuned, to show what LMS would change)
+        trial_lms = lms_text(trial.params.lms)
+        reports.append({"spec_hash": trial.hash, "study": trial.study, "trial_lms": trial_lms,
+                        **report})  # fmt: skip
     return reports

@@ -15,6 +15,7 @@ exist).
 
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -165,8 +166,9 @@ def project_spec(
     results = []
     for number, trial in enumerate(trials, 1):
         p = trial.params
+        # progress on stderr: stdout is the JSON (`inv project > projection.json`)
         print(f"[{number}/{len(trials)}] {p.workload} {p.resolution}px batch {p.batch} "
-              f"{p.precision} on {gpu} ({trial.study})", flush=True)  # fmt: skip
+              f"{p.precision} on {gpu} ({trial.study})", file=sys.stderr)  # fmt: skip
         results.append({"spec": spec.name, "study": trial.study, "spec_hash": trial.hash,
                         **project_trial(p, links, gpu)})  # fmt: skip
     output_dir.mkdir(parents=True, exist_ok=True)
