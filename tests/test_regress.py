@@ -192,6 +192,8 @@ def test_bad_baselines_get_clear_errors(tmp_path):
     (tmp_path / "bad.json").write_text("{")
     with pytest.raises(SuiteError, match="not valid JSON"):
         load_baseline(tmp_path / "bad.json")
+    with pytest.raises(SuiteError, match=f"baseline {tmp_path}: cannot read it \\(Is a directory"):
+        load_baseline(tmp_path)
     with pytest.raises(SuiteError, match="no trained records"):
         make_baseline(tmp_path / "empty", tmp_path / "b.json")
     assert write_regression([], tmp_path / "out", 0.05, 0.002).exists()
