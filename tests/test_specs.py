@@ -201,6 +201,22 @@ def test_the_embedded_default_is_the_mission_at_cpu_size():
             "(0, 1]",
         ),
         (spec_with(defaults_extra="gpus = 0"), "defaults.gpus", "an integer >= 1"),
+        (spec_with(defaults_extra="boundary_repeats = -1"), "defaults.boundary_repeats", ">= 0"),
+        (
+            spec_with(defaults_extra="boundary_spread = 1.5"),
+            "defaults.boundary_spread",
+            "a fraction of the peak in [0, 1)",
+        ),
+        (
+            spec_with(defaults_extra='boundary_spread = "10%"'),
+            "defaults.boundary_spread",
+            "[0, 1)",
+        ),
+        (
+            BASE + "boundary_repeats = 2\n",
+            "study[0].boundary_repeats",
+            "absent in a throughput study (only max-resolution and max-batch studies take it)",
+        ),
         (
             spec_with(defaults_extra='gpus = 4\nbatch_scope = "global"'),
             "study[0].batch",
@@ -446,6 +462,24 @@ def test_a_search_runs_lms_off_and_on_with_shared_limit_key():
     assert search.hash("off") != search.hash("on")
     (only_on,) = parse_spec(SEARCH.format(extra='lms_mode = "on"'), "s.toml").searches
     assert only_on.modes == ("on",) and only_on.limit_key == search.limit_key
+
+
+def test_a_search_confirms_its_boundary_as_its_defaults_or_its_study_say():
+    (search,) = parse_spec(SEARCH.format(extra=""), "s.toml").searches
+    assert (search.boundary_repeats, search.boundary_spread) == (2, 0.1)
+    text = SEARCH.format(extra="boundary_spread = 0.05").replace(
+        "[defaults]\n", "[defaults]\nboundary_repeats = 4\nboundary_spread = 0.2\n"
+    )
+    (chosen,) = parse_spec(text, "s.toml").searches
+    assert (chosen.boundary_repeats, chosen.boundary_spread) == (4, 0.05)
+    # how many processes confirm a limit is not what a trial or search measures: not hashed
+    assert (chosen.hash("off"), chosen.hash("on")) == (search.hash("off"), search.hash("on"))
+    assert chosen.trial(128, "on").hash == search.trial(128, "on").hash
+    with pytest.raises(SpecError) as error:
+        parse_spec(SEARCH.format(extra="boundary_repeats = 1.5"), "s.toml")
+    assert error.value.field == "study[0].boundary_repeats" and ">= 0" in str(error.value)
+    # in [defaults] it may stand beside studies that are not searches (defaults apply to all)
+    assert parse_spec(spec_with(defaults_extra="boundary_repeats = 0"), "t.toml").trials
 
 
 def test_lms_mode_is_validated_per_study_kind():

@@ -1,7 +1,9 @@
 """The report's limits table: per workload, host and search, the largest size that trained with
 LMS off and with LMS on, and the factor LMS gained (in pixels or voxels for resolution, in samples
 for batch), and beside the gain the swap-only bound (`suite.reporting.swap_bound`): how far
-swapping alone could go, and the op that sets it."""
+swapping alone could go, and the op that sets it. Each limit's margin follows
+(`suite.running.boundary`): its verdict, then the measured peak over the budget at the limit and at
+the first size that failed; a gain from an uncertain limit says so."""
 
 from collections import defaultdict
 
@@ -9,6 +11,7 @@ from tabulate import tabulate
 
 from suite.records import record_params
 from suite.reporting.swap_bound import bound_text, lms_reports
+from suite.running.boundary import is_uncertain, margin_text
 from suite.units import format_bytes
 
 
@@ -42,7 +45,14 @@ def gain_text(off: dict | None, on: dict | None) -> str:
         text = f"{ratio**info.spatial_dims:.2f}× {info.element}"
     else:
         text = f"{ratio:.2f}× batch"
-    return text + (" (at least)" if on["stop_reached"] else "")
+    notes = ["at least"] if on["stop_reached"] else []
+    notes += ["uncertain"] if is_uncertain(off) or is_uncertain(on) else []
+    return text + (f" ({', '.join(notes)})" if notes else "")
+
+
+def margin_cell(record: dict | None) -> str:
+    """ "confirmed: 0.96 / 1.01" (suite.running.boundary); "—" where the mode was not searched."""
+    return "—" if record is None else margin_text(record)
 
 
 def rate_at_limit_text(record: dict | None) -> str:
@@ -84,6 +94,8 @@ def limits_table(search_records: list[dict], trial_records: list[dict]) -> str |
                 _limit_text(on),
                 gain_text(off, on),
                 bound_text(off, on, reports),
+                margin_cell(off),
+                margin_cell(on),
                 rate_at_limit_text(off),
                 rate_at_limit_text(on),
                 trials,
@@ -98,6 +110,8 @@ def limits_table(search_records: list[dict], trial_records: list[dict]) -> str |
         "LMS on",
         "LMS gain",
         "swap-only bound",
+        "peak/budget off",
+        "peak/budget on",
         "rate at limit, off",
         "rate at limit, on",
         "trials off/on",

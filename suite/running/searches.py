@@ -6,11 +6,16 @@ with LMS off or on, found with few real trials.
 2. Confirm and refine with real, isolated trials (`suite.running.bracket`): the prediction and its
    neighbour, then gallop and bisect if the prediction was off. A trial that is not `ok` (out of
    memory, crash, time-out) marks "does not train here"; it is recorded like any trial.
-3. Append one search record: the largest value that trained, the smallest that did not, every trial
-   behind them (by spec hash), and the prediction.
+3. Weigh the boundary (`suite.running.boundary`): the measured peaks at the largest size that
+   trained and at the smallest that did not, against the budget. Where one lies within the
+   between-process spread of the budget, both sizes run in the spec's `boundary_repeats` more
+   processes (repeat 1, 2, ... of the same trial, in rounds), and the limit is "confirmed" when
+   they agree, else "uncertain"; far from the budget it is "clear".
+4. Append one search record: the largest value that trained, the smallest that did not, every trial
+   behind them (by spec hash and repeat), the boundary's margin and verdict, and the prediction.
 
 Resume: a recorded search is not redone; an interrupted one redoes only what is not recorded (its
-finished trials and its prediction are reused from the host's records).
+finished trials, repeats included, and its prediction are reused from the host's records).
 """
 
 import json
@@ -32,6 +37,7 @@ from suite.records import (
     validate_prediction,
     validate_search_record,
 )
+from suite.running.boundary import boundary_record, is_near, margin_text, process_margin
 from suite.running.bracket import bracket_search
 from suite.running.executor import TrialExecutor, format_eta
 from suite.specs import Search, Spec
@@ -104,20 +110,9 @@ def run_search(search: Search, mode: str, spec: Spec, executor: TrialExecutor) -
 
     def probe(index: int) -> bool:
         trial = search.trial(values[index], mode)
-        reused = executor.done(trial) is not None
-        record = executor.run(trial, 0, spec, {"search": search_hash})
+        record, reused = _run(executor, trial, 0, spec, search_hash)
         records[index] = record
-        metrics = record.get("metrics") or {}
-        trials.append(
-            {
-                "value": values[index],
-                "spec_hash": trial.hash,
-                "outcome": record["outcome"],
-                "reused": reused,
-                "peak_memory_bytes": metrics.get("peak_memory_bytes"),
-                "images_per_sec": (metrics.get("images_per_sec") or {}).get("mean"),
-            }
-        )
+        trials.append(_trial_entry(values[index], trial, record, reused))
         return record["outcome"] == "ok"
 
     def on_probe(bracket, index):
@@ -133,6 +128,7 @@ def run_search(search: Search, mode: str, spec: Spec, executor: TrialExecutor) -
     bracket = bracket_search(len(values), probe, predicted, on_probe)
     largest = values[bracket.passed] if bracket.passed >= 0 else None
     smallest = values[bracket.failed] if bracket.failed < len(values) else None
+    boundary = confirm_boundary(search, mode, spec, executor, (largest, smallest), trials)
     record = {
         "schema": SCHEMA_VERSION,
         "kind": search.kind,
@@ -150,6 +146,7 @@ def run_search(search: Search, mode: str, spec: Spec, executor: TrialExecutor) -
         "stop_reached": bracket.passed == len(values) - 1,
         "trials": trials,
         "trials_run": sum(1 for t in trials if not t["reused"]),
+        "boundary": boundary,
         "prediction": {
             "largest_fit": values[predicted] if predicted is not None and predicted >= 0 else None,
             "nothing_fits": predicted == -1,
@@ -164,7 +161,76 @@ def run_search(search: Search, mode: str, spec: Spec, executor: TrialExecutor) -
     append_record(path, record, validate_search_record)
     beyond = f"fails at {smallest} ({record['failed_outcome']})" if smallest else "stop reached"
     echo(
-        f"    {search.searched} limit, LMS {mode}: trains at {largest}, {beyond}; "
-        f"{len(trials)} trials ({record['trials_run']} run now)"
+        f"    {search.searched} limit, LMS {mode}: trains at {largest}, {beyond}; peak/budget "
+        f"{margin_text(record)}; {len(trials)} trials ({record['trials_run']} run now)"
     )
     return record
+
+
+def _run(executor: TrialExecutor, trial, repeat: int, spec: Spec, search_hash: str):
+    """The trial's record (recorded or run now, tagged with the search) and whether it was
+    recorded already."""
+    reused = executor.done(trial, repeat) is not None
+    return executor.run(trial, repeat, spec, {"search": search_hash}), reused
+
+
+def _trial_entry(value: int, trial, record: dict, reused: bool) -> dict:
+    """A search record's line for one trial process."""
+    metrics = record.get("metrics") or {}
+    return {
+        "value": value,
+        "spec_hash": trial.hash,
+        "repeat": record["repeat"],
+        "outcome": record["outcome"],
+        "reused": reused,
+        "peak_memory_bytes": metrics.get("peak_memory_bytes"),
+        "images_per_sec": (metrics.get("images_per_sec") or {}).get("mean"),
+    }
+
+
+def confirm_boundary(
+    search: Search, mode: str, spec: Spec, executor: TrialExecutor, sizes: tuple, trials: list
+) -> dict:
+    """The boundary of a bracketed search (`sizes`: the largest value that trained, the smallest
+    that did not, None where absent), with its margin and verdict (`suite.running.boundary`).
+
+    Repeats already recorded (1..boundary_repeats, from an interrupted search or another study
+    of the same trial) count before deciding; when a side is near the budget, the missing ones run
+    now, in rounds (repeat r at both sizes before r + 1), like every trial tagged with the search
+    and appended to `trials`."""
+    budget, band = search.params.memory_budget_bytes, search.boundary_spread
+    search_hash, echo = search.hash(mode), executor.echo
+    sides = {}
+    for name, value in zip(("limit", "failed"), sizes, strict=True):
+        if value is None:
+            continue
+        trial = search.trial(value, mode)
+        known = [executor.done(trial, r) for r in range(search.boundary_repeats + 1)]
+        sides[name] = {"value": value, "trial": trial, "records": [r for r in known if r]}
+
+    def side(name):
+        if name not in sides:
+            return None
+        found = sides[name]
+        processes = [process_margin(r, budget) for r in found["records"]]
+        return {"value": found["value"], "spec_hash": found["trial"].hash, "processes": processes}
+
+    for found in sides.values():  # repeats recorded earlier stand behind the limit too
+        for record in found["records"][1:]:
+            trials.append(_trial_entry(found["value"], found["trial"], record, True))
+    if search.boundary_repeats and is_near(side("limit"), side("failed"), budget, band):
+        shown = " and ".join(str(found["value"]) for found in sides.values())
+        echo(f"    a peak within the between-process spread of the budget: {search.searched} "
+             f"{shown} in {search.boundary_repeats} more processes each")  # fmt: skip
+        for repeat in range(1, search.boundary_repeats + 1):
+            for found in sides.values():
+                if executor.done(found["trial"], repeat) is not None:
+                    continue
+                echo(f"[search {search.study} LMS {mode} boundary {repeat}/"
+                     f"{search.boundary_repeats}] {search.searched} {found['value']}")  # fmt: skip
+                record, _ = _run(executor, found["trial"], repeat, spec, search_hash)
+                found["records"].append(record)
+                trials.append(_trial_entry(found["value"], found["trial"], record, False))
+    for found in sides.values():
+        found["records"].sort(key=lambda r: r["repeat"])
+    return boundary_record(side("limit"), side("failed"), budget, band, search.boundary_repeats)

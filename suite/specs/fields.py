@@ -28,6 +28,18 @@ TRIAL_DEFAULTS = {
     "nodes": 1,
     "batch_scope": "replica",  # `batch` per replica (global = batch x replicas), or "global"
 }
+# Fields a limit search (max-resolution, max-batch) may set, or inherit from [defaults]: how its
+# boundary is confirmed (suite.running.boundary). Not hashed, like `repeats`: they decide how many
+# processes run, not what one measures.
+SEARCH_DEFAULTS = {
+    # fresh processes added at the largest size that trained and at the smallest that did not,
+    # when a peak lies within the spread of the budget (0: never; such a limit is "uncertain")
+    "boundary_repeats": 2,
+    # a measured peak's spread between processes, relative to the peak: GoogLeNet's peaks spread
+    # over 5-9 % of themselves between processes here (suite.running.boundary)
+    "boundary_spread": 0.10,
+}
+SEARCH_KINDS = ("max-resolution", "max-batch")
 STUDY_FIELDS = {  # required
     "throughput": {"resolution", "batch"},
     "sweep": {"batch", "resolutions"},
@@ -110,6 +122,17 @@ class Checker:
             return self.data(name, value)
         if key == "lms":
             return self.lms(name, value)
+        raise AssertionError(key)
+
+    def search_field(self, name, key, value):
+        """Validate one SEARCH_DEFAULTS field; returns it."""
+        if key == "boundary_repeats":
+            return self.integer(name, value, 0)
+        if key == "boundary_spread":
+            number = isinstance(value, int | float) and not isinstance(value, bool)
+            if not number or not 0 <= value < 1:
+                self.fail(name, value, "a fraction of the peak in [0, 1), e.g. 0.1")
+            return float(value)
         raise AssertionError(key)
 
     def lms(self, name, value):

@@ -8,7 +8,9 @@ A study is one of:
   does not (seed 000), with `"both"` every resolution runs with LMS off and on;
 - `max-resolution` / `max-batch`: a limit search (batch or resolution fixed, the other searched
   from `start` up to `stop` in multiples of `step`), by default once with LMS off and once on
-  (`lms_mode = "both" | "off" | "on"`); `suite.running.searches` runs them.
+  (`lms_mode = "both" | "off" | "on"`); `suite.running.searches` runs them, and runs the boundary
+  sizes in `boundary_repeats` more processes where a peak lies within `boundary_spread` of the
+  memory budget.
 Every trial's resolved parameters are hashed canonically (`trial_hash`): the same hash on two hosts
 means the same workload, which is what reports compare.
 """
@@ -23,6 +25,8 @@ from suite.specs.fields import (
     NAME,
     OVERRIDABLE,
     RUNNABLE_KINDS,
+    SEARCH_DEFAULTS,
+    SEARCH_KINDS,
     STUDY_FIELDS,
     STUDY_KINDS,
     TRIAL_DEFAULTS,
@@ -128,9 +132,12 @@ def parse_spec(text: str, source: str, overrides: dict | None = None) -> Spec:
     description = document.get("description", "")
     check.text("description", description)
     defaults = document.get("defaults", {})
-    check.known_keys("defaults", defaults, set(TRIAL_DEFAULTS))
+    check.known_keys("defaults", defaults, set(TRIAL_DEFAULTS) | set(SEARCH_DEFAULTS))
     for key, value in defaults.items():  # errors name the table the value is written in
-        check.trial_field(f"defaults.{key}", key, value)
+        if key in SEARCH_DEFAULTS:
+            check.search_field(f"defaults.{key}", key, value)
+        else:
+            check.trial_field(f"defaults.{key}", key, value)
     studies = document.get("study")
     if not isinstance(studies, list) or not studies:
         check.fail("study", studies, "one or more [[study]] tables")
@@ -144,6 +151,7 @@ def parse_spec(text: str, source: str, overrides: dict | None = None) -> Spec:
             study,
             {"name", "kind", "workload", "lms_mode"}
             | set(TRIAL_DEFAULTS)
+            | set(SEARCH_DEFAULTS)
             | set().union(*STUDY_FIELDS.values()),
         )
         study_name = check.text(f"{where}.name", study.get("name"), NAME)
@@ -162,6 +170,11 @@ def parse_spec(text: str, source: str, overrides: dict | None = None) -> Spec:
         for key in STUDY_FIELDS[kind]:
             if key not in study:
                 check.fail(f"{where}.{key}", None, f"required in a {kind} study")
+        for key in SEARCH_DEFAULTS:
+            if key in study and kind not in SEARCH_KINDS:
+                check.fail(f"{where}.{key}", study[key],
+                           f"absent in a {kind} study (only {' and '.join(SEARCH_KINDS)} "
+                           "studies take it)")  # fmt: skip
         study = _apply_overrides(study, kind, workload, overrides)
         modes, default_mode = LMS_MODES[kind]
         lms_mode = check.choice(f"{where}.lms_mode", study.get("lms_mode", default_mode), modes)
@@ -170,6 +183,9 @@ def parse_spec(text: str, source: str, overrides: dict | None = None) -> Spec:
             if key in overrides:
                 settings[key] = overrides[key]
         resolved = _resolve_params(check, where, settings, workload)
+        for key, default in SEARCH_DEFAULTS.items():
+            value = study.get(key, defaults.get(key, default))
+            resolved[key] = check.search_field(f"{where}.{key}", key, value)
         _add_study(spec, check, where, study, study_name, kind, workload, resolved, lms_mode)
     return spec
 
@@ -244,6 +260,8 @@ def _add_study(spec, check, where, study, study_name, kind, workload, resolved, 
             modes,
             lms_on,
             resolved["timeout"],
+            resolved["boundary_repeats"],
+            resolved["boundary_spread"],
         )  # fmt: skip
     )
 

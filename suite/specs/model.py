@@ -155,6 +155,10 @@ class Search:
     modes: tuple = ("off", "on")
     lms: dict = field(default_factory=dict)  # the LMS settings of mode "on"
     timeout_s: float = 3600.0
+    # how the boundary is confirmed (suite.running.boundary); not hashed: a recorded search is
+    # not redone when they change
+    boundary_repeats: int = 2  # more processes at each boundary size when it is near the budget
+    boundary_spread: float = 0.10  # a peak's spread between processes, relative to the peak
 
     @property
     def searched(self) -> str:
