@@ -69,6 +69,15 @@ def test_a_transfer_is_timed_from_when_its_engine_begins_it_not_from_the_request
     assert waited - took >= 0.5 * 0.3  # the queue before it is not the transfer's time
 
 
+def test_a_transfer_shorter_than_a_sleeps_lateness_still_takes_its_time():
+    """20 us at 1 GB/s is less than `time.sleep` returns late by: the link still waits it out
+    (a lower bound: a wait can be late, never early)."""
+    engines = EmulatedLink(Link(1e9, 0.0))
+    for _ in range(20):
+        _, took = engines.move("out", 20_000)
+        assert took >= 20e-6
+
+
 def _profile(*events):
     return StepProfile(tuple(OpEvent(n, t, s, d) for n, t, s, d in events), ())
 
