@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from suite.errors import RecordError
+from suite.running.boundary import VERDICTS
 from suite.specs.model import TrialParams
 
 SCHEMA_VERSION = 1
@@ -255,6 +256,15 @@ def validate_search_record(record: dict, where: str) -> dict:
     for name, kind in SEARCH_REQUIRED.items():
         if not isinstance(record.get(name), kind):
             raise DamagedRecord(where, f"search record lacks field {name!r} ({kind.__name__})")
+    boundary = record.get("boundary")
+    if boundary is not None and (
+        not isinstance(boundary, dict) or boundary.get("verdict") not in VERDICTS
+    ):
+        raise DamagedRecord(
+            where,
+            f"search record's field 'boundary' is invalid; allowed: a table whose verdict is one "
+            f"of {', '.join(VERDICTS)}",
+        )
     return record
 
 

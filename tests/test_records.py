@@ -7,6 +7,8 @@ from _unwritable import unwritable
 from suite.errors import RecordError
 from suite.records import (
     SCHEMA_VERSION,
+    SEARCH_REQUIRED,
+    DamagedRecord,
     append_record,
     load_host,
     load_records,
@@ -14,6 +16,7 @@ from suite.records import (
     record_params,
     store_host,
     validate_record,
+    validate_search_record,
     writable_directory,
     writable_file,
     write_atomic,
@@ -186,3 +189,25 @@ def test_a_file_or_an_unwritable_directory_is_refused_naming_the_option(tmp_path
             writable_directory(locked, "--output")
         with pytest.raises(RecordError, match=f"^--output {locked}: cannot write there "):
             writable_file(locked / "baseline.json", "--output")
+
+
+def test_a_search_records_boundary_must_carry_a_known_verdict():
+    search = {
+        "schema": 1,
+        "search_hash": "abc",
+        "limit_key": "k",
+        "kind": "max-batch",
+        "mode": "off",
+        "params": {},
+        "host": "h1",
+        "trials": [],
+        "largest_ok": 4,
+        "smallest_failed": 5,
+    }
+    for name, kind in SEARCH_REQUIRED.items():  # whatever else a search record must have
+        search.setdefault(name, kind())
+    assert validate_search_record({**search, "boundary": {"verdict": "confirmed"}}, "s.jsonl")
+    assert validate_search_record(search, "s.jsonl")  # records from before the boundary
+    for bad in ({"verdict": "sure"}, "confirmed", []):
+        with pytest.raises(DamagedRecord, match="'boundary' is invalid; allowed: .*confirmed"):
+            validate_search_record({**search, "boundary": bad}, "s.jsonl")
