@@ -42,19 +42,6 @@ def available_specs() -> list[str]:
     return sorted(p.stem for p in SPEC_DIR.glob("*.toml"))
 
 
-def describe_specs() -> list[str]:
-    """`inv specs`: per shipped spec a line, then one per study saying whether it uses LMS."""
-    lines = []
-    for name in available_specs():
-        spec = load_spec(name)
-        lines.append(
-            f"{name}: {len(spec.trials)} trials, {len(spec.switch_sweeps)} switch sweeps, "
-            f"{len(spec.searches)} searches — {spec.description.splitlines()[0]}"
-        )
-        lines += [f"  {study}" for study in spec.study_lines()]
-    return lines
-
-
 def find_spec(name_or_path: str) -> Path:
     """A spec by path, or by name among the suite's specs."""
     path = Path(name_or_path)
