@@ -1,6 +1,7 @@
 """Tasks of the LMS benchmark suite (`inv --list`). Thin: options in, `suite` functions out."""
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -27,6 +28,9 @@ def _user_errors(function):
             raise Exit(f"stopped: {error}", code=exit_code(error)) from None
         except SuiteError as error:
             raise Exit(f"error: {error}", code=2) from None
+        except BrokenPipeError:  # `inv specs | head`: the reader left; nothing more to say
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise Exit(code=141) from None  # 128 + SIGPIPE, as a shell reports it
 
     wrapper.__name__, wrapper.__doc__ = function.__name__, function.__doc__
     wrapper.__wrapped__ = function

@@ -364,3 +364,19 @@ def test_a_record_of_the_wrong_type_is_skipped_with_its_file_and_line(tmp_path):
         "invalid; allowed: a table {mean, stderr, jitter, total} of numbers"
     )
     assert (tmp_path / "out" / "report.md").exists()
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback():
+    """`inv specs | head -0`: the reader is gone before the task prints (the pipe is closed
+    while Python is still starting); the task ends quietly with 141, as a shell reports SIGPIPE,
+    not with a BrokenPipeError traceback."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "invoke", "specs"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    process.stdout.close()
+    _, errors = process.communicate(timeout=120)
+    assert b"Traceback" not in errors
+    assert process.returncode == 141
