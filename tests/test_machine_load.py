@@ -1,0 +1,48 @@
+"""The machine's load while a trial measures (suite/running/machine_load.py), with real processes
+burning real CPU."""
+
+import subprocess
+import sys
+import time
+
+from suite.running.machine_load import LoadMonitor, busy_text, is_busy
+
+BURN = "import time\nend = time.time() + {seconds}\nwhile time.time() < end: pass\n"
+
+
+def _burn(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def test_another_process_burning_a_core_counts_as_others():
+    burner = subprocess.Popen([sys.executable, "-c", BURN.format(seconds=30)])
+    try:
+        time.sleep(0.3)  # it is running
+        with LoadMonitor(interval_s=0.2) as load:
+            time.sleep(2.0)
+    finally:
+        burner.kill()
+        burner.wait()
+    summary = load.summary()
+    assert summary["other_cores"]["mean"] >= 0.5  # the burner's core (noise only adds)
+    assert len(load.others) >= 5
+    assert is_busy(summary) == (summary["other_cores"]["mean"] >= 0.25 * summary["cores"])
+
+
+def test_the_trials_own_cpu_is_not_counted_as_others():
+    """Burning in this process: the machine's busy cores include it, the others' do not (a
+    difference of the process's own CPU time, so noise from elsewhere cannot make it pass)."""
+    with LoadMonitor(interval_s=0.2) as load:
+        _burn(2.0)
+    summary = load.summary()
+    assert summary["busy_cores"]["mean"] - summary["other_cores"]["mean"] >= 0.5
+    assert summary["load_average_1m"]["before"] is not None and summary["seconds"] >= 2.0
+
+
+def test_old_records_and_odd_values_are_not_busy():
+    assert not is_busy(None) and not is_busy({}) and not is_busy({"cores": 2})
+    busy = {"cores": 2, "other_cores": {"mean": 0.9, "max": 1.4}}
+    assert is_busy(busy) and not is_busy({"cores": 2, "other_cores": {"mean": 0.2, "max": 1}})
+    assert busy_text(busy) == "others used 0.9 of 2 cores"
