@@ -199,6 +199,7 @@ def test_resume_after_sigkill_loses_at_most_the_trial_in_flight(tmp_path):
     assert len(records) == 3
     assert len({r["spec_hash"] for r in records}) == 3
     assert records[: len(first)] == first
+    assert {r["run"] for r in records} == {first[0]["run"]}  # the resumed run is the same run
 
 
 def test_lms_trains_within_a_budget_the_plain_step_exceeds(tmp_path):

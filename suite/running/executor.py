@@ -1,5 +1,8 @@
 """The trial executor: runs one trial in its own process on this host and appends its record,
-or returns the record already there (resume, and trials shared between studies run once)."""
+or returns the record already there (resume, and trials shared between studies run once).
+
+An interrupted trial gets no record (a rerun redoes it); the executor keeps what it stopped so
+that the run's last line can say so (`interruption`)."""
 
 import os
 import socket
@@ -17,12 +20,18 @@ from suite.records import (
     store_host,
     utc_now,
 )
-from suite.running.trial import run_trial
+from suite.running.interrupts import RunInterrupted
+from suite.running.trial import interrupt_signal, run_trial
 from suite.specs import Spec, Trial
 
 
 def default_host_name() -> str:
     return socket.gethostname().split(".")[0] or "localhost"
+
+
+def new_run_id() -> str:
+    """An id for a new run: what `inv baseline` and `inv regress` group a run's records by."""
+    return uuid.uuid4().hex[:12]
 
 
 def format_eta(seconds: float | None) -> str:
@@ -73,8 +82,9 @@ class TrialExecutor:
         self.elapsed = []  # wall seconds of the trials run (not reused), for ETAs
         self.outcomes = {}  # outcome -> count, of the trials run
         # groups the records of one run (inv regress); given when a run is made of rounds
-        self.run_id = run_id or uuid.uuid4().hex[:12]
+        self.run_id = run_id or new_run_id()
         self._lock = threading.RLock()  # trials may run in threads (a Slurm host's max_jobs)
+        self.stopped = []  # the trials an interruption stopped, described
 
     def done(self, trial: Trial, repeat: int = 0) -> dict | None:
         return self.recorded.get((trial.hash, repeat))
@@ -102,9 +112,37 @@ class TrialExecutor:
         started = utc_now()
         log_path = log_file(self.results_dir, self.host, f"{trial.hash}-{repeat}")
         launch = self.place.run_trial if self.place else run_trial
-        result = launch(trial.params, trial.timeout_s, log_path, self.extra_env)
+        try:
+            result = launch(trial.params, trial.timeout_s, log_path, self.extra_env)
+        except (RunInterrupted, KeyboardInterrupt) as error:  # no record: a rerun redoes it
+            detail = getattr(error, "detail", None)
+            with self._lock:
+                self.stopped.append(
+                    f"trial {trial.describe()} repeat {repeat + 1}/{trial.repeats} "
+                    f"[{trial.hash}]" + (f" ({detail})" if detail else "")
+                )
+            raise
         with self._lock:
             return self._record(trial, repeat, spec, extra, started, log_path, result)
+
+    def stop(self, signal_name: str) -> None:
+        """Stop the trials running in other threads (a Slurm host's jobs): each one raises, no
+        record. Trials here in the main thread are stopped by the signal itself."""
+        if self.place is not None and hasattr(self.place, "stop"):
+            self.place.stop(signal_name)
+
+    def interruption(self, error: BaseException) -> RunInterrupted:
+        """The one line that says what an interruption stopped and what it kept."""
+        name = interrupt_signal(error)
+        with self._lock:
+            stopped = "; ".join(f"stopped {s}" for s in self.stopped) or "no trial in flight"
+            kept = sum(r.get("run") == self.run_id for r in self.recorded.values())
+        again = "rerun without --force to resume" if self.force else "rerun to resume"
+        return RunInterrupted(
+            name,
+            f"interrupted by {name}: {stopped}; {kept} record{'' if kept == 1 else 's'} of "
+            f"this run kept in {self.path}; {again}",
+        )
 
     def _record(self, trial, repeat, spec, extra, started, log_path, result) -> dict:
         self.elapsed.append(result.wall_s)

@@ -5,6 +5,12 @@ missing, so an interrupted run resumes where it stopped and trials shared betwee
 once. Progress lines say trial k of n and an ETA. A Slurm host with `max_jobs` > 1 has that
 many of a spec's trials in its queue at once (sweeps and searches decide each trial from the
 last, so they stay one at a time).
+
+Stopping: inside `run_spec`, SIGINT and SIGTERM raise `RunInterrupted`
+(suite/running/interrupts.py); the trial in flight is stopped where it runs (its process group
+killed, its Slurm job cancelled) without a record, and the run ends with one line saying what was
+stopped and what was kept. The run stays marked unfinished (suite/running/resume.py): a rerun
+redoes only what has no record, under the same run id.
 """
 
 from concurrent.futures import ThreadPoolExecutor
@@ -12,7 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from suite.errors import SuiteError
-from suite.running.executor import TrialExecutor, format_eta
+from suite.running.executor import TrialExecutor, default_host_name, format_eta
+from suite.running.interrupts import RunInterrupted, interruptible
+from suite.running.resume import UnfinishedRun
 from suite.running.searches import run_search
 from suite.running.sweeps import run_switch_sweep
 from suite.specs import Spec
@@ -83,8 +91,13 @@ def run_trials(spec: Spec, executor: TrialExecutor, summary: RunSummary, round_=
         return
     with ThreadPoolExecutor(min(parallel, len(todo))) as pool:
         futures = [pool.submit(run_one, i, t, r) for i, (t, r) in enumerate(todo, start=1)]
-        for future in futures:
-            future.result()  # the first error, after the others have ended
+        try:
+            for future in futures:
+                future.result()  # the first error, after the others have ended
+        except (RunInterrupted, KeyboardInterrupt) as error:  # only this thread gets signals
+            executor.stop(getattr(error, "signal_name", "SIGINT"))  # the threads' jobs end
+            pool.shutdown(wait=True, cancel_futures=True)  # and nothing new starts
+            raise
 
 
 def run_spec(
@@ -102,10 +115,31 @@ def run_spec(
     """Run `spec` (only `studies` if given): trials, then switch sweeps, then limit searches.
     `round_` r: only every trial's r-th process, and the sweeps and searches in round 1 (a
     dispatcher interleaving places that share this machine runs the rounds in turn). `place`:
-    where the trial processes run when not here (a Slurm host: each one a job)."""
-    executor = TrialExecutor(results_dir, host, force, echo, extra_env, run_id, place)
+    where the trial processes run when not here (a Slurm host: each one a job).
+
+    `run_id`: the run the records belong to (rounds of an interleaved run share one). Without
+    it, the run of `spec` this host left unfinished in `results_dir` is continued, if any
+    (suite/running/resume.py), unless `force`."""
     if studies is not None:
         spec = select_studies(spec, studies)
+    host = host or default_host_name()
+    marker = None if run_id else UnfinishedRun(results_dir, host, spec)
+    if marker is not None:
+        run_id, resumed = marker.begin(fresh=force)
+        if resumed:
+            echo(f"spec {spec.name}: resuming run {run_id}, which did not complete")
+    executor = TrialExecutor(results_dir, host, force, echo, extra_env, run_id, place)
+    with interruptible():
+        try:
+            summary = _run(spec, executor, round_)
+        except (RunInterrupted, KeyboardInterrupt) as error:
+            raise executor.interruption(error) from None
+    if marker is not None:
+        marker.finish()
+    return summary
+
+
+def _run(spec: Spec, executor: TrialExecutor, round_: int | None) -> RunSummary:
     summary = RunSummary(executor.path, 0, 0, executor.outcomes)
     if spec.trials:
         run_trials(spec, executor, summary, round_)

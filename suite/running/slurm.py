@@ -16,23 +16,37 @@ spec through the same runner as this machine, with the trial's process replaced 
   with Slurm's state and reason (`scontrol show job`), never lost.
 
 The host description is captured by a job too, so a record describes the node it ran on.
+
+Stopping: when the run is interrupted (SIGINT, SIGTERM), every job it waits for is cancelled
+(`scancel`, then its leaving the queue awaited for up to `CANCEL_WAIT_S`) and the trial raises
+`TrialStopped` naming the job, without a record: a rerun redoes it. The main thread waits for
+one job itself; jobs waited for by threads (`max_jobs` > 1) are cancelled by `stop()`, which the
+runner calls from the main thread, the only one signals reach. A SIGKILL of the run cannot be
+caught: while it waits, the run touches a heartbeat file in the job's directory, and the job
+script ends the job when the file stops changing (suite/running/heartbeat.py), on whichever node
+it runs. A job's directory (`workdir`/jobs/ID: parameters, result, heartbeat) is removed once the
+trial's result is read; the job's log is the trial's log, kept under results/logs.
 """
 
 import json
 import math
 import re
 import shlex
+import shutil
 import subprocess
 import sys
+import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from suite.environment import child_environment
 from suite.errors import SuiteError
+from suite.running.heartbeat import Heartbeat, watch_script
+from suite.running.interrupts import RunInterrupted
 from suite.running.replicas import merge
-from suite.running.trial import TrialResult
+from suite.running.trial import TrialResult, TrialStopped, interrupt_signal
 from suite.specs.model import TrialParams
 
 KNOWN_KEYS = {"scheduler", "partition", "account", "time_limit", "python", "workdir", "max_jobs"}
@@ -52,6 +66,7 @@ NEVER_STARTS_REASONS = {"PartitionNodeLimit", "PartitionTimeLimit", "PartitionCo
 NEVER_FITS_TEXTS = ("Requested node configuration is not available",
                     "Node count specification invalid")  # fmt: skip
 POLL_FIRST_S, POLL_MAX_S = 0.5, 10.0  # how often a job's state is read: sooner at first
+CANCEL_WAIT_S = 30.0  # the longest an interrupted run waits for its cancelled jobs to leave
 
 
 class JobNeverStarts(Exception):
@@ -71,6 +86,11 @@ class SlurmHost:
     python: str = sys.executable
     workdir: str | None = None  # shared by the nodes; default: the results directory
     max_jobs: int = 1  # a spec's trials (not its sweeps' or searches') submitted at once
+    # the run's state, not configuration: the jobs waited for, and whether the run is stopping
+    _jobs: set = field(default_factory=set, init=False, repr=False, compare=False)
+    _stopping: threading.Event = field(default_factory=threading.Event, init=False,
+                                       repr=False, compare=False)  # fmt: skip
+    _stop_signal: str = field(default="SIGINT", init=False, repr=False, compare=False)
 
     def __post_init__(self):
         if (
@@ -135,12 +155,39 @@ class SlurmHost:
         """Wait for `job` to end; its exit code (scontrol's ExitCode), -1 when unknown. A job
         that waits for a reason time does not cure (the partition has fewer nodes or CPUs than
         it asks) is cancelled: JobNeverStarts. A job may wait in the queue for any other
-        reason as long as the cluster keeps it waiting: that is what a queue is for."""
+        reason as long as the cluster keeps it waiting: that is what a queue is for.
+        Interrupted (a signal here, or `stop()` from the main thread): the job is cancelled and
+        `TrialStopped` names it."""
+        self._jobs.add(job)
         try:
             return self._poll(job)
-        except BaseException:  # interrupted (Ctrl-C) or failed here: the job must not live on
-            subprocess.run(["scancel", job], capture_output=True)
+        except BaseException as error:  # interrupted or failed here: the job must not live on
+            self._cancel(job)
+            if isinstance(error, RunInterrupted | KeyboardInterrupt):
+                raise TrialStopped(interrupt_signal(error), f"slurm job {job} cancelled") from None
             raise
+        finally:
+            self._jobs.discard(job)
+
+    def _cancel(self, job: str) -> None:
+        """scancel `job`, then wait (up to CANCEL_WAIT_S) until squeue no longer lists it: its
+        processes are gone and nothing writes into its directory any more."""
+        subprocess.run(["scancel", job], capture_output=True)
+        deadline = time.monotonic() + CANCEL_WAIT_S
+        while time.monotonic() < deadline:
+            queued = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True,
+                                    text=True)  # fmt: skip
+            if not queued.stdout.strip():
+                return
+            time.sleep(0.5)
+
+    def stop(self, signal_name: str) -> None:
+        """The run is interrupted: cancel every job it waits for now; the threads waiting for
+        them raise `TrialStopped` and submit nothing more."""
+        self._stop_signal = signal_name
+        self._stopping.set()
+        for job in list(self._jobs):
+            subprocess.run(["scancel", job], capture_output=True)
 
     def _poll(self, job: str) -> int:
         pause, strikes = POLL_FIRST_S, 0
@@ -156,7 +203,8 @@ class SlurmHost:
             if state not in ACTIVE_STATES:
                 code = fields.get("ExitCode", "").split(":")[0]
                 return int(code) if code.isdigit() else -1
-            time.sleep(pause)
+            if self._stopping.wait(pause):  # stop() from the main thread
+                raise RunInterrupted(self._stop_signal)
             pause = min(pause * 1.5, POLL_MAX_S)
 
     def _scratch(self, results_dir: Path) -> Path:
@@ -165,11 +213,25 @@ class SlurmHost:
         scratch.mkdir(parents=True)
         return scratch
 
+    def _script(self, command: str, scratch: Path) -> str:
+        """The job script: `command` (an srun), ended early if the run that waits for it is
+        gone (the heartbeat in `scratch` stops: suite/running/heartbeat.py)."""
+        return "#!/bin/bash\n" + watch_script(command, scratch / "heartbeat", scratch)
+
     def run_trial(self, params: TrialParams, timeout_s: float, log_path: Path,
                   extra_env: dict | None = None) -> TrialResult:  # fmt: skip
         """One trial process as a job; the same TrialResult a local process gives."""
-        started = time.perf_counter()
+        if self._stopping.is_set():  # a thread that had not submitted its job when stopped
+            raise TrialStopped(self._stop_signal, "no job submitted")
         scratch = self._scratch(log_path.parents[2])
+        try:
+            return self._run_job(params, timeout_s, log_path, extra_env, scratch)
+        finally:  # read or abandoned: parameters, result and heartbeat are no longer needed
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def _run_job(self, params: TrialParams, timeout_s: float, log_path: Path,
+                 extra_env: dict | None, scratch: Path) -> TrialResult:  # fmt: skip
+        started = time.perf_counter()
         params_file, result_file = scratch / "params.json", scratch / "result.json"
         params_file.write_text(json.dumps(params.to_dict()))
         tasks = params.replicas
@@ -178,13 +240,14 @@ class SlurmHost:
             target += ".worker$SLURM_PROCID"
         worker = (f"{shlex.quote(self.python)} -m suite.running.trial_worker "
                   f"{shlex.quote(str(params_file))} {target}")  # fmt: skip
-        script = f"#!/bin/bash\nsrun --kill-on-bad-exit=0 bash -c {shlex.quote(worker)}\n"
+        script = self._script(f"srun --kill-on-bad-exit=0 bash -c {shlex.quote(worker)}", scratch)
         minutes = max(1, math.ceil(timeout_s / 60))
         options = self._sbatch_options(minutes, params.nodes, params.gpus)
         options.append(f"--job-name=lms-{params.hash}")
         try:
-            job = self._submit(script, options, child_environment(extra_env), log_path)
-            code = self._wait(job)
+            with Heartbeat(scratch / "heartbeat"):
+                job = self._submit(script, options, child_environment(extra_env), log_path)
+                code = self._wait(job)
         except JobNeverStarts as never:
             where = f"slurm job {never.job} was cancelled" if never.job else "sbatch refused it"
             error = (f"{where}: the cluster cannot run {params.nodes} node(s) x {params.gpus} "
@@ -217,11 +280,15 @@ class SlurmHost:
         output = scratch / "description.json"
         code = ("import json, sys; from suite.hosts.description import describe_host; "
                 f"open({str(output)!r}, 'w').write(json.dumps(describe_host()))")  # fmt: skip
-        script = f"#!/bin/bash\nsrun {shlex.quote(self.python)} -c {shlex.quote(code)}\n"
+        script = self._script(f"srun {shlex.quote(self.python)} -c {shlex.quote(code)}", scratch)
         try:
-            job = self._submit(script, self._sbatch_options(5), child_environment(),
-                               scratch / "description.log")  # fmt: skip
-            self._wait(job)
+            with Heartbeat(scratch / "heartbeat"):
+                job = self._submit(script, self._sbatch_options(5), child_environment(),
+                                   scratch / "description.log")  # fmt: skip
+                self._wait(job)
+        except (RunInterrupted, KeyboardInterrupt):
+            shutil.rmtree(scratch, ignore_errors=True)
+            raise
         except JobNeverStarts as never:
             raise SuiteError(
                 f"host {self.name}: the cluster cannot run the job that describes "
@@ -231,7 +298,9 @@ class SlurmHost:
             state, reason = self.job_state(job)
             raise SuiteError(f"host {self.name}: the description job {job} ended {state} "
                              f"({reason}); log: {scratch / 'description.log'}")  # fmt: skip
-        return json.loads(output.read_text())
+        description = json.loads(output.read_text())
+        shutil.rmtree(scratch, ignore_errors=True)  # kept above only for its log
+        return description
 
 
 def slurm_hosts(names: list[str], configured: dict) -> list[SlurmHost]:

@@ -4,8 +4,16 @@ One process per trial because TensorFlow never gives device memory back inside a
 out-of-memory, a crash or a hang must not take the sweep down. The child is
 `suite.running.trial_worker`; its output goes to a log file kept beside the results so a crash
 can be read afterwards.
+
+Stopping: the child runs in its own session (a time-out kills its whole process group), so a
+Ctrl-C in the terminal does not reach it. When the run is interrupted (SIGINT, SIGTERM:
+suite.running.interrupts) while it waits, it kills the trial's process group, waits for it, lets
+the scratch directory go, and raises `TrialStopped`: the trial has no record and a rerun redoes
+it. If the run itself is killed (SIGKILL), the child notices on its own (`--parent`, see
+suite/running/orphan_guard.py), removes the scratch directory and ends.
 """
 
+import contextlib
 import json
 import os
 import signal
@@ -17,7 +25,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from suite.environment import child_environment
+from suite.running.interrupts import RunInterrupted
 from suite.specs.model import TrialParams
+
+
+class TrialStopped(RunInterrupted):
+    """A trial's process (or job) was stopped because the run was interrupted; it has no result.
+    `detail`: what else was stopped with it, e.g. "slurm job 12 cancelled"."""
+
+    def __init__(self, signal_name: str, detail: str | None = None):
+        super().__init__(signal_name)
+        self.detail = detail
+
+
+def interrupt_signal(error: BaseException) -> str:
+    """The signal behind an interruption: RunInterrupted names it; KeyboardInterrupt is SIGINT."""
+    return getattr(error, "signal_name", "SIGINT")
 
 
 @dataclass
@@ -44,10 +67,18 @@ def _signal_name(returncode: int) -> str:
         return f"signal {-returncode}"
 
 
+def _kill_group(process: subprocess.Popen) -> None:
+    """SIGKILL the trial's process group (the trial and any replica workers) and reap it."""
+    with contextlib.suppress(ProcessLookupError):  # it ended on its own meanwhile
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
 def run_trial(
     params: TrialParams, timeout_s: float, log_path: Path, extra_env: dict[str, str] | None = None
 ) -> TrialResult:
-    """Run the trial `params` in a fresh Python process; never raises for the trial's failures.
+    """Run the trial `params` in a fresh Python process; never raises for the trial's failures,
+    only `TrialStopped` when the run is interrupted (the process is gone by then).
 
     `extra_env` is added to the child's environment (the container runner and tests use it).
     """
@@ -64,6 +95,8 @@ def run_trial(
                 "suite.running.trial_worker",
                 str(params_file),
                 str(result_file),
+                "--parent",
+                str(os.getpid()),
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -74,8 +107,7 @@ def run_trial(
         try:
             returncode = process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+            _kill_group(process)
             return TrialResult(
                 "timed_out",
                 None,
@@ -84,6 +116,11 @@ def run_trial(
                 time.perf_counter() - started,
                 None,
             )
+        except BaseException as error:  # the run is stopping: the trial must not go on alone
+            _kill_group(process)
+            if isinstance(error, RunInterrupted | KeyboardInterrupt):
+                raise TrialStopped(interrupt_signal(error)) from None
+            raise
         wall = time.perf_counter() - started
         if result_file.exists():
             result = json.loads(result_file.read_text())

@@ -1,16 +1,25 @@
-"""One trial's process: `python -m suite.running.trial_worker PARAMS.json RESULT.json`.
+"""One trial's process: `python -m suite.running.trial_worker PARAMS.json RESULT.json
+[--parent PID]`.
 
 Builds the workload, measures it, writes the result as JSON (atomically), exits 0. An out-of-memory
 (a real one from the allocator, or a measured peak above the trial's memory budget on the emulated
 device) is a result; any other exception is written as a crashed result and exits 1. A process
 that dies without writing a result is classified by the parent (`suite.running.trial`).
+
+`--parent PID`: the run that started this process natively (`suite.running.trial`). When that
+process is gone (SIGKILL), this one removes its scratch directory (the one holding PARAMS.json)
+and ends itself (`suite.running.orphan_guard`). An argument, not an environment variable, so that
+a launcher's replica workers and Slurm's tasks, which start this module with two arguments, do not
+inherit it.
 """
 
+import argparse
 import contextlib
 import json
 import sys
 import time
 import traceback
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -179,7 +188,16 @@ def run(params: "TrialParams") -> dict:
 
 
 def main(argv: list[str]) -> int:
-    params_path, result_path = argv
+    parser = argparse.ArgumentParser(prog="python -m suite.running.trial_worker")
+    parser.add_argument("params_path")
+    parser.add_argument("result_path")
+    parser.add_argument("--parent", type=int, help="pid of the run that started this process")
+    args = parser.parse_args(argv)
+    params_path, result_path = args.params_path, args.result_path
+    if args.parent is not None:  # before the minutes TensorFlow may take to build the workload
+        from suite.running.orphan_guard import exit_with_parent
+
+        exit_with_parent(args.parent, Path(params_path).parent)
     from suite.specs.model import TrialParams
 
     with open(params_path) as handle:
