@@ -32,7 +32,9 @@ def held(tmp_path):
     held.release()
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
+@pytest.mark.parametrize(
+    "signum", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name
+)
 def test_a_signal_stops_the_trial_in_flight_and_a_rerun_resumes_the_same_run(
     tmp_path, held, signum
 ):

@@ -23,6 +23,7 @@ from suite.running.interrupts import RunInterrupted, interruptible
 from suite.running.resume import UnfinishedRun
 from suite.running.searches import run_search
 from suite.running.sweeps import run_switch_sweep
+from suite.running.trial import interrupt_signal
 from suite.specs import Spec
 
 
@@ -95,7 +96,7 @@ def run_trials(spec: Spec, executor: TrialExecutor, summary: RunSummary, round_=
             for future in futures:
                 future.result()  # the first error, after the others have ended
         except (RunInterrupted, KeyboardInterrupt) as error:  # only this thread gets signals
-            executor.stop(getattr(error, "signal_name", "SIGINT"))  # the threads' jobs end
+            executor.stop(interrupt_signal(error))  # the threads' jobs end
             pool.shutdown(wait=True, cancel_futures=True)  # and nothing new starts
             raise
 
