@@ -490,3 +490,32 @@ def test_the_throughput_plot_draws_each_lms_setting_apart_with_a_legend(tmp_path
     ticks = [t.get_text() for t in axis.get_xticklabels()]
     assert ticks == ["googlenet\n64px b2 fp32\nalpha", "googlenet\n64px b2 fp32\nbeta"]
     discard(figure)
+
+
+def test_a_measurement_on_a_busy_machine_is_flagged_wherever_its_rate_appears(tmp_path):
+    """Three processes of one configuration, one measured while other processes held 1.2 of 2
+    cores: the answer and the configuration's table say so; quiet and older records do not."""
+    ref = store_host(tmp_path, HOST)
+    path = results_file(tmp_path, "h1")
+    loads = [0.1, 1.2, None]  # None: a record from before the load was measured
+    for repeat, others in enumerate(loads):
+        made = record("h1", ref, "aaa", 10.0 + repeat, 0.1, repeat=repeat)
+        if others is not None:
+            made["metrics"]["machine_load"] = {
+                "cores": 2,
+                "load_average_1m": {"before": 1.0, "after": 1.5},
+                "busy_cores": {"mean": others + 1.0, "max": others + 1.5},
+                "other_cores": {"mean": others, "max": others + 0.5},
+                "seconds": 3.0,
+            }
+        append_record(path, made)
+    append_record(results_file(tmp_path, "h2"), record("h2", ref, "aaa", 9.0, 0.1))
+    text = render_report(tmp_path, tmp_path / "out").read_text()
+    flag = "⚠ 1 on a busy machine (others used 1.2 of 2 cores)"
+    answer = text[text.index("## The answer") : text.index("## Details per configuration")]
+    details = text[text.index("## Details per configuration") :]
+    for part in (answer, details):
+        (h1,) = [line for line in part.splitlines() if line.startswith("| h1 ")]
+        (h2,) = [line for line in part.splitlines() if line.startswith("| h2 ")]
+        assert flag in h1 and "busy" not in h2
+    assert '"⚠ k on a busy machine": k of the processes' in " ".join(answer.split())

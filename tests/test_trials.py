@@ -55,6 +55,9 @@ def test_smoke_sized_trial_end_to_end_makes_a_valid_record(tmp_path):
     assert rate["mean"] > 0 and rate["stderr"] >= 0 and rate["jitter"] >= 0
     assert metrics["pixels_per_sec"]["mean"] == pytest.approx(rate["mean"] * 32 * 32)
     assert metrics["peak_memory_bytes"] > 7_000_000 * 4  # at least the fp32 weights
+    load = metrics["machine_load"]  # what other processes took of the cores meanwhile
+    assert load["cores"] >= 1 and 0 <= load["other_cores"]["mean"] <= load["other_cores"]["max"]
+    assert load["busy_cores"]["mean"] > 0 and load["seconds"] > 0  # the steps themselves
     assert (tmp_path / "hosts" / f"{record['host_ref']}.json").exists()
     assert any("[trial 1/1] googlenet 32px" in line for line in lines)
     # a second run finds it recorded and runs nothing
@@ -245,6 +248,7 @@ def test_lms_trains_within_a_budget_the_plain_step_exceeds(tmp_path):
     # the link's time (it wakes up by time.sleep's lateness, ~0.1 ms, early per transfer)
     assert traffic["in_seconds_per_step"] >= 0.95 * plan["swapped_in_bytes"] / 2e9
     assert traffic["link"] == {"bandwidth": 2e9, "latency": 0.0}
+    assert traffic["version"] == 2 and traffic["copy"] == "emulated link"
 
 
 def test_repeats_run_in_rounds_so_compared_trials_share_the_machine_load(tmp_path):

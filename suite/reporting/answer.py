@@ -15,6 +15,7 @@ from tabulate import tabulate
 
 from suite.records import record_params
 from suite.reporting.limits_table import gain_text
+from suite.running.machine_load import busy_text, is_busy
 from suite.stats import ratio_interval, ratio_text
 
 DASH = "—"
@@ -23,6 +24,18 @@ DASH = "—"
 def process_rates(records: list[dict]) -> list[float]:
     """images/sec of each trial process that trained."""
     return [r["metrics"]["images_per_sec"]["mean"] for r in records if r["outcome"] == "ok"]
+
+
+def _busy_text(records: list[dict]) -> str:
+    """ "; ⚠ 1 on a busy machine (others used 1.1 of 2 cores)": the processes that trained while
+    other processes held a quarter of the cores or more (`machine_load.is_busy`), the busiest
+    named; "" when none was (or the records predate the measurement)."""
+    loads = [(r.get("metrics") or {}).get("machine_load") for r in records if r["outcome"] == "ok"]
+    busy = [load for load in loads if is_busy(load)]
+    if not busy:
+        return ""
+    busiest = max(busy, key=lambda load: load["other_cores"]["mean"])
+    return f"; ⚠ {len(busy)} on a busy machine ({busy_text(busiest)})"
 
 
 def rate_text(records: list[dict]) -> str:
@@ -36,6 +49,7 @@ def rate_text(records: list[dict]) -> str:
     if not rates:
         return outcomes or DASH
     also = f"; {len(failed)} of {len(records)}: {outcomes}" if failed else ""
+    also += _busy_text(records)
     if len(rates) == 1:
         (record,) = [r for r in records if r["outcome"] == "ok"]
         error = record["metrics"]["images_per_sec"]["stderr"]

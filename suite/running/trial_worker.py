@@ -69,6 +69,7 @@ def run(params: "TrialParams") -> dict:
 
     import lms
     from suite import lms_seam, stats
+    from suite.running.machine_load import LoadMonitor
     from suite.running.replicas import worker_index
     from suite.workloads import build_workload, data, training
 
@@ -127,29 +128,44 @@ def run(params: "TrialParams") -> dict:
             _log(f"step {index + 1}/{total}: {seconds:.3f}s")
 
     speed_before = training.machine_speed(device)
+    load = LoadMonitor()  # what other processes took of the cores while the steps ran
     try:
-        result = training.measure(
-            train_step, next_batch, params.warmup_steps, params.steps, device, budget, on_step,
-            wait_for_loop=params.replicas == 1,  # workers must all run as many steps
-        )  # fmt: skip
+        with load:
+            result = training.measure(
+                train_step, next_batch, params.warmup_steps, params.steps, device, budget,
+                on_step, wait_for_loop=params.replicas == 1,  # workers must all run as many steps
+            )  # fmt: skip
     except lms.NothingFitsError as error:  # LMS cannot make it fit: it would not train
         return {
             "outcome": "out_of_memory",
             "device": device,
             "error": f"LMS: {error}",
-            "metrics": {"peak_memory_bytes": None, "memory_budget_bytes": budget},
+            "metrics": {
+                "peak_memory_bytes": None,
+                "memory_budget_bytes": budget,
+                "machine_load": load.summary(),
+            },
         }
     except tf.errors.ResourceExhaustedError as error:
         return {
             "outcome": "out_of_memory",
             "device": device,
             "error": str(error).splitlines()[0][:500],
-            "metrics": {"peak_memory_bytes": None, "memory_budget_bytes": budget},
+            "metrics": {
+                "peak_memory_bytes": None,
+                "memory_budget_bytes": budget,
+                "machine_load": load.summary(),
+            },
         }
     speed_after = training.machine_speed(device)
     if planner is not None and device.startswith("GPU"):  # GPU only: time the swap copies
         train_step.profile(*next_batch())
-    memory = {"peak_memory_bytes": result.peak_bytes, "memory_budget_bytes": budget}
+    memory = {
+        "peak_memory_bytes": result.peak_bytes,
+        "memory_budget_bytes": budget,
+        # cores, load average, the cores the machine and other processes used (machine_load.py)
+        "machine_load": load.summary(),
+    }
     if planner is not None:
         memory["lms"] = planner.report  # the plan beside the measured peak
         # bytes, swaps and seconds in swap ops per measured step (lms.LMSFunction.traffic)
