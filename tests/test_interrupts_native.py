@@ -135,3 +135,20 @@ def test_a_process_armed_after_its_parent_died_ends_at_once(tmp_path):
     assert completed.returncode == ORPHANED_EXIT_CODE, completed.stderr
     assert "is gone; ending it and removing" in completed.stderr
     assert not scratch.exists()
+
+
+def test_a_limit_searchs_simulator_child_ends_when_its_search_is_gone(tmp_path):
+    """`suite.running.predict` (the search's bracket, minutes of tracing) armed for a parent
+    that is not its own, as after a SIGKILL of the search: it ends at once and takes the
+    request's directory with it."""
+    scratch = tmp_path / "suite-predict-x"
+    scratch.mkdir()
+    request = scratch / "request.json"
+    request.write_text('{"candidates": [], "mode": "off"}')
+    command = [sys.executable, "-m", "suite.running.predict", str(request),
+               str(scratch / "answer.json"), f"--parent={os.getpid() + 1}"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    completed = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env,
+                               timeout=120)  # fmt: skip
+    assert completed.returncode == ORPHANED_EXIT_CODE, completed.stderr
+    assert not scratch.exists()

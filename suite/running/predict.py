@@ -1,14 +1,17 @@
 """Predict a limit search's boundary with the LMS simulator, in a child process.
 
-`python -m suite.running.predict REQUEST.json ANSWER.json`: the request holds the candidates' trial
-parameters (ascending) and the mode; the child bisects over them, tracing each probed size from
-TensorSpecs (nothing runs, only weights are allocated) and asking lms whether it fits:
+`python -m suite.running.predict REQUEST.json ANSWER.json [--parent PID]`: the request holds the
+candidates' trial parameters (ascending) and the mode; the child bisects over them, tracing each
+probed size from TensorSpecs (nothing runs, only weights are allocated) and asking lms whether it
+fits:
 - LMS off: the simulated peak without LMS within the device memory (the trial's memory budget,
   else the GPU's memory);
 - LMS on: the auto-tuner (or the given parameters) finds a plan within LMS's budget.
 A child process because tracing many sizes grows the process, and the parent stays TensorFlow-free.
+With `--parent`, it ends itself (and removes the request's directory) when that process is gone.
 """
 
+import argparse
 import json
 import sys
 import time
@@ -64,7 +67,16 @@ def predict(candidates: list[dict], mode: str) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    request_path, answer_path = argv
+    parser = argparse.ArgumentParser(prog="python -m suite.running.predict")
+    parser.add_argument("request_path")
+    parser.add_argument("answer_path")
+    parser.add_argument("--parent", type=int, help="pid of the search that started this process")
+    args = parser.parse_args(argv)
+    request_path, answer_path = args.request_path, args.answer_path
+    if args.parent is not None:  # a SIGKILLed search leaves no orphan tracing for minutes
+        from suite.running.orphan_guard import exit_with_parent
+
+        exit_with_parent(args.parent, Path(request_path).parent)
     request = json.loads(Path(request_path).read_text())
     answer = predict(request["candidates"], request["mode"])
     write_atomic(answer_path, json.dumps(answer))

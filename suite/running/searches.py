@@ -19,6 +19,7 @@ finished trials, repeats included, and its prediction are reused from the host's
 """
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -61,7 +62,8 @@ def predict_boundary(search: Search, mode: str, executor: TrialExecutor) -> dict
         with open(log_path, "w") as log:
             try:
                 completed = subprocess.run(
-                    [sys.executable, "-m", "suite.running.predict", str(request), str(answer)],
+                    [sys.executable, "-m", "suite.running.predict", str(request), str(answer),
+                     f"--parent={os.getpid()}"],  # fmt: skip
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     env=env,
