@@ -23,21 +23,9 @@ from suite.records import load_host, load_records, results_file
 from suite.specs import find_spec, load_spec
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
+pytest_plugins = ["docker_fixtures"]  # client, image, ssh_host, tiny_spec
 ROOT = Path(__file__).resolve().parents[1]
 
-TINY = """
-name = "tiny"
-[defaults]
-steps = 2
-warmup_steps = 1
-timeout = 300
-[[study]]
-name = "g"
-kind = "throughput"
-workload = "googlenet"
-resolution = 32
-batch = 1
-"""
 
 # Two hosts at once on two cores: the mechanism, not the mission (the default spec takes minutes);
 # LMS off and on, so LMS runs inside the image too.
@@ -57,30 +45,6 @@ batch = 2
 lms = { swapout_threshold = 1, swapin_ahead = 1, swapin_groupby = 0 }
 memory_budget = "300MiB"
 """
-
-
-@pytest.fixture(scope="module")
-def client():
-    client = docker.from_env(timeout=900)
-    client.ping()
-    return client
-
-
-@pytest.fixture(scope="module")
-def image(client):
-    """The x86_64 image from the local base (cached by docker between runs)."""
-    lines = []
-    facts = build_image(client, "x86_64", "local", "cpu", echo=lines.append)
-    assert any(line.startswith("    Step ") for line in lines)  # the streamed build log
-    return facts
-
-
-@pytest.fixture
-def ssh_host(tmp_path, monkeypatch):
-    server = start_sshd(tmp_path / "ssh")
-    monkeypatch.setenv("HOME", str(server.home))  # ~/.ssh: the client's key and known_hosts
-    yield server
-    server.stop()
 
 
 VERSIONS = (
@@ -189,13 +153,12 @@ class ContainerWatch:
 
 
 def test_inv_run_hosts_from_invoke_yaml_isolated_and_a_failing_host_loses_nothing(
-    client, image, ssh_host, tmp_path
+    client, image, ssh_host, tiny_spec, tmp_path
 ):
     """`inv run --hosts` as a user types it: hosts from invoke.yaml (the shipped `local`, plus
     three broken ones from a runtime config file); the container of `local` runs as non-root
     without a network; a forced second run adds a new run of the same trial."""
-    spec = tmp_path / "tiny.toml"
-    spec.write_text(TINY)
+    spec = tiny_spec
     stranger = start_sshd(tmp_path / "stranger", known=False)  # its key is not in known_hosts
     config = tmp_path / "hosts.yaml"
     config.write_text(
@@ -259,7 +222,7 @@ def arm_image(client):
 
 
 def test_an_aarch64_image_trains_beside_x86_64_and_the_report_flags_it(
-    client, image, arm_image, tmp_path
+    client, image, arm_image, tiny_spec, tmp_path
 ):
     """The shipped hosts `local` and `local-arm64` (invoke.yaml): one spec, one hash, trained
     in both images on this machine's daemon, the aarch64 one under qemu-user; its description
@@ -268,8 +231,7 @@ def test_an_aarch64_image_trains_beside_x86_64_and_the_report_flags_it(
     assert labels["arch"] == "aarch64" and labels["tensorflow"] == "2.21.0"
     assert client.images.get(arm_image["tag"]).attrs["Architecture"] == "arm64"
     assert labels["base"] == base_tag("aarch64")
-    spec = tmp_path / "tiny.toml"
-    spec.write_text(TINY)
+    spec = tiny_spec
     completed = subprocess.run(
         [str(ROOT / "inv"), "run", "--spec", str(spec), "--hosts", "local,local-arm64",
          "--results", str(tmp_path / "r"), "report", "--results", str(tmp_path / "r"),
@@ -293,12 +255,12 @@ def test_an_aarch64_image_trains_beside_x86_64_and_the_report_flags_it(
     assert "⚠ **local-arm64 is emulated**" in report and "local-arm64 ⚠ emulated" in report
 
 
-def test_invoke_build_run_runs_the_spec_in_the_image_it_built(image, tmp_path):
+def test_invoke_build_run_runs_the_spec_in_the_image_it_built(image, tiny_spec, tmp_path):
     """`invoke build run` does what it says: `run` after `build` in one invocation runs in the
     built image on the invoke.yaml hosts (here: the default, this machine's daemon). With
     --native too, both places share this machine: they run in rounds, one place at a time."""
-    spec = tmp_path / "tiny.toml"
-    spec.write_text(TINY.replace("timeout = 300", "timeout = 300\nrepeats = 2"))
+    spec = tiny_spec
+    spec.write_text(spec.read_text().replace("timeout = 300", "timeout = 300\nrepeats = 2"))
     completed = subprocess.run(
         [sys.executable, "-m", "invoke", "build", "--arch", "x86_64", "run", "--spec",
          str(spec), "--results", str(tmp_path / "r"), "--native"],

@@ -2,18 +2,20 @@
 
 Per host, in its own thread: connect (a local socket or `ssh://user@host`, whose host key must
 already be in ~/.ssh/known_hosts: the SDK's paramiko transport rejects unknown keys), check the
-image, create a volume for /results, copy in the spec and the host's earlier records (so that
-recorded trials are skipped), run the suite's own `inv run` in a container (non-root,
-`--network none`, GPUs by DeviceRequest where configured), stream its output, copy /results back
-and merge it into this checkout's results. One host failing (unreachable, no image, crashed
-container) is reported with its reason and does not touch the others.
+image, sweep what a killed earlier run left (suite/hosts/volumes.py), create a volume for
+/results seeded with the spec and the host's earlier records (so recorded trials are skipped),
+run the suite's own `inv run` in a container (non-root, `--network none`, GPUs by DeviceRequest
+where configured), stream its output, copy its records out as they finish, and remove the
+container and volume. One host failing (unreachable, no image, crashed container) is reported
+with its reason and does not touch the others.
+
+Stopping: signals reach only the main thread, which stops every container of the run at once
+(`ContainerRuns.stop`); each host's thread then copies out what finished and cleans up. If this
+process dies without a word (SIGKILL), the container notices by itself: it runs with its stdin
+attached to this process (`TETHER`), and the daemon closes that stdin when the connection drops.
 """
 
 import contextlib
-import io
-import shutil
-import tarfile
-import tempfile
 import threading
 import time
 import uuid
@@ -23,20 +25,31 @@ from urllib.parse import urlparse
 
 from suite.errors import SuiteError
 from suite.hosts.description import IMAGE_DIGEST_VARIABLE
-from suite.records import (
-    append_record,
-    check_host_name,
-    load_records,
-    predictions_file,
-    results_file,
-    searches_file,
-    shared_folders,
-    validate_prediction,
-    validate_search_record,
+from suite.hosts.volumes import (
+    CONTAINER_RESULTS,
+    RecordsWatch,
+    copy_out,
+    run_labels,
+    seed_files,
+    sweep_volumes,
+    tar_files,
 )
+from suite.records import check_host_name
 
-CONTAINER_RESULTS = "/results"
 CONTAINER_USER = "1000:1000"  # the image's `lms` user
+# The container's command runs under this `sh -c` script, PID 1: the run reads nothing, a
+# watcher reads the attached stdin, and at its end (this process closed the attach, or died and
+# the daemon closed it; over SSH too) kills the run. When PID 1 exits, the kernel kills every
+# other process of the container (trial processes in their own sessions too). Without job
+# control sh gives background jobs /dev/null as stdin, hence fd 3.
+TETHER = """exec 3<&0 </dev/null
+"$@" 3<&- &
+run=$!
+{ cat <&3 >/dev/null; kill -KILL "$run"; } &
+exec 3<&-
+wait "$run"
+"""
+STOP_SECONDS = 120  # how long an interrupted run waits for its hosts to copy out and clean up
 
 
 @dataclass
@@ -120,120 +133,214 @@ class HostOutcome:
     records: int = 0
     seconds: float = 0.0
     image_id: str | None = None
+    stopped: bool = False  # the run was interrupted: its container was killed
 
 
-def _tar(files: dict[str, bytes]) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as archive:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size, info.uid, info.gid, info.mode = len(data), 1000, 1000, 0o644
-            info.mtime = int(time.time())
-            archive.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
+class ContainerRuns:
+    """The containers of one `inv run`. Signals reach only the main thread, while each host runs
+    in a thread of its own: the main thread stops them all here at once (`stop`), then waits
+    until every host's thread has copied out what finished and removed its volume (`wait`)."""
+
+    def __init__(self):
+        self.outcomes: list[HostOutcome] = []  # of the hosts that returned
+        self.stopping = False
+        self._live = {}  # container id -> running container
+        self._active = 0  # hosts whose run_on_host has not returned
+        self._changed = threading.Condition()
+
+    @contextlib.contextmanager
+    def hosting(self):
+        with self._changed:
+            self._active += 1
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._active -= 1
+                self._changed.notify_all()
+
+    def start(self, container) -> bool:
+        """Start `container`, unless the run is stopping (then False)."""
+        with self._changed:
+            if self.stopping:
+                return False
+            container.start()
+            self._live[container.id] = container
+            return True
+
+    def ended(self, container, outcome: HostOutcome | None = None) -> None:
+        with self._changed:
+            self._live.pop(getattr(container, "id", None), None)
+            if outcome is not None:
+                self.outcomes.append(outcome)
+
+    def stop(self) -> None:
+        """Kill every running container of the run (their processes die with them); start no
+        new one."""
+        with self._changed:
+            self.stopping = True
+            live = list(self._live.values())
+        for container in live:
+            with contextlib.suppress(Exception):  # it may just have ended by itself
+                container.kill()
+
+    def wait(self, timeout: float = STOP_SECONDS) -> bool:
+        """Until every host has returned (True), or `timeout` seconds."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self._active == 0, timeout)
+
+    def summary(self, results_dir: Path) -> str:
+        """What an interrupted run stopped and kept, for its one line."""
+        stopped = [o.host for o in self.outcomes if o.stopped]
+        what = (
+            f"stopped the containers on {', '.join(stopped)}"
+            if stopped
+            else "no container was running"
+        )
+        kept = sum(o.records for o in self.outcomes)
+        return f"{what}; {kept} new records from containers kept in {results_dir}"
 
 
-def _seed_files(results_dir: Path, host: str, spec_text: str) -> dict[str, bytes]:
-    """The spec and this host's earlier records, for the container's /results."""
-    files = {"spec.toml": spec_text.encode()}
-    for path in (results_file(results_dir, host), searches_file(results_dir, host),
-                 predictions_file(results_dir, host)):  # fmt: skip
-        if path.exists():
-            files[str(path.relative_to(results_dir))] = path.read_bytes()
-    return files
+def _close(attached) -> None:
+    """Close an attach socket (a socket's file object locally, a paramiko channel over SSH)."""
+    for part in (attached, getattr(attached, "_sock", None)):
+        if part is not None:
+            with contextlib.suppress(Exception):
+                part.close()
 
 
-def merge_results(source: Path, results_dir: Path, host: str) -> int:
-    """Merge a container's results into `results_dir`: new records appended, host descriptions
-    and logs copied. Returns the number of new trial records."""
-    added = 0
-    kinds = (
-        # a forced re-run (`inv run --force`, e.g. nightly) is a new run of the same trials
-        (results_file, None, lambda r: (r["spec_hash"], r["repeat"], r.get("run"))),
-        (searches_file, validate_search_record, lambda r: r["search_hash"]),
-        (predictions_file, validate_prediction, lambda r: r["search_hash"]),
-    )
-    for locate, validate, key in kinds:
-        theirs = locate(source, host)
-        if not theirs.exists():
-            continue
-        ours = locate(results_dir, host)
-        known = {key(r) for r in load_records(ours, validate)}
-        for record in load_records(theirs, validate):
-            if key(record) not in known:
-                append_record(ours, record, validate)
-                known.add(key(record))
-                added += locate is results_file
-    for folder in shared_folders(host):
-        if (source / folder).is_dir():
-            shutil.copytree(source / folder, results_dir / folder, dirs_exist_ok=True)
-    return added
+def _connect(host: DockerHost):
+    """The host's client and its image; a clear reason when either is missing."""
+    import docker
+
+    try:
+        client = host.client()
+        client.ping()
+    except Exception as error:
+        hint = " (start one here with `bash scripts/docker.sh`)" if host.url == "local" else ""
+        raise SuiteError(f"unreachable ({host.url}){hint}: {error}") from None
+    try:
+        return client, client.images.get(host.image)
+    except docker.errors.ImageNotFound:
+        client.close()
+        raise SuiteError(f"image {host.image} is not on {host.url}: build it there "
+                         "(inv build) or set suite.hosts.<name>.image") from None  # fmt: skip
+
+
+def _create_container(client, host: DockerHost, image, volume, run_args: list[str], labels):
+    """The suite's own `inv run` under the tether, non-root, without a network, /results on
+    `volume`."""
+    import docker
+
+    requests = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
+    return client.containers.create(
+        image.id,
+        entrypoint=["sh", "-c", TETHER, "tether", *(image.attrs["Config"]["Entrypoint"] or [])],
+        command=["run", "--spec", f"{CONTAINER_RESULTS}/spec.toml",
+                 "--results", CONTAINER_RESULTS, "--host", host.name, *run_args],
+        stdin_open=True,  # the tether (the SDK adds StdinOnce: stdin closes when we are gone)
+        network_mode="none",
+        user=CONTAINER_USER,
+        volumes={volume.name: {"bind": CONTAINER_RESULTS, "mode": "rw"}},
+        # unbuffered: the container's lines reach `echo` as they are printed (a pipe would hold
+        # them until the run ends: minutes under qemu)
+        environment={IMAGE_DIGEST_VARIABLE: image.id, "PYTHONUNBUFFERED": "1"},
+        device_requests=requests if host.gpus else None,
+        labels=labels,
+    )  # fmt: skip
+
+
+class _HostRun:
+    """One host's container from creation to removal (`run_on_host`)."""
+
+    def __init__(self, host: DockerHost, results_dir: Path, runs: ContainerRuns, echo):
+        self.host, self.results_dir, self.runs, self.echo = host, Path(results_dir), runs, echo
+        self.outcome = HostOutcome(host.name, False)
+        self.client = self.container = self.volume = None
+        self.tether = self.attached = None  # a client of its own, and its attach to stdin
+        self.copied = False  # the final copy-out is done: the volume holds nothing more of ours
+
+    def run(self, spec_text: str, run_args: list[str]) -> None:
+        host, outcome = self.host, self.outcome
+        self.client, image = _connect(host)
+        outcome.image_id = image.id
+        outcome.records += sweep_volumes(self.client, host.name, image.id, self.results_dir,
+                                         self.echo)  # fmt: skip
+        labels = run_labels(host.name, self.results_dir)
+        self.volume = self.client.volumes.create(
+            name=f"lms-results-{host.name}-{uuid.uuid4().hex[:8]}", labels=labels)  # fmt: skip
+        container = self.container = _create_container(self.client, host, image, self.volume,
+                                                       run_args, labels)  # fmt: skip
+        seeds = seed_files(self.results_dir, host.name, spec_text)
+        container.put_archive(CONTAINER_RESULTS, tar_files(seeds))
+        # its own connection: over SSH every request path takes a session of the connection
+        # (docker-py pools by URL), and sshd allows 10 (MaxSessions) that the run's requests,
+        # log stream and a kill from the main thread nearly fill
+        self.tether = host.client()
+        self.attached = self.tether.api.attach_socket(container.id, {"stdin": 1, "stream": 1})
+        if not self.runs.start(container):
+            self.copied, outcome.stopped = True, True  # it never ran: nothing to copy out
+            raise SuiteError("stopped before its container started")
+        with RecordsWatch(container, self.results_dir, host.name) as watch:
+            for line in container.logs(stream=True, follow=True):
+                for text in line.decode(errors="replace").splitlines():
+                    self.echo(f"[{host.name}] {text}")
+            status = container.wait().get("StatusCode")
+        outcome.records += watch.records + copy_out(container, self.results_dir, host.name)
+        self.copied = True
+        if status != 0 and self.runs.stopping:
+            outcome.stopped = True
+            raise SuiteError("stopped: its container was killed")
+        if status != 0:
+            raise SuiteError(f"the run in the container exited with {status}")
+        outcome.ok = True
+
+    def clean_up(self) -> None:
+        """Copy out what finished if an error came first; remove the container and volume once
+        nothing of ours is left in them (else the next run on the host sweeps the volume)."""
+        _close(self.attached)
+        if self.container is not None and not self.copied:
+            with contextlib.suppress(Exception):
+                self.outcome.records += copy_out(self.container, self.results_dir, self.host.name)
+                self.copied = True
+        if self.container is not None and not self.copied:
+            self.echo(f"[{self.host.name}] volume {self.volume.name} kept: its records could "
+                      "not be copied out; the next run on this host takes them")  # fmt: skip
+        else:
+            self._remove()
+        for client in (self.tether, self.client):
+            if client is not None:
+                client.close()
+
+    def _remove(self) -> None:
+        try:
+            for thing in (self.container, self.volume):
+                if thing is not None:
+                    thing.remove(force=True)
+        except Exception as error:
+            self.echo(f"[{self.host.name}] volume {self.volume.name} left ({type(error).__name__}: "
+                      f"{error}); the next run on this host removes it")  # fmt: skip
 
 
 def run_on_host(host: DockerHost, spec_text: str, run_args: list[str], results_dir: Path,
-                echo) -> HostOutcome:  # fmt: skip
-    """Run the spec on one host; never raises for the host's own failures."""
-    import docker
-
+                echo, runs: ContainerRuns | None = None) -> HostOutcome:  # fmt: skip
+    """Run the spec on one host; never raises for the host's own failures. Records are copied
+    out as they finish; the container and volume are removed once what finished is out."""
+    runs = runs if runs is not None else ContainerRuns()
     started = time.monotonic()
-    outcome = HostOutcome(host.name, False)
-    client = container = volume = None
-    try:
+    one = _HostRun(host, results_dir, runs, echo)
+    with runs.hosting():
         try:
-            client = host.client()
-            client.ping()
-        except Exception as error:
-            hint = " (start one here with `bash scripts/docker.sh`)" if host.url == "local" else ""
-            raise SuiteError(f"unreachable ({host.url}){hint}: {error}") from None
-        try:
-            image = client.images.get(host.image)
-        except docker.errors.ImageNotFound:
-            raise SuiteError(f"image {host.image} is not on {host.url}: build it there "
-                             "(inv build) or set suite.hosts.<name>.image") from None  # fmt: skip
-        outcome.image_id = image.id
-        volume = client.volumes.create(name=f"lms-results-{host.name}-{uuid.uuid4().hex[:8]}")
-        requests = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
-        container = client.containers.create(
-            image.id,
-            command=["run", "--spec", f"{CONTAINER_RESULTS}/spec.toml",
-                     "--results", CONTAINER_RESULTS, "--host", host.name, *run_args],
-            network_mode="none",
-            user=CONTAINER_USER,
-            volumes={volume.name: {"bind": CONTAINER_RESULTS, "mode": "rw"}},
-            # unbuffered: the container's lines reach `echo` as they are printed (a pipe would
-            # hold them until the run ends: minutes under qemu)
-            environment={IMAGE_DIGEST_VARIABLE: image.id, "PYTHONUNBUFFERED": "1"},
-            device_requests=requests if host.gpus else None,
-            labels={"org.lms-suite.run": host.name},
-        )  # fmt: skip
-        container.put_archive(CONTAINER_RESULTS, _tar(_seed_files(results_dir, host.name,
-                                                                  spec_text)))  # fmt: skip
-        container.start()
-        for line in container.logs(stream=True, follow=True):
-            for text in line.decode(errors="replace").splitlines():
-                echo(f"[{host.name}] {text}")
-        status = container.wait()
-        stream, _ = container.get_archive(f"{CONTAINER_RESULTS}/.")
-        with tempfile.TemporaryDirectory(prefix="lms-host-") as tmp:
-            with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as archive:
-                archive.extractall(tmp, filter="data")
-            outcome.records = merge_results(Path(tmp), results_dir, host.name)
-        if status.get("StatusCode") != 0:
-            raise SuiteError(f"the run in the container exited with {status.get('StatusCode')}")
-        outcome.ok = True
-    except SuiteError as error:
-        outcome.reason = str(error)
-    except Exception as error:  # the SDK's errors: API, connection, SSH
-        outcome.reason = f"{type(error).__name__}: {error}"
-    finally:
-        for thing in (container, volume):
-            if thing is not None:
-                with contextlib.suppress(Exception):
-                    thing.remove(force=True)
-        if client is not None:
-            client.close()
-    outcome.seconds = time.monotonic() - started
-    return outcome
+            one.run(spec_text, run_args)
+        except SuiteError as error:
+            one.outcome.reason = str(error)
+        except Exception as error:  # the SDK's errors: API, connection, SSH
+            one.outcome.reason = f"{type(error).__name__}: {error}"
+        finally:
+            one.clean_up()
+            one.outcome.seconds = time.monotonic() - started
+            runs.ended(one.container, one.outcome)
+    return one.outcome
 
 
 def outcome_line(outcome: HostOutcome) -> str:
@@ -242,8 +349,11 @@ def outcome_line(outcome: HostOutcome) -> str:
 
 
 def run_on_hosts(hosts: list[DockerHost], spec_path: Path, run_args: list[str],
-                 results_dir: Path, echo=print) -> list[HostOutcome]:  # fmt: skip
-    """Run on every host concurrently; the outcomes in the order of `hosts`."""
+                 results_dir: Path, echo=print,
+                 runs: ContainerRuns | None = None) -> list[HostOutcome]:  # fmt: skip
+    """Run on every host concurrently; the outcomes in the order of `hosts`. If this thread is
+    interrupted meanwhile, every container is stopped and its records copied out first."""
+    runs = runs if runs is not None else ContainerRuns()
     spec_text = Path(spec_path).read_text()
     lock = threading.Lock()
 
@@ -254,11 +364,17 @@ def run_on_hosts(hosts: list[DockerHost], spec_path: Path, run_args: list[str],
     outcomes = [None] * len(hosts)
 
     def work(index, host):
-        outcomes[index] = run_on_host(host, spec_text, run_args, Path(results_dir), locked_echo)
+        outcomes[index] = run_on_host(host, spec_text, run_args, Path(results_dir), locked_echo,
+                                      runs)  # fmt: skip
 
     threads = [threading.Thread(target=work, args=(i, h)) for i, h in enumerate(hosts)]
     for thread in threads:
         thread.start()
-    for thread in threads:
-        thread.join()
+    try:
+        for thread in threads:
+            thread.join()
+    except BaseException:  # a signal (KeyboardInterrupt, the suite's RunInterrupted)
+        runs.stop()
+        runs.wait()
+        raise
     return outcomes

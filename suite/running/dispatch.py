@@ -11,11 +11,15 @@ if run at once, and a ratio between them would measure that. They run in rounds 
 runs every trial's r-th process at each place in turn. Remote hosts run concurrently meanwhile.
 """
 
+import contextlib
 import threading
+import time
 import uuid
 from pathlib import Path
 
 from suite.hosts.docker import (
+    STOP_SECONDS,
+    ContainerRuns,
     HostOutcome,
     choose_hosts,
     hosts_for_images,
@@ -23,6 +27,7 @@ from suite.hosts.docker import (
     run_arguments,
     run_on_hosts,
 )
+from suite.running.interrupts import RunInterrupted, interruptible
 from suite.running.runner import run_spec, summary_lines
 from suite.running.slurm import slurm_hosts
 from suite.specs import Spec
@@ -55,53 +60,78 @@ def dispatch(spec: Spec, overrides: dict, results: Path, *, host=None, force=Fal
         echo(f"running {spec.name} [{hashes}] in containers on {places}")
     shared = [h for h in chosen if h.on_this_machine]
     remote = [h for h in chosen if not h.on_this_machine]
-    outcomes, lock = [], threading.Lock()
+    outcomes, lock, runs = [], threading.Lock(), ContainerRuns()
 
     def run_remote():
         found = run_on_hosts(remote, Path(spec.source), run_arguments(overrides, force), results,
-                             echo)  # fmt: skip
+                             echo, runs)  # fmt: skip
         with lock:
             outcomes.extend(found)
 
-    thread = threading.Thread(target=run_remote) if remote else None
-    if thread:
-        thread.start()
-    if round_ is None and here + len(shared) > 1:  # places on this machine: in turn, by rounds
-        rounds = max((t.repeats for t in spec.trials), default=1)
-        run_id = uuid.uuid4().hex[:12]  # the rounds make one run (inv regress groups by it)
-        merged = {h.name: HostOutcome(h.name, True) for h in shared}
-        for round_ in range(1, rounds + 1):
-            echo(f"round {round_}/{rounds}: {'this machine, ' if here else ''}"
-                 f"{', '.join(h.name for h in shared)} in turn")  # fmt: skip
-            if here:
-                echo("\n".join(summary_lines(run_spec(spec, results, host, force, echo=echo,
-                                                      round_=round_, run_id=run_id))))  # fmt: skip
-            for docker_host in shared:
-                args = run_arguments(overrides, force, round_=round_, run_id=run_id)
-                (outcome,) = run_on_hosts([docker_host], Path(spec.source), args, results, echo)
-                total = merged[docker_host.name]
-                total.ok, total.records = total.ok and outcome.ok, total.records + outcome.records
-                total.seconds += outcome.seconds
-                total.reason = total.reason or outcome.reason
-        with lock:
-            outcomes.extend(merged.values())
-    else:
-        if here:
-            echo("\n".join(summary_lines(run_spec(spec, results, host, force, echo=echo,
-                                                  round_=round_, run_id=run_id))))  # fmt: skip
-        if shared:
-            found = run_on_hosts(shared, Path(spec.source),
-                                 run_arguments(overrides, force, round_=round_, run_id=run_id),
-                                 results,
-                                 echo)  # fmt: skip
+    def run_and_summarize(name, **where):  # natively here, or as Slurm jobs
+        summary = run_spec(spec, results, name, force, echo=echo, run_id=run_id, **where)
+        echo("\n".join(summary_lines(summary)))
+
+    with _stopping_containers(runs, results):
+        thread = threading.Thread(target=run_remote) if remote else None
+        if thread:
+            thread.start()
+        if round_ is None and here + len(shared) > 1:  # places on this machine: in turn, by rounds
+            rounds = max((t.repeats for t in spec.trials), default=1)
+            run_id = uuid.uuid4().hex[:12]  # the rounds make one run (inv regress groups by it)
+            merged = {h.name: HostOutcome(h.name, True) for h in shared}
+            for round_ in range(1, rounds + 1):
+                echo(f"round {round_}/{rounds}: {'this machine, ' if here else ''}"
+                     f"{', '.join(h.name for h in shared)} in turn")  # fmt: skip
+                if here:
+                    run_and_summarize(host, round_=round_)
+                for docker_host in shared:
+                    args = run_arguments(overrides, force, round_=round_, run_id=run_id)
+                    (outcome,) = run_on_hosts([docker_host], Path(spec.source), args, results,
+                                              echo, runs)  # fmt: skip
+                    total = merged[docker_host.name]
+                    total.ok = total.ok and outcome.ok
+                    total.records += outcome.records
+                    total.seconds += outcome.seconds
+                    total.reason = total.reason or outcome.reason
             with lock:
-                outcomes.extend(found)
-    for cluster in clusters:
-        echo(f"running {spec.name} as Slurm jobs on {cluster.name}")
-        echo("\n".join(summary_lines(run_spec(spec, results, cluster.name, force, echo=echo,
-                                              run_id=run_id, place=cluster))))  # fmt: skip
-    if thread:
-        thread.join()
+                outcomes.extend(merged.values())
+        else:
+            if here:
+                run_and_summarize(host, round_=round_)
+            if shared:
+                args = run_arguments(overrides, force, round_=round_, run_id=run_id)
+                found = run_on_hosts(shared, Path(spec.source), args, results, echo, runs)
+                with lock:
+                    outcomes.extend(found)
+        for cluster in clusters:
+            echo(f"running {spec.name} as Slurm jobs on {cluster.name}")
+            run_and_summarize(cluster.name, place=cluster)
+        if thread:
+            thread.join()
     if outcomes:
         echo("\n".join(outcome_line(o) for o in outcomes))
     return sum(not o.ok for o in outcomes), len(outcomes)
+
+
+@contextlib.contextmanager
+def _stopping_containers(runs: ContainerRuns, results: Path):
+    """SIGINT and SIGTERM raise `RunInterrupted` inside. Whatever ends the run early, every
+    container of it is stopped on the way out, and what they finished is copied out first; an
+    interruption then says in its one line what was stopped and kept."""
+    with interruptible():
+        try:
+            yield
+        except BaseException as error:
+            runs.stop()
+            deadline = time.monotonic() + STOP_SECONDS
+            while time.monotonic() < deadline:
+                try:  # a second Ctrl-C does not cut the copying out short
+                    if runs.wait(max(0.0, deadline - time.monotonic())):
+                        break
+                except RunInterrupted:
+                    continue
+            if isinstance(error, RunInterrupted) and runs.outcomes:
+                message = f"{error}; {runs.summary(results)}"
+                raise RunInterrupted(error.signal_name, message) from None
+            raise
