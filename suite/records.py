@@ -26,7 +26,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from suite.errors import RecordError
-from suite.running.boundary import VERDICTS
 from suite.specs.model import TrialParams
 
 SCHEMA_VERSION = 1
@@ -242,6 +241,8 @@ def validate_record(record: dict, where: str) -> dict:
     return record
 
 
+# a search record's boundary verdicts (suite/running/boundary.py decides them)
+BOUNDARY_VERDICTS = ("clear", "confirmed", "uncertain")
 SEARCH_REQUIRED = {
     "schema": int,
     "search_hash": str,
@@ -262,12 +263,12 @@ def validate_search_record(record: dict, where: str) -> dict:
             raise DamagedRecord(where, f"search record lacks field {name!r} ({kind.__name__})")
     boundary = record.get("boundary")
     if boundary is not None and (
-        not isinstance(boundary, dict) or boundary.get("verdict") not in VERDICTS
+        not isinstance(boundary, dict) or boundary.get("verdict") not in BOUNDARY_VERDICTS
     ):
         raise DamagedRecord(
             where,
             f"search record's field 'boundary' is invalid; allowed: a table whose verdict is one "
-            f"of {', '.join(VERDICTS)}",
+            f"of {', '.join(BOUNDARY_VERDICTS)}",
         )
     return record
 

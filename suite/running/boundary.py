@@ -26,10 +26,11 @@ disagree, or near and not repeated). Search records written before this have no 
 "not measured".
 """
 
+from suite.records import BOUNDARY_VERDICTS
 from suite.units import format_bytes
 
 NOT_MEASURED = "not measured"
-VERDICTS = ("clear", "confirmed", "uncertain")
+VERDICTS = BOUNDARY_VERDICTS
 
 
 def process_margin(record: dict, budget: int | None) -> dict:

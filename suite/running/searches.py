@@ -62,8 +62,14 @@ def predict_boundary(search: Search, mode: str, executor: TrialExecutor) -> dict
         with open(log_path, "w") as log:
             try:
                 completed = subprocess.run(
-                    [sys.executable, "-m", "suite.running.predict", str(request), str(answer),
-                     f"--parent={os.getpid()}"],  # fmt: skip
+                    [
+                        sys.executable,
+                        "-m",
+                        "suite.running.predict",
+                        str(request),
+                        str(answer),
+                        f"--parent={os.getpid()}",
+                    ],
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     env=env,
