@@ -97,6 +97,7 @@ def assert_a_rerun_runs_only_what_is_missing(run: Run, client, kept: list[dict])
     assert records[: len(kept)] == kept  # the kept ones, as they were
     assert sorted(r["repeat"] for r in records) == list(range(REPEATS))
     assert all(r["outcome"] == "ok" for r in records)
+    assert len({r["run"] for r in records}) == 1  # resumed: one run for inv baseline and regress
     assert not run.containers(client, running=False) and not run.volumes(client)
     return output
 

@@ -118,10 +118,11 @@ def hosts_for_images(configured: dict, default_image: str, built: list[str]) -> 
 def run_arguments(overrides: dict, force: bool, round_: int | None = None,
                   run_id: str | None = None) -> list[str]:  # fmt: skip
     """`inv run`'s arguments inside each container: the same overrides, so the same hashes;
-    `round_` r: only every trial's r-th process, under `run_id` (interleaving places that share
-    a machine: the rounds make one run)."""
+    `round_` r: only every trial's r-th process (interleaving places that share a machine);
+    `run_id`: the run the records belong to (the rounds make one run, a resumed run continues)."""
     args = [f"--{k}={v}" for k, v in overrides.items() if v is not None]
-    args += [f"--round={round_}", f"--run-id={run_id}"] if round_ is not None else []
+    args += [f"--round={round_}"] if round_ is not None else []
+    args += [f"--run-id={run_id}"] if run_id else []
     return args + (["--force"] if force else [])
 
 

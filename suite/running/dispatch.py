@@ -14,7 +14,6 @@ runs every trial's r-th process at each place in turn. Remote hosts run concurre
 import contextlib
 import threading
 import time
-import uuid
 from pathlib import Path
 
 from suite.hosts.docker import (
@@ -28,6 +27,7 @@ from suite.hosts.docker import (
     run_on_hosts,
 )
 from suite.running.interrupts import RunInterrupted, interruptible
+from suite.running.resume import UnfinishedRun
 from suite.running.runner import run_spec, summary_lines
 from suite.running.slurm import slurm_hosts
 from suite.specs import Spec
@@ -62,9 +62,17 @@ def dispatch(spec: Spec, overrides: dict, results: Path, *, host=None, force=Fal
     remote = [h for h in chosen if not h.on_this_machine]
     outcomes, lock, runs = [], threading.Lock(), ContainerRuns()
 
+    # the containers' records belong to one run, which a rerun after an interruption continues
+    # (a container's own results start empty, so the marker is kept here)
+    marker = None
+    if chosen and round_ is None and run_id is None:
+        names = "-".join(sorted(h.name for h in chosen))
+        marker = UnfinishedRun(results, f"containers-{names}", spec)
+        run_id, _ = marker.begin(fresh=force)
+
     def run_remote():
-        found = run_on_hosts(remote, Path(spec.source), run_arguments(overrides, force), results,
-                             echo, runs)  # fmt: skip
+        found = run_on_hosts(remote, Path(spec.source), run_arguments(overrides, force,
+                             run_id=run_id), results, echo, runs)  # fmt: skip
         with lock:
             outcomes.extend(found)
 
@@ -78,7 +86,6 @@ def dispatch(spec: Spec, overrides: dict, results: Path, *, host=None, force=Fal
             thread.start()
         if round_ is None and here + len(shared) > 1:  # places on this machine: in turn, by rounds
             rounds = max((t.repeats for t in spec.trials), default=1)
-            run_id = uuid.uuid4().hex[:12]  # the rounds make one run (inv regress groups by it)
             merged = {h.name: HostOutcome(h.name, True) for h in shared}
             for round_ in range(1, rounds + 1):
                 echo(f"round {round_}/{rounds}: {'this machine, ' if here else ''}"
@@ -109,6 +116,8 @@ def dispatch(spec: Spec, overrides: dict, results: Path, *, host=None, force=Fal
             run_and_summarize(cluster.name, place=cluster)
         if thread:
             thread.join()
+    if marker is not None and all(o.ok for o in outcomes):  # completed: a rerun is a new run
+        marker.finish()
     if outcomes:
         echo("\n".join(outcome_line(o) for o in outcomes))
     return sum(not o.ok for o in outcomes), len(outcomes)
