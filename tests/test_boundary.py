@@ -162,3 +162,18 @@ def test_the_limits_table_shows_each_margin_and_marks_a_gain_from_an_uncertain_l
     alone = limits_table([on], []).splitlines()[2].split("|")[1:-1]
     assert [alone[headers.index(h)].strip() for h in ("peak/budget off", "peak/budget on")] == [
         "—", "clear: 0.67 / out of memory"]  # fmt: skip
+
+
+def test_inv_runs_summary_line_gives_each_limit_its_margin():
+    from pathlib import Path
+
+    from suite.running.runner import RunSummary, summary_lines
+
+    limit = side(7, ("ok", 280 * MB), ("ok", 276 * MB))
+    flipped = side(8, ("out_of_memory", 318_300_000), ("ok", 302_900_000))
+    found = search("off", 7, boundary_record(limit, flipped, BUDGET, 0.1, 1), smallest=8)
+    summary = RunSummary(Path("results"), 0, 0, searches=[found])
+    assert summary_lines(summary)[1] == (
+        "limit b LMS off: batch 7 trains, 8 does not "
+        "(peak/budget uncertain: 0.88–0.89 / 0.96–1.01; 0 trials)"
+    )

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from suite.errors import SuiteError
+from suite.running.boundary import margin_text
 from suite.running.executor import TrialExecutor, default_host_name, format_eta
 from suite.running.interrupts import RunInterrupted, interruptible
 from suite.running.resume import UnfinishedRun
@@ -43,7 +44,7 @@ def summary_lines(summary: RunSummary) -> list[str]:
         lines.append(
             f"limit {search['spec']['study']} LMS {search['mode']}: {search['searched']} "
             f"{search['largest_ok']} trains, {search['smallest_failed'] or 'none'} does not "
-            f"({len(search['trials'])} trials)"
+            f"(peak/budget {margin_text(search)}; {len(search['trials'])} trials)"
         )
     return lines
 
