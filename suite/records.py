@@ -179,10 +179,10 @@ METRIC_TYPES = {
     "lms": (lambda v: v is None or isinstance(v, dict), "a table or null"),
     "lms_traffic": (lambda v: v is None or isinstance(v, dict), "a table or null"),
     "workers": (lambda v: isinstance(v, list), "a list"),
-    "machine_load": (lambda v: isinstance(v, dict) and _integer(v.get("cores"))
-                     and isinstance(v.get("other_cores"), dict)
-                     and _number(v["other_cores"].get("mean")),
-                     "a table with an integer 'cores' and 'other_cores' {mean, max}"),
+    "machine_load": (lambda v: v is None or (isinstance(v, dict) and _integer(v.get("cores"))
+                                              and isinstance(v.get("other_cores"), dict)
+                                              and _number(v["other_cores"].get("mean"))),
+                     "a table with an integer 'cores' and 'other_cores' {mean, max}, or null"),
 }  # fmt: skip
 # trial parameters the reports read -> (check, what is allowed)
 PARAM_TYPES = {

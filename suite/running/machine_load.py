@@ -8,6 +8,7 @@ trial's own threads, so it reads only beside the core count). The report flags a
 taken while others held `BUSY_SHARE` of the cores or more (`is_busy`).
 """
 
+import contextlib
 import os
 import threading
 import time
@@ -18,15 +19,23 @@ BUSY_SHARE = 0.25  # others held a quarter of the cores: on 2 cores, half a core
 INTERVAL_S = 0.5
 
 
-def _own_cpu_seconds(process: psutil.Process) -> float:
-    """CPU seconds of `process` and its children (a replicated trial's workers)."""
-    total = 0.0
-    for member in [process, *process.children(recursive=True)]:
+def _own_cpu_seconds() -> float:
+    """CPU seconds of this process (all its threads, from the kernel: `os.times`) and of its
+    live children (a replicated trial's workers). Under qemu-user psutil may not recognise this
+    process (its create time does not match: "PID has been reused"), so psutil reads only the
+    children, and a child it cannot read is left out."""
+    times = os.times()
+    total = times.user + times.system
+    try:
+        children = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return total
+    for child in children:
         try:
-            times = member.cpu_times()
-        except psutil.Error:  # a child that ended between listing and reading
+            cpu = child.cpu_times()
+        except psutil.Error:  # ended between listing and reading, or unreadable
             continue
-        total += times.user + times.system
+        total += cpu.user + cpu.system
     return total
 
 
@@ -45,35 +54,46 @@ class LoadMonitor:
 
     def __init__(self, interval_s: float = INTERVAL_S):
         self.interval_s = interval_s
-        self.process = psutil.Process()
         self.others: list[float] = []  # cores other processes used, per interval
         self.busy: list[float] = []  # cores the whole machine used, per interval
         self._stop = threading.Event()
         self._thread = None
         self.load_before = self.load_after = None
         self.seconds = 0.0
+        self.error = None  # why the load could not be read, if it could not
 
     def __enter__(self) -> "LoadMonitor":
-        self.load_before = os.getloadavg()[0]
         self._started = time.perf_counter()
-        self._last = (time.perf_counter(), _machine_busy_seconds(), _own_cpu_seconds(self.process))
+        try:
+            self.load_before = os.getloadavg()[0]
+            self._last = (time.perf_counter(), _machine_busy_seconds(), _own_cpu_seconds())
+        except Exception as error:  # noqa: BLE001 - a load it cannot read never fails a trial
+            self.error = f"{type(error).__name__}: {error}"
+            return self
         self._thread = threading.Thread(target=self._run, name="load-monitor", daemon=True)
         self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
+        self.seconds = time.perf_counter() - self._started
+        if self._thread is None:
+            return
         self._stop.set()
         self._thread.join()
         self._sample()  # the last partial interval
-        self.load_after = os.getloadavg()[0]
-        self.seconds = time.perf_counter() - self._started
+        with contextlib.suppress(OSError):
+            self.load_after = os.getloadavg()[0]
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
+        while not self._stop.wait(self.interval_s) and self.error is None:
             self._sample()
 
     def _sample(self) -> None:
-        now = (time.perf_counter(), _machine_busy_seconds(), _own_cpu_seconds(self.process))
+        try:
+            now = (time.perf_counter(), _machine_busy_seconds(), _own_cpu_seconds())
+        except Exception as error:  # noqa: BLE001 - a load it cannot read never fails a trial
+            self.error = f"{type(error).__name__}: {error}"
+            return
         elapsed = now[0] - self._last[0]
         if elapsed > 0:
             machine = (now[1] - self._last[1]) / elapsed
@@ -82,10 +102,13 @@ class LoadMonitor:
             self.others.append(max(0.0, machine - own))
         self._last = now
 
-    def summary(self) -> dict:
+    def summary(self) -> dict | None:
         """The record's `machine_load`: cores, the load average (1 min) before and after, the
-        cores the machine used and those other processes used (mean and max over the samples)."""
-        others, busy = self.others or [0.0], self.busy or [0.0]
+        cores the machine used and those other processes used (mean and max over the samples);
+        None when nothing could be read."""
+        if not self.others:
+            return None
+        others, busy = self.others, self.busy
         return {
             "cores": psutil.cpu_count() or 1,
             "load_average_1m": {"before": self.load_before, "after": self.load_after},
