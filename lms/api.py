@@ -265,13 +265,14 @@ class LMSFunction:
         """Run one step under TensorFlow's profiler: (lms.StepProfile of its ops, lms.SwapGraph
         of its swaps), what `lms.project` replays on another link. Run a step first: the first
         call traces, plans and rewrites."""
-        from lms.copy_events import profile_copies
-        from lms.profile import profile_step, swap_graph
+        from lms.copy_events import copy_totals
+        from lms.profile import profiled_space, step_profile, swap_graph
 
         callable_, _ = self.prepare(*args)
-        profile = profile_step(self, *args)
-        if profile.copies:  # GPU only: one more step, for its copies' own bytes and durations
-            self._copies = profile_copies(self, *args)
+        space = profiled_space(self, *args)
+        profile = step_profile(space)
+        if profile.copies:  # GPU only: the copies' own bytes and durations, from the same step
+            self._copies = copy_totals(space)
         graph = getattr(callable_, "graph", None)
         swaps = swap_graph(graph, self.lms.batch_size) if graph is not None else SwapGraph({})
         return profile, swaps

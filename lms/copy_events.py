@@ -12,9 +12,6 @@ device plane added as the collector writes one (tests/test_copy_events.py).
 """
 
 import re
-import tempfile
-
-import tensorflow as tf
 
 DIRECTIONS = {"MemcpyD2H": "out", "MemcpyH2D": "in"}
 _SIZE = re.compile(r"\bsize:(\d+)")
@@ -51,9 +48,6 @@ def _copy_size(event, stat_names) -> int | None:
 def profile_copies(callable_, *args) -> dict:
     """Run `callable_(*args)` once under the profiler; its copies' `copy_totals` ({} without a
     GPU)."""
-    from lms.profile import _read_xspace
+    from lms.profile import profiled_space
 
-    with tempfile.TemporaryDirectory(prefix="lms-copies-") as logdir:
-        with tf.profiler.experimental.Profile(logdir):
-            callable_(*args)
-        return copy_totals(_read_xspace(logdir))
+    return copy_totals(profiled_space(callable_, *args))

@@ -96,18 +96,28 @@ def _read_xspace(logdir: str):
     return space
 
 
-def profile_step(callable_, *args) -> StepProfile:
-    """Run `callable_(*args)` once under the profiler; its op events and copies. On the host the
-    ops are the executor's events on its compute threads; on a GPU they are the device's kernels
-    and copies per op (the host only enqueues them). Call it after a warm-up step: the first call
-    of a tf.function traces and optimizes."""
+def profiled_space(callable_, *args):
+    """Run `callable_(*args)` once under the profiler; the XSpace it wrote (read by
+    `step_profile`, and on a GPU by `lms.copy_events.copy_totals`)."""
     with tempfile.TemporaryDirectory(prefix="lms-profile-") as logdir:
         tf.profiler.experimental.start(logdir)
         try:
             callable_(*args)
         finally:
             tf.profiler.experimental.stop()
-        space = _read_xspace(logdir)
+        return _read_xspace(logdir)
+
+
+def profile_step(callable_, *args) -> StepProfile:
+    """Run `callable_(*args)` once under the profiler; its op events and copies (`step_profile`).
+    Call it after a warm-up step: the first call of a tf.function traces and optimizes."""
+    return step_profile(profiled_space(callable_, *args))
+
+
+def step_profile(space) -> StepProfile:
+    """A profiled step's op events and copies. On the host the ops are the executor's events on
+    its compute threads; on a GPU they are the device's kernels and copies per op (the host only
+    enqueues them)."""
     host, device, copies = [], [], []
     for plane in space.planes:
         if plane.name.startswith("/host:"):

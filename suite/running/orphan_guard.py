@@ -15,6 +15,7 @@ the main thread is inside TensorFlow (which releases the GIL), notices within `P
 process's own children (a launcher's replica workers), removes the scratch directory, and exits.
 """
 
+import argparse
 import contextlib
 import os
 import shutil
@@ -58,3 +59,19 @@ def exit_with_parent(parent: int, scratch: Path | None = None) -> threading.Thre
     thread = threading.Thread(target=watch, name="orphan-guard", daemon=True)
     thread.start()
     return thread
+
+
+def child_arguments(argv: list[str], prog: str, inputs: str, outputs: str) -> tuple[str, str]:
+    """A child process's two paths (`inputs`, then `outputs`) and `--parent PID`; with it, the
+    guard is armed at once (before the minutes TensorFlow may take), its scratch the inputs'
+    directory. An argument, not an environment variable: a child's own children (replica
+    workers, Slurm tasks) must not inherit it."""
+    parser = argparse.ArgumentParser(prog=prog)
+    parser.add_argument(inputs)
+    parser.add_argument(outputs)
+    parser.add_argument("--parent", type=int, help="pid of the run that started this process")
+    args = parser.parse_args(argv)
+    first, second = getattr(args, inputs), getattr(args, outputs)
+    if args.parent is not None:
+        exit_with_parent(args.parent, Path(first).parent)
+    return first, second

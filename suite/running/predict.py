@@ -11,7 +11,6 @@ A child process because tracing many sizes grows the process, and the parent sta
 With `--parent`, it ends itself (and removes the request's directory) when that process is gone.
 """
 
-import argparse
 import json
 import sys
 import time
@@ -19,6 +18,7 @@ from pathlib import Path
 
 from suite.records import write_atomic
 from suite.running.bracket import bracket_search
+from suite.running.orphan_guard import child_arguments
 from suite.specs.model import TrialParams
 
 
@@ -67,16 +67,10 @@ def predict(candidates: list[dict], mode: str) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m suite.running.predict")
-    parser.add_argument("request_path")
-    parser.add_argument("answer_path")
-    parser.add_argument("--parent", type=int, help="pid of the search that started this process")
-    args = parser.parse_args(argv)
-    request_path, answer_path = args.request_path, args.answer_path
-    if args.parent is not None:  # a SIGKILLed search leaves no orphan tracing for minutes
-        from suite.running.orphan_guard import exit_with_parent
-
-        exit_with_parent(args.parent, Path(request_path).parent)
+    # with --parent, a SIGKILLed search leaves no orphan tracing for minutes
+    request_path, answer_path = child_arguments(
+        argv, "python -m suite.running.predict", "request_path", "answer_path"
+    )
     request = json.loads(Path(request_path).read_text())
     answer = predict(request["candidates"], request["mode"])
     write_atomic(answer_path, json.dumps(answer))

@@ -13,13 +13,11 @@ a launcher's replica workers and Slurm's tasks, which start this module with two
 inherit it.
 """
 
-import argparse
 import contextlib
 import json
 import sys
 import time
 import traceback
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -204,16 +202,11 @@ def run(params: "TrialParams") -> dict:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m suite.running.trial_worker")
-    parser.add_argument("params_path")
-    parser.add_argument("result_path")
-    parser.add_argument("--parent", type=int, help="pid of the run that started this process")
-    args = parser.parse_args(argv)
-    params_path, result_path = args.params_path, args.result_path
-    if args.parent is not None:  # before the minutes TensorFlow may take to build the workload
-        from suite.running.orphan_guard import exit_with_parent
+    from suite.running.orphan_guard import child_arguments
 
-        exit_with_parent(args.parent, Path(params_path).parent)
+    params_path, result_path = child_arguments(
+        argv, "python -m suite.running.trial_worker", "params_path", "result_path"
+    )
     from suite.specs.model import TrialParams
 
     with open(params_path) as handle:
