@@ -2,7 +2,7 @@
 adds to simulations and their explanation."""
 
 import pytest
-from test_lms import Case, run_child, small_cnn
+from lms_cases import Case, run_child, small_cnn
 
 import lms
 from lms.allocator import MAX_INTERNAL_FRAGMENTATION, BestFitAllocator, bin_of, rounded
@@ -127,7 +127,7 @@ def test_the_plan_that_swaps_the_most_is_taken_when_only_its_chunks_fit(monkeypa
     tuning returns a plan whose padded peak fits; without that fallback it keeps one over."""
     import functools
 
-    from test_lms import workload_case
+    from lms_cases import workload_case
 
     from lms import tuner
 

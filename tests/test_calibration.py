@@ -7,7 +7,7 @@ import json
 import logging
 
 import pytest
-from test_lms import run_child
+from lms_cases import run_child
 
 import lms
 from lms.calibration import Calibration, CalibrationCache

@@ -8,7 +8,7 @@ a second time with TF_ENABLE_ONEDNN_OPTS flipped."""
 import numpy as np
 import pytest
 import tensorflow as tf
-from test_lms import run_child as lms_run_child
+from lms_cases import run_child as lms_run_child
 
 import lms
 from lms import kernels

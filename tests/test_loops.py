@@ -10,9 +10,9 @@ import pytest
 import lms
 
 HERE = Path(__file__).parent
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE / "support"))
 from _lstm_step import lstm_step  # noqa: E402
-from test_lms import run_child  # noqa: E402
+from lms_cases import run_child  # noqa: E402
 
 MiB = 2**20
 

@@ -7,13 +7,13 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from _lms_measure import measured_peak  # noqa: E402
-from test_lms import Case  # noqa: E402
+from lms_cases import Case  # noqa: E402
 
 import lms  # noqa: E402
 from lms import analysis as lms_analysis  # noqa: E402

@@ -14,7 +14,7 @@ import tensorflow as tf
 from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
-from test_lms import Case, small_cnn  # noqa: E402
+from lms_cases import Case, small_cnn  # noqa: E402
 
 
 def allocator_events(logdir: str) -> list:

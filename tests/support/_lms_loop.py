@@ -11,11 +11,11 @@ import logging
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import tensorflow as tf  # noqa: E402
-from test_lms import Case, small_cnn  # noqa: E402
+from lms_cases import Case, small_cnn  # noqa: E402
 
 import lms  # noqa: E402
 
