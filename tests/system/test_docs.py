@@ -1,6 +1,7 @@
 """The documents stay true to the tree: the README's two commands are what CI runs, every relative
-link resolves, docs/architecture.md lists exactly the modules there are, benchmarks/README.md has
-one entry per script, and the README's `lms` example runs."""
+link resolves, the source files the docs name exist, docs/architecture.md lists exactly the
+modules there are, benchmarks/README.md has one entry per script, the changelog's versions are
+in order, and the README's `lms` example runs."""
 
 import ast
 import re
@@ -19,6 +20,8 @@ DOCUMENTS = [
 ]
 FENCE = re.compile(r"^(```|~~~)")
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
+# a source file named in backticks: `lms/simulator.py`, `suite/running/trial.py`, ...
+SOURCE_PATH = re.compile(r"`((?:lms|suite|benchmarks|tests|scripts|scheduled|images)/[\w./-]*\w)`")
 
 
 def _prose(text: str) -> list[str]:
@@ -129,6 +132,18 @@ def test_relative_links_resolve():
                 elif anchor and path.suffix == ".md" and anchor not in _anchors(path):
                     broken.append(f"{where}: no heading with anchor #{anchor}")
     assert not broken, "broken links:\n" + "\n".join(broken)
+
+
+def test_source_paths_named_in_the_docs_exist():
+    """A file of the tree named in today's docs exists (CHANGELOG.md and docs/history.md are
+    records of their time: the paths they name were true then)."""
+    current = [d for d in DOCUMENTS if d.name != "CHANGELOG.md" and d.name != "history.md"]
+    stale = []
+    for document in current:
+        for path in re.findall(SOURCE_PATH, document.read_text()):
+            if not (ROOT / path).exists():
+                stale.append(f"{document.relative_to(ROOT)}: `{path}`")
+    assert not stale, "paths named in the docs that do not exist:\n" + "\n".join(sorted(stale))
 
 
 def test_architecture_lists_every_module():
