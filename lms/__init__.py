@@ -16,7 +16,7 @@ import importlib
 # public name -> the module that defines it
 _EXPORTS = {
     "AUTO": "lms.parameters",
-    "Analysis": "lms.analysis",
+    "Analysis": "lms.graph",
     "BestFitAllocator": "lms.allocator",
     "DeviceCopy": "lms.swap",
     "HostStore": "lms.swap",

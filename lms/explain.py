@@ -12,7 +12,7 @@ is still read by a near reader.
 
 import numpy as np
 
-from lms.analysis import NEVER_SWAP_OPS, Analysis
+from lms.graph import NEVER_SWAP_OPS, Analysis
 from lms.planner import Plan, coordinates, find_trigger
 from lms.simulator import Simulation, _lifetimes, placement, schedule
 

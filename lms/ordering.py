@@ -13,7 +13,7 @@ peak of 31.4 GiB left free, 16.3 GiB ordered (largest op and resident variables:
 
 import numpy as np
 
-from lms.analysis import NO_BUFFER_OPS, Analysis, dependencies
+from lms.graph import NO_BUFFER_OPS, Analysis, dependencies
 
 
 def depth_first_order(analysis: Analysis) -> np.ndarray:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from lms.analysis import Analysis, GiB
+from lms.graph import Analysis, GiB
 from lms.ordering import anchor_ops, depth_first_order, next_anchors, order_positions
 from lms.ordering import neighbours as _neighbours
 from lms.parameters import Parameters

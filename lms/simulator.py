@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lms.analysis import Analysis
+from lms.graph import Analysis
 from lms.kernels import temporaries
 from lms.ordering import order_positions
 from lms.padding import ADOPTING_OPS, REPLACING_OPS, Update, padding_curve

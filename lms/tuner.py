@@ -14,9 +14,9 @@ import dataclasses
 import logging
 from dataclasses import dataclass
 
-from lms.analysis import Analysis, GiB
 from lms.budget import format_size
 from lms.errors import NothingFitsError
+from lms.graph import Analysis, GiB
 from lms.parameters import AUTO, Parameters
 from lms.planner import Plan, plan
 from lms.simulator import Simulation, largest_footprint, simulate

@@ -820,7 +820,7 @@ def test_a_max_pool_output_its_gradient_reads_is_not_swapped_on_a_onednn_cpu():
     """oneDNN pairs a max pool's gradient with its forward op only when the gradient reads the
     pool's output itself; fed a swap-in, it falls back to a kernel ~10x slower. On the CPU the
     analysis keeps such reads direct (and says why at the peak); planned for a GPU, they swap."""
-    from lms.analysis import ONEDNN_PAIRED_READS
+    from lms.graph import ONEDNN_PAIRED_READS
     from lms.explain import _reason
 
     case = unet_case()
@@ -907,7 +907,7 @@ def test_only_neutral_arithmetic_on_an_unbroadcast_input_is_an_alias():
 def test_max_pool_outputs_are_swapped_when_nothing_fits_without(caplog):
     """Kept on the device for speed, oneDNN's paired pool outputs are still a lever: a budget
     only swapping them meets gets a plan that swaps them."""
-    from lms.analysis import ONEDNN_PAIRED_READS
+    from lms.graph import ONEDNN_PAIRED_READS
 
     if not lms.cpu_paired_reads():
         pytest.skip("oneDNN is off: nothing is paired")
