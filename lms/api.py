@@ -29,11 +29,12 @@ from lms.calibration import (
 )
 from lms.errors import LMSError, NothingFitsError, ParameterError
 from lms.explain import explain_peak
+from lms.lifetimes import largest_footprint
 from lms.options import check_options
 from lms.parameters import Parameters
 from lms.planner import log_plan, plan
 from lms.rewriter import REWRITTEN_MARK, rewrite
-from lms.simulator import largest_footprint, simulate
+from lms.simulator import simulate
 from lms.steptime import SwapGraph
 from lms.swap import DeviceCopy, HostStore, Traffic
 from lms.tuner import Tuned, floor_parameters, tune

@@ -8,9 +8,11 @@ batch size. Ops that forward their input's buffer (Identity, Reshape, ...) make 
 simulator extends the input's lifetime instead.
 """
 
+import enum
 import logging
 import math
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import tensorflow as tf
 
@@ -53,6 +55,32 @@ ONEDNN_PAIRED_READS = frozenset({("MaxPoolGrad", 1), ("MaxPool3DGrad", 1)})
 # its output), held until the gradient reads it: GoogLeNet 224² b4's max pools held 27.5 MiB at
 # the measured peak for 21.6 MiB of outputs.
 WORKSPACE_BYTES_PER_ELEMENT = 1
+
+
+class Fact(enum.Enum):
+    """What the planner and simulator compute once per analysis, whatever the plan."""
+
+    SCHEDULE = "schedule"
+    LIFETIMES = "lifetimes"
+    ORDERED_LIFETIMES = "ordered lifetimes"
+    TEMPORARIES = "temporaries"
+    FOOTPRINT = "footprint"
+    ANCESTORS = "ancestors"
+    LEVELS = "levels"
+    DEPTH_FIRST = "depth-first order"
+    ORDER_POSITIONS = "order positions"
+    FUSION_HELPERS = "fusion helpers"
+    ANCHORS = "anchors"
+    NEXT_ANCHORS = "next anchors"
+    EXECUTED = "executed"
+
+
+class CacheKey(NamedTuple):
+    """A key of `Analysis.cache`: the fact, and the kernel set for facts that count kernel
+    temporaries (None for the others)."""
+
+    fact: Fact
+    kernels: str | None = None
 
 
 @dataclass
@@ -102,7 +130,8 @@ class Analysis:
     # While loops and what their tensor lists keep for the gradient (lms/loops.py), which LMS
     # cannot swap: [(op name, bytes)], largest first
     loops: list = field(default_factory=list)
-    cache: dict = field(default_factory=dict, repr=False)  # plan-independent facts, computed once
+    # plan-independent facts, computed once
+    cache: dict[CacheKey, object] = field(default_factory=dict, repr=False)
 
     def summary(self) -> dict:
         return {

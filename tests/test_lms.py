@@ -548,7 +548,7 @@ def test_the_swap_only_floor_is_an_ops_own_buffers_and_its_kernels_temporary():
     """`largest_footprint`: the step's inputs are resident, not the op's; an element-wise op
     writing into an input of its size holds two buffers, not three; a convolution's workspace
     counts; and no plan, not even everything swapped, simulates below floor + resident."""
-    from lms.simulator import largest_footprint
+    from lms.lifetimes import largest_footprint
 
     size = 256 * 1024 * 4
 
@@ -820,8 +820,8 @@ def test_a_max_pool_output_its_gradient_reads_is_not_swapped_on_a_onednn_cpu():
     """oneDNN pairs a max pool's gradient with its forward op only when the gradient reads the
     pool's output itself; fed a swap-in, it falls back to a kernel ~10x slower. On the CPU the
     analysis keeps such reads direct (and says why at the peak); planned for a GPU, they swap."""
-    from lms.graph import ONEDNN_PAIRED_READS
     from lms.explain import _reason
+    from lms.graph import ONEDNN_PAIRED_READS
 
     case = unet_case()
     graph = case.step.get_concrete_function(case.images, case.labels).graph
