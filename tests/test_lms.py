@@ -1014,7 +1014,7 @@ def test_swaps_are_links_of_the_enforced_order():
 
 MEASURED_ORDER_CHILD = """
 import json, keras, tensorflow as tf, lms
-from lms.kernels import cpu_kernels
+from lms.cpu_host import cpu_kernels
 from lms.rewriter import rewrite
 from suite.workloads import WORKLOADS, build_workload, data, training
 

@@ -17,7 +17,7 @@ from lms_cases import Case  # noqa: E402
 
 import lms  # noqa: E402
 from lms import graph as lms_graph  # noqa: E402
-from lms.kernels import cpu_kernels  # noqa: E402
+from lms.cpu_host import cpu_kernels  # noqa: E402
 
 
 def silu_case(resolution=96, batch=4):
