@@ -21,6 +21,13 @@ _UNITS = {
 MIN_BARE_BYTES = 2**20
 
 
+def _no_unit(name: str, value, number: float, why: str = "") -> ParameterError:
+    """The error of a size given without its unit, with a hint to write one."""
+    error = ParameterError(f"{name} {value!r} has no unit{why}: write e.g. {_unit_hint(number)}")
+    error.hint = _unit_hint(number)
+    return error
+
+
 def _unit_hint(number: float) -> str:
     """Two ways to write `number` with a unit, for a size given without one."""
     if number >= MIN_BARE_BYTES and number == int(number):
@@ -43,14 +50,11 @@ def parse_size(value, name: str = "size") -> int:
     if isinstance(value, numbers.Integral):
         size = int(value)
         if 0 < size < MIN_BARE_BYTES:
-            raise ParameterError(
-                f"{name} {value!r} has no unit and is below 1 MiB as bytes: write e.g. "
-                f"{_unit_hint(size)}"
-            )
+            raise _no_unit(name, value, size, " and is below 1 MiB as bytes")
     elif isinstance(value, numbers.Real):
         if not math.isfinite(value):
             raise wrong
-        raise ParameterError(f"{name} {value!r} has no unit: write e.g. {_unit_hint(value)}")
+        raise _no_unit(name, value, value)
     elif isinstance(value, str):
         text = value.strip().lower().replace(" ", "")
         number = text.rstrip("abcdefghijklmnopqrstuvwxyz")
@@ -62,9 +66,7 @@ def parse_size(value, name: str = "size") -> int:
         if not math.isfinite(amount):
             raise wrong
         if not unit and amount > 0:
-            raise ParameterError(
-                f"{name} {value!r} has no unit: write e.g. {_unit_hint(float(number))}"
-            )
+            raise _no_unit(name, value, float(number))
         size = int(amount)
     else:
         raise wrong

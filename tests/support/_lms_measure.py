@@ -43,7 +43,7 @@ def main(plot_path: str) -> None:
                 "device_memory": device_memory,
                 "budget": planner.budget,
                 "measured": measured,
-                "report": planner.report,
+                "report": planner.report.to_dict(),
                 "update_plain": updates["plain"],
                 "update_lms": updates["lms"],
             }

@@ -220,4 +220,4 @@ def test_lms_plans_with_the_kernels_this_process_computes_with():
         analysis.kernels = kernel_set
         peaks[kernel_set] = lms.simulate(analysis, None, lms.BestFitAllocator).peak_bytes
     assert peaks["eigen"] > peaks["onednn"] + 25 * MIB
-    assert report["peak_bytes_without_lms"] == peaks[cpu_host.cpu_kernels()]
+    assert report.peak_bytes_without_lms == peaks[cpu_host.cpu_kernels()]
