@@ -65,9 +65,10 @@ def floor_plan(workload: str, resolution: int, batch: int, device_memory: str, c
     return report
 
 
-def gpu_size(report: "lms.PlanReport", resolution: int, dims: int, gpu_bytes: int, grid: int) -> int:
+def gpu_size(report, resolution: int, dims: int, gpu_bytes: int, grid: int) -> int:
     """The resolution (a multiple of `grid`) whose floor is about 0.9 x `gpu_bytes`, scaled from
-    one report's floor (the footprint and inputs grow with the elements, variables do not)."""
+    one report's floor (an lms.PlanReport: the footprint and inputs grow with the elements,
+    variables do not)."""
     analysis = report.analysis
     growing = analysis.floor_op.bytes + analysis.input_bytes
     room = 0.9 * gpu_bytes - analysis.variable_bytes

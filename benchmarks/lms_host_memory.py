@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def measure(mode: str, steps: int) -> dict:
     sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "support")]
-    import psutil
     import lms_equivalence as t
+    import psutil
 
     case = t.mixed_block_case()
     planner = t.aggressive()
