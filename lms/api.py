@@ -40,33 +40,9 @@ log = logging.getLogger("lms")
 class LMS(keras.callbacks.Callback):
     """Large Model Support for a TensorFlow 2 training step.
 
-    device_memory: bytes or "16GiB"; default: the GPU's memory (NVML). Required on the emulated
-        device (a CPU), where it is the budget the measured peak must stay under.
-    reserve: what the framework keeps for itself (bytes or "512MiB"); subtracted first.
-    safety_ratio: fraction of what is left that the plan may fill. 0.9: the closed loop
-        corrects what the simulation misses while it measures; the margin is for the steps
-        after it accepted a plan, whose peak can vary with the executor's order (issue 26:
-        benchmarks/lms_promises.py at 0.9, ten models x both CPU kernel sets x three processes,
-        no measured step over the device memory; 0.8 before the loop).
-    swapout_threshold, swapin_ahead, swapin_groupby, sync_mode, serialization,
-        serialization_by_size, ordering: see `lms.Parameters`; -1 auto-tunes.
-    mechanism: "auto" (a GPU: device copies; no GPU: the emulated device's host store),
-        "host-store" or "device-copy".
-    batch_size: substitutes an unknown leading dimension when sizing tensors.
-    plot: path of a PNG of the simulated memory over the step, with and without LMS.
-    allocator: "bfc" (default) checks the plan with the chunks TensorFlow's BFC allocator would
-        give its allocations (lms/allocator.py; up to twice the bytes asked each) and tunes again
-        if that padding pushes it over the budget; None plans with the bytes asked only.
-    link: on the emulated device, an `lms.Link` or {"bandwidth": "16GB/s", "latency": "10us"}
-        the host store's copies are slowed to, so that link speed changes measured throughput
-        (lms/link.py); a GPU's copies take its real link.
-    calibration_steps: steps whose device peak is measured before a plan is trusted (the closed
-        loop, lms/calibration.py): a measured peak over the budget re-plans for a budget lowered
-        by the excess and rewrites the step. 0 turns the loop off (plans are only simulated).
-    max_corrections: re-plans before the loop gives up (NothingFitsError naming the measured
-        peaks; a plan over the budget but under the device memory is then kept with a warning).
-    calibration_cache: path of a JSON file where corrected budgets are kept by the step's graph
-        and device, so that the next run starts from the plan that held.
+    Takes `lms.Options`' fields as keyword arguments (`device_memory` also as the first
+    argument), each with its default and meaning there; they are checked before any work and
+    kept as `options`. `report` is the last plan's `lms.PlanReport`.
     """
 
     def __init__(self, device_memory=None, **options):

@@ -179,9 +179,12 @@ class LMSFunction:
         log.warning("LMS: %s; measuring the plan that swaps the most", why)
         self.function = _retraced(self.function)
         self._prepared[key] = self.lms._prepare(
-            self.function, args, floor, budget=budget or calibration.current.budget_bytes,
+            self.function,
+            args,
+            floor,
+            budget=budget or calibration.current.budget_bytes,
             calibration=calibration,
-        )  # fmt: skip
+        )
 
     def _without_order(self, args, error):
         """TensorFlow refused the enforced order before running anything: a graph pass fused two

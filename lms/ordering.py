@@ -93,7 +93,7 @@ def neighbours(analysis: Analysis, group) -> set:
     a variable: nothing fuses those, and taking the Mul for a neighbour kept every momentum
     product of the 3D U-Net on the device, +12 % on its lowest ordered peak); and ops beside it
     on the same input where either is of SIBLING_FUSED_OPS. Any other fusion TensorFlow may do
-    makes the step fall back to its own order (lms/api.py)."""
+    makes the step fall back to its own order (lms/function.py)."""
     near = set()
     for op in group:
         for t in analysis.ops[op].inputs:

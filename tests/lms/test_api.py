@@ -89,8 +89,9 @@ def test_lms_warns_when_the_cpu_kernels_are_eigens_whose_temporaries_it_does_not
         "print(lms.onednn_enabled())\n"
     )
     env = {**os.environ, "TF_ENABLE_ONEDNN_OPTS": onednn}
-    completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                               env=env, timeout=300)  # fmt: skip
+    completed = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+    )
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert completed.stdout.strip().splitlines()[-1] == str(onednn == "1")
     warned = "computes on the CPU with Eigen's kernels" in completed.stderr

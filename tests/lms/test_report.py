@@ -59,11 +59,26 @@ def test_a_fresh_report_and_traffic_round_trip_to_the_same_json(planned):
     assert isinstance(report, lms.PlanReport) and isinstance(traffic, lms.SwapTraffic)
     data = json.loads(json.dumps(report.to_dict()))  # as a record stores it
     assert list(data) == [
-        "budget_bytes", "planned_budget_bytes", "fits", "lms_needed", "parameters",
-        "peak_bytes_without_lms", "peak_op_without_lms", "peak_bytes_with_lms",
-        "peak_op_with_lms", "host_peak_bytes", "swapped_tensors", "swap_ins", "swapped_bytes",
-        "swapped_in_bytes", "simulations", "peak", "analysis", "timings_s", "timeline",
-    ]  # fmt: skip
+        "budget_bytes",
+        "planned_budget_bytes",
+        "fits",
+        "lms_needed",
+        "parameters",
+        "peak_bytes_without_lms",
+        "peak_op_without_lms",
+        "peak_bytes_with_lms",
+        "peak_op_with_lms",
+        "host_peak_bytes",
+        "swapped_tensors",
+        "swap_ins",
+        "swapped_bytes",
+        "swapped_in_bytes",
+        "simulations",
+        "peak",
+        "analysis",
+        "timings_s",
+        "timeline",
+    ]
     assert lms.PlanReport.from_dict(data) == report
     assert lms.PlanReport.from_dict(data).to_dict() == data
     assert list(data["analysis"])[-3:] == ["kernels", "loops", "floor_op"]
@@ -112,8 +127,11 @@ def test_older_reports_load_with_none_for_what_they_lack(dropped):
 
 def test_a_hand_written_report_of_two_keys_loads():
     """The suite's report tests write only what a plot reads (budget and timeline)."""
-    timeline = {"device_bytes_without_lms": [1, 3], "device_bytes_with_lms": [1, 2],
-                "host_bytes": [0, 1]}  # fmt: skip
+    timeline = {
+        "device_bytes_without_lms": [1, 3],
+        "device_bytes_with_lms": [1, 2],
+        "host_bytes": [0, 1],
+    }
     report = lms.PlanReport.from_dict({"budget_bytes": 2**30, "timeline": timeline})
     assert report.timeline.device_bytes_with_lms == (1, 2) and report.swapped_tensors is None
     assert report.to_dict()["timeline"] == timeline
@@ -127,8 +145,13 @@ def test_version_1_traffic_loads_as_version_1_without_a_copy_kind():
 
 def test_a_projection_round_trips():
     projection = lms.Projection(1.5, 1.0, 0.25, 0.5, 3)
-    assert projection.to_dict() == {"step_seconds": 1.5, "compute_seconds": 1.0,
-                                    "busy_out": 0.25, "busy_in": 0.5, "waits": 3}  # fmt: skip
+    assert projection.to_dict() == {
+        "step_seconds": 1.5,
+        "compute_seconds": 1.0,
+        "busy_out": 0.25,
+        "busy_in": 0.5,
+        "waits": 3,
+    }
     assert lms.Projection.from_dict(projection.to_dict()) == projection
 
 

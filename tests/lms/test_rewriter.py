@@ -109,8 +109,9 @@ def test_an_ordered_plan_trains_the_same_and_chains_the_ops_that_run(exact_arith
     from lms.ordering import executed_ops
 
     for case in (mixed_block_case(), workload_case("googlenet", 64, 2)):
-        planner = lms.LMS(device_memory="1TiB", ordering=1, swapout_threshold=1,
-                          swapin_ahead=1, swapin_groupby=0)  # fmt: skip
+        planner = lms.LMS(
+            device_memory="1TiB", ordering=1, swapout_threshold=1, swapin_ahead=1, swapin_groupby=0
+        )
         rewritten, analysis, plan, concrete = force_plan(planner, case)
         assert plan.order is not None and plan.swap_count > 10
         ops = concrete.graph.get_operations()
@@ -169,8 +170,9 @@ def test_swaps_are_links_of_the_enforced_order():
     from lms.planner import swap_in_waiter, swap_out_waiter
 
     case = workload_case("googlenet", 64, 2)
-    planner = lms.LMS(device_memory="1TiB", ordering=1, swapout_threshold=1, swapin_ahead=3,
-                      swapin_groupby=0)  # fmt: skip
+    planner = lms.LMS(
+        device_memory="1TiB", ordering=1, swapout_threshold=1, swapin_ahead=3, swapin_groupby=0
+    )
     rewritten, analysis, plan, concrete = force_plan(planner, case)
     ops = concrete.graph.get_operations()
     where = order_positions(analysis)

@@ -137,8 +137,13 @@ def test_an_ordered_plan_measures_what_it_simulates():
     1024²); with folded ops taken for anchors and neither anchor links nor swap-in waits, 1.22x."""
     env = {**os.environ, "TF_CPU_ALLOCATOR_USE_BFC": "true", "TF_CPP_MIN_LOG_LEVEL": "2"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-    completed = subprocess.run([sys.executable, "-c", MEASURED_ORDER_CHILD], capture_output=True,
-                               text=True, env=env, timeout=900)  # fmt: skip
+    completed = subprocess.run(
+        [sys.executable, "-c", MEASURED_ORDER_CHILD],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
     assert completed.returncode == 0, completed.stderr[-3000:]
     result = json.loads(completed.stdout.strip().splitlines()[-1])
     assert result["swaps"] > 100
