@@ -25,7 +25,11 @@ def parse_size(name: str, value) -> int:
     try:
         return lms.parse_size(value, name)
     except lms.ParameterError as error:
-        raise SuiteError(str(error)) from None
+        if error.hint:  # a size without its unit: lms's message says how to write it
+            raise SuiteError(str(error)) from None
+        raise SuiteError(
+            f"{name} {value!r}: a size like 16GiB, 512MiB or an integer number of bytes"
+        ) from None
 
 
 def format_bytes(size: int | float | None) -> str:

@@ -28,6 +28,8 @@ def test_an_option_without_a_unit_is_refused_with_a_hint():
         parse_size("--device-memory", "1.5")
     assert str(raised.value) == ("--device-memory '1.5' has no unit: write e.g. 1.5GiB or 1536MiB")
     assert parse_size("--device-memory", "16GiB") == 16 * 2**30
+    with pytest.raises(SuiteError, match="^--device-memory 'lots': a size like 16GiB, 512MiB"):
+        parse_size("--device-memory", "lots")
 
 
 @pytest.mark.parametrize(
