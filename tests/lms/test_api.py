@@ -100,9 +100,10 @@ def test_lms_warns_when_the_cpu_kernels_are_eigens_whose_temporaries_it_does_not
 
 @pytest.mark.kernels
 def test_auto_tuned_plan_fits_the_budget_simulated_and_measured(tmp_path):
-    """In a fresh process (tests/_lms_measure.py), so that the allocator's peak is this step's."""
+    """In a fresh process (tests/support/_lms_measure.py), so that the allocator's peak is this
+    step's; its report comes back as the JSON a record holds."""
     completed, result = run_child("_lms_measure.py", str(tmp_path / "memory.png"))
-    report, device_memory = result["report"], result["device_memory"]
+    report, device_memory = lms.PlanReport.from_dict(result["report"]), result["device_memory"]
     assert report.lms_needed and report.swapped_bytes > 0
     assert result["budget"] < device_memory
     # the plan fits as simulated, or (the allocator's padding depends on the heap's history: TF
