@@ -1,6 +1,6 @@
-"""Run by test_lms in a fresh process: the allocator's peak must not include what other tests
-left behind. Prints one JSON object: measured peaks without and with auto-tuned LMS, and one
-training step's updates with each."""
+"""Run by tests/lms/test_api.py in a fresh process: the allocator's peak must not include what
+other tests left behind. Prints one JSON object: measured peaks without and with auto-tuned LMS
+(the plan's report as a record holds it), and one training step's updates with each."""
 
 import json
 import logging

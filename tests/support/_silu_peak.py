@@ -1,7 +1,8 @@
-"""Run by test_lms in a fresh process: the measured and simulated plain peak of a small
-EfficientNet-like model (convolutions, batch norm, silu, depthwise convolutions), simulated as
-analysed and without the two Grappler effects the analysis models (pruned ops, x * 1), with the
-temporaries of the kernels this process computes with (oneDNN's or Eigen's, lms/kernels.py)."""
+"""Run by tests/lms/test_analysis.py in a fresh process: the measured and simulated plain peak of
+a small EfficientNet-like model (convolutions, batch norm, silu, depthwise convolutions),
+simulated as analysed and without the two Grappler effects the analysis models (pruned ops,
+x * 1), with the temporaries of the kernels this process computes with (oneDNN's or Eigen's,
+lms/kernels.py)."""
 
 import json
 import sys
