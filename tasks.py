@@ -240,7 +240,10 @@ def plan(c, spec=None, workload=None, resolution=None, batch=None, precision=Non
          device_memory=None, output=None):  # fmt: skip
     """Print LMS's plans (JSON) for a spec's trials and plot each one's memory, without running."""
     from suite.specs import load_spec
+    from suite.units import parse_size
 
+    if device_memory is not None:
+        parse_size("--device-memory", device_memory)  # "1.5" has no unit: refused before any work
     overrides = {"resolution": resolution, "batch": batch, "precision": precision}
     loaded = load_spec(spec or c.suite.spec, overrides)
     output = writable_directory(Path(output or c.suite.reports), "--output")
@@ -327,7 +330,7 @@ def test(c, compat=True, lint=True, docker=True, slurm=True, k=None):
         c.run(f"{sys.executable} -m pytest -ra{marker}{selector}", echo=True, pty=False)
         # the CPU kernels this CPU does not default to (oneDNN's without AVX-512, Eigen's with
         # it): the tests that depend on them, once more, so CI covers both on any CPU
-        probe = "from lms._tf_private import onednn_enabled; print(int(onednn_enabled()))"
+        probe = "import lms; print(int(lms.onednn_enabled()))"
         onednn = c.run(f'{sys.executable} -c "{probe}"', hide=True).stdout.strip().splitlines()
         other = "0" if onednn and onednn[-1] == "1" else "1"
         kernels = f" -m {json.dumps(' and '.join(['kernels', *skipped]))}"

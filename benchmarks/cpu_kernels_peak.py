@@ -25,6 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import lms  # noqa: E402
 from suite.running.trial import run_trial  # noqa: E402
 from suite.specs.loader import load_spec  # noqa: E402
 
@@ -55,9 +56,9 @@ def main() -> None:
                     measured[mode] = result.metrics["peak_memory_bytes"]
                     if mode != "on":
                         continue
-                    report = result.metrics["lms"]
-                    simulated = {"on": report["peak_bytes_with_lms"]}
-                    simulated["off"] = report["peak_bytes_without_lms"]
+                    report = lms.PlanReport.from_dict(result.metrics["lms"])
+                    simulated = {"on": report.peak_bytes_with_lms}
+                    simulated["off"] = report.peak_bytes_without_lms
                     for shown in ("off", "on"):
                         if shown not in measured:
                             continue

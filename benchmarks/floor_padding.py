@@ -65,12 +65,13 @@ def floor_plan(workload: str, resolution: int, batch: int, device_memory: str, c
     return report
 
 
-def gpu_size(report: dict, resolution: int, dims: int, gpu_bytes: int, grid: int) -> int:
+def gpu_size(report, resolution: int, dims: int, gpu_bytes: int, grid: int) -> int:
     """The resolution (a multiple of `grid`) whose floor is about 0.9 x `gpu_bytes`, scaled from
-    one report's floor (the footprint and inputs grow with the elements, variables do not)."""
-    analysis = report["analysis"]
-    growing = analysis["floor_op"]["bytes"] + analysis["input_bytes"]
-    room = 0.9 * gpu_bytes - analysis["variable_bytes"]
+    one report's floor (an lms.PlanReport: the footprint and inputs grow with the elements,
+    variables do not)."""
+    analysis = report.analysis
+    growing = analysis.floor_op.bytes + analysis.input_bytes
+    room = 0.9 * gpu_bytes - analysis.variable_bytes
     elements = resolution**dims * room / growing
     return max(grid, int(elements ** (1 / dims)) // grid * grid)
 
@@ -82,10 +83,10 @@ def row(workload: str, resolution: int, batch: int, device_memory: str) -> tuple
         chunks: floor_plan(workload, resolution, batch, device_memory, chunks)
         for chunks in ("asked", "cpu", "gpu")
     }
-    asked = reports["asked"]["peak_bytes_with_lms"] / MiB
+    asked = reports["asked"].peak_bytes_with_lms / MiB
 
     def chunks(name):
-        padded = reports[name]["peak_bytes_with_lms"] / MiB
+        padded = reports[name].peak_bytes_with_lms / MiB
         return f"{padded:.0f} (+{100 * (padded / asked - 1):.1f} %)"
 
     line = [workload, f"{resolution} b{batch}", device_memory, f"{asked:.0f}"]

@@ -81,7 +81,7 @@ def child(case: str, speeds: list[str], latency: str, rounds: int, steps: int, i
         "swapped_bytes": swaps.bytes_per_direction,
         "swap_ops": len(swaps.transfers),
         "profiled_ops": len(profile.ops),
-        "traffic": traffic,
+        "traffic": traffic and traffic.to_dict(),
         "rows": rows,
     }
 

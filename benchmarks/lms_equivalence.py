@@ -1,8 +1,9 @@
 """How close LMS's training step is to plain training, per model, over fresh processes: the share
-of tests/test_lms.py's update tolerance that the largest difference uses, the largest difference
-relative to a variable's own update (variables above 1e-5 of the step's update), and the largest
-noise-only difference (relative to the whole step's update). Everything swappable is swapped;
-Grappler's arithmetic optimizer and remapper are off in both runs, as in the test.
+of the update check's tolerance (tests/support/lms_equivalence.py) that the largest difference
+uses, the largest difference relative to a variable's own update (variables above 1e-5 of the
+step's update), and the largest noise-only difference (relative to the whole step's update).
+Everything swappable is swapped; Grappler's arithmetic optimizer and remapper are off in both
+runs, as in the test.
 
     python benchmarks/lms_equivalence.py [--processes 3] [--case NAME ...]
 """
@@ -27,15 +28,15 @@ CASES = [
     "mobilenetv2",
     "densenet121",
     "mixed-block",
-]  # tests/test_lms.py's, and one more
+]  # tests/support/lms_equivalence.py's, and one more
 
 
 def measure(name: str) -> dict:
     """In this process: the rewritten step's one-step updates against plain training's."""
-    sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+    sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "support")]
+    import lms_equivalence as t
     import numpy as np
     import tensorflow as tf
-    import test_lms as t
 
     tf.config.optimizer.set_experimental_options(t.EXACT_ARITHMETIC)
     make, tolerance = t.EQUIVALENCE_CASES.get(name, (t.mixed_block_case, None))

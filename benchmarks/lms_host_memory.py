@@ -2,7 +2,7 @@
 process's resident memory (psutil) after steps 100, 1,000, ... and what the host store still
 holds after the last step, plain training against the same step with everything swapped (the
 emulated device's host store). The model has a custom gradient, a depthwise convolution, layer
-norm and attention (tests/test_lms.py: mixed_block_case).
+norm and attention (tests/support/lms_equivalence.py: mixed_block_case).
 
     python benchmarks/lms_host_memory.py [--steps 4000]
 """
@@ -17,9 +17,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def measure(mode: str, steps: int) -> dict:
-    sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+    sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "support")]
+    import lms_equivalence as t
     import psutil
-    import test_lms as t
 
     case = t.mixed_block_case()
     planner = t.aggressive()
@@ -30,7 +30,7 @@ def measure(mode: str, steps: int) -> dict:
         if index == 100 or index % 1000 == 0:
             rss[index] = process.memory_info().rss
     held = planner.store.held_bytes if planner.store else 0
-    swaps = planner.report["swapped_tensors"] if planner.report else 0
+    swaps = planner.report.swapped_tensors if planner.report else 0
     return {"rss": rss, "held": held, "swaps": swaps}
 
 

@@ -79,7 +79,7 @@ def budget_child(
     except lms.NothingFitsError as error:
         result["refused"] = str(error)
         peaks = []
-    report = planner.report or {}
+    report = planner.report.to_dict() if planner.report else {}
     calibration = report.get("calibration") or {}
     result.update(
         {
@@ -125,7 +125,7 @@ def host_child(case: str, fraction: float, steps: int, ordering: int, plain: boo
     return {
         "case": case,
         "steps": steps,
-        "swapped": 0 if plain else planner.report["swapped_tensors"],
+        "swapped": 0 if plain else planner.report.swapped_tensors,
         "rss_100": rss.get(100),
         "rss_end": rss[steps],
         "store_bytes": planner.store.held_bytes if planner.store else 0,

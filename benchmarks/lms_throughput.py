@@ -79,9 +79,9 @@ def timing_child(case: str, rounds: int, steps: int) -> dict:
         "batch": CASES[case][3],
         "seconds": seconds,
         "ratio": {name: plain / statistics.median(s) for name, s in seconds.items()},
-        "swaps": {name: p.report["swapped_tensors"] for name, p in planners.items()},
-        "swapped_mib": {name: p.report["swapped_bytes"] / 2**20 for name, p in planners.items()},
-        "ordering": {name: p.report["parameters"]["ordering"] for name, p in planners.items()},
+        "swaps": {name: p.report.swapped_tensors for name, p in planners.items()},
+        "swapped_mib": {name: p.report.swapped_bytes / 2**20 for name, p in planners.items()},
+        "ordering": {name: p.report.parameters["ordering"] for name, p in planners.items()},
     }
 
 

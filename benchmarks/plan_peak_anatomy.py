@@ -179,10 +179,10 @@ def child(workload, resolution, batch, plan, steps, variant, device_memory) -> d
     last = calls[-1]
     asked, chunks = _asked_at_peak(events, last)
     report = planner.report
-    analysis = report["analysis"]
-    simulated = report["peak_bytes_with_lms"] / MiB
-    unpadded = simulated - report["peak"]["allocator_padding_bytes"] / MiB
-    resident = analysis["variable_bytes"] + analysis["input_bytes"]
+    analysis = report.analysis
+    simulated = report.peak_bytes_with_lms / MiB
+    unpadded = simulated - report.peak["allocator_padding_bytes"] / MiB
+    resident = analysis.variable_bytes + analysis.input_bytes
     return {
         "peaks": peaks,
         "held_after": held,
@@ -196,7 +196,7 @@ def child(workload, resolution, batch, plan, steps, variant, device_memory) -> d
         },
         "simulated_padded": simulated,
         "simulated_asked": unpadded,
-        "floor": (analysis["floor_op"]["bytes"] + resident) / MiB,
+        "floor": (analysis.floor_op.bytes + resident) / MiB,
     }
 
 

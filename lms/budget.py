@@ -17,14 +17,30 @@ _UNITS = {
     "gb": 10**9,
     "tb": 10**12,
 }
+# An integer without a unit is bytes; below this it is more likely a size whose unit was left out.
+MIN_BARE_BYTES = 2**20
+
+
+def _no_unit(name: str, value, number: float, why: str = "") -> ParameterError:
+    """The error of a size given without its unit, with a hint to write one."""
+    error = ParameterError(f"{name} {value!r} has no unit{why}: write e.g. {_unit_hint(number)}")
+    error.hint = _unit_hint(number)
+    return error
+
+
+def _unit_hint(number: float) -> str:
+    """Two ways to write `number` with a unit, for a size given without one."""
+    if number >= MIN_BARE_BYTES and number == int(number):
+        return f"{int(number)}B or {number / 2**20:.12g}MiB"
+    return f"{number:.12g}GiB or {number * 1024:.12g}MiB"
 
 
 def parse_size(value, name: str = "size") -> int:
-    """Bytes of 1073741824, "1GiB", "512 MiB" or "1.5GB" (binary and decimal units).
+    """Bytes of "1GiB", "512 MiB", "1.5GB" (binary and decimal units) or an integer of bytes.
 
-    The one parser of sizes for the library and the suite. A bare number is bytes and must be an
-    integer: a float such as 1.5 could mean bytes or GiB, so it is refused with a hint to write
-    the unit."""
+    The one parser of sizes for the library and the suite. A size without its unit is refused
+    with a hint to write it: "1.5" or 1.5 could mean bytes or GiB (read as bytes, `--device-memory
+    1.5` planned for 1 byte), and an integer below 1 MiB is rarely meant as bytes."""
     wrong = ParameterError(
         f"{name} must be a size like 16GiB, 512MiB or an integer number of bytes; "
         f"received {value!r}"
@@ -33,19 +49,24 @@ def parse_size(value, name: str = "size") -> int:
         raise wrong
     if isinstance(value, numbers.Integral):
         size = int(value)
+        if 0 < size < MIN_BARE_BYTES:
+            raise _no_unit(name, value, size, " and is below 1 MiB as bytes")
     elif isinstance(value, numbers.Real):
-        hint = f" (write the unit, e.g. '{value:g}GiB')" if math.isfinite(value) else ""
-        raise ParameterError(f"{wrong}{hint}")
+        if not math.isfinite(value):
+            raise wrong
+        raise _no_unit(name, value, value)
     elif isinstance(value, str):
         text = value.strip().lower().replace(" ", "")
         number = text.rstrip("abcdefghijklmnopqrstuvwxyz")
-        unit = text[len(number) :] or "b"
+        unit = text[len(number) :]
         try:
-            amount = float(number) * _UNITS[unit]
+            amount = float(number) * _UNITS[unit or "b"]
         except (KeyError, ValueError):
             raise wrong from None
         if not math.isfinite(amount):
             raise wrong
+        if not unit and amount > 0:
+            raise _no_unit(name, value, float(number))
         size = int(amount)
     else:
         raise wrong
@@ -79,14 +100,23 @@ def format_size(size: int) -> str:
     return f"{int(size)} B"
 
 
-def budget_bytes(device_memory, reserve, safety_ratio: float) -> int:
+def check_safety_ratio(safety_ratio) -> None:
     ratio_ok = isinstance(safety_ratio, numbers.Real) and not isinstance(safety_ratio, bool)
     if not ratio_ok or not 0 < safety_ratio <= 1:
         raise ParameterError(f"safety_ratio must be a number in (0, 1]; received {safety_ratio!r}")
-    memory = parse_size(device_memory, "device_memory")
-    reserved = parse_size(reserve, "reserve") if reserve else 0
-    if reserved >= memory:
+
+
+def reserve_bytes(reserve) -> int:
+    """What the framework keeps for itself (None or 0: nothing)."""
+    return parse_size(reserve, "reserve") if reserve else 0
+
+
+def budget_bytes(device_bytes: int, reserve, safety_ratio: float) -> int:
+    """What a plan may fill of `device_bytes` (parsed: `parse_size`)."""
+    check_safety_ratio(safety_ratio)
+    reserved = reserve_bytes(reserve)
+    if reserved >= device_bytes:
         raise ParameterError(
-            f"reserve ({reserve}) leaves nothing of device_memory ({device_memory})"
+            f"reserve ({reserve}) leaves nothing of device_memory ({device_bytes})"
         )
-    return int((memory - reserved) * safety_ratio)
+    return int((device_bytes - reserved) * safety_ratio)

@@ -8,7 +8,7 @@ the copy engines moved and how fast, not the swap ops' bookkeeping. It counts ev
 step, the input batch's too; with LMS the swaps are nearly all of them.
 
 Nothing here runs without a GPU: the parsing is tested on a real profile of this machine with a
-device plane added as the collector writes one (tests/test_copy_events.py).
+device plane added as the collector writes one (tests/lms/test_copy_events.py).
 """
 
 import re

@@ -6,7 +6,11 @@ class LMSError(Exception):
 
 
 class ParameterError(LMSError, ValueError):
-    """An LMS parameter has a value outside what it allows; the message says what is allowed."""
+    """An LMS parameter has a value outside what it allows; the message says what is allowed.
+
+    `hint` (a size given without its unit): how to write it, e.g. "1.5GiB or 1536MiB"."""
+
+    hint = None
 
 
 class NothingFitsError(LMSError):

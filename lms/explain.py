@@ -12,9 +12,11 @@ is still read by a near reader.
 
 import numpy as np
 
-from lms.analysis import NEVER_SWAP_OPS, Analysis
+from lms.graph import NEVER_SWAP_OPS, Analysis
+from lms.lifetimes import lifetimes
 from lms.planner import Plan, coordinates, find_trigger
-from lms.simulator import Simulation, _lifetimes, placement, schedule
+from lms.schedule import schedule
+from lms.simulator import Simulation, placement
 
 
 def _reason(analysis, plan: Plan | None, tensor: int, running: int, swapped, outputs) -> str:
@@ -59,7 +61,7 @@ def explain_peak(
     step_of, steps = schedule(analysis, plan)
     if not steps:
         return {"step": 0, "steps": 0, "buffers": []}
-    static = _lifetimes(analysis, plan)
+    static = lifetimes(analysis, plan)
     peak = simulation.peak_step
     running = int(np.flatnonzero(step_of == peak)[0])
     last, moved_copies, (outputs, at, _) = placement(analysis, plan)

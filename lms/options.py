@@ -1,93 +1,133 @@
-"""The checks of `LMS(...)`'s keyword arguments, without TensorFlow: a program that only
-validates a configuration (a spec loader, a CLI) imports this and stays light."""
+"""Every option of `LMS(...)` with its default, checked once, without TensorFlow: a program that
+only validates a configuration (a spec loader, a CLI) imports this and stays light."""
 
 import os
+from dataclasses import dataclass
 
-from lms.budget import budget_bytes, parse_size
+from lms.budget import budget_bytes, check_safety_ratio, parse_size, reserve_bytes
 from lms.calibration import CALIBRATION_STEPS, MAX_CORRECTIONS
 from lms.errors import ParameterError
 from lms.link import Link
-from lms.parameters import Parameters
+from lms.parameters import AUTO, Parameters
 
 MECHANISMS = ("auto", "host-store", "device-copy")
 ALLOCATOR_MODELS = ("bfc", None)
 
 
-def check_options(
-    device_memory=None,
-    *,
-    swapout_threshold=-1,
-    swapin_ahead=-1,
-    swapin_groupby=-1,
-    sync_mode=0,
-    serialization=(),
-    serialization_by_size=0.0,
-    ordering=-1,
-    reserve=None,
-    safety_ratio=0.9,
-    mechanism="auto",
-    batch_size=None,
-    plot=None,
-    allocator="bfc",
-    link=None,
-    calibration_steps=CALIBRATION_STEPS,
-    max_corrections=MAX_CORRECTIONS,
-    calibration_cache=None,
-) -> dict:
-    """`LMS`'s arguments checked and normalized: `parameters` (an lms.Parameters),
-    `device_bytes` (None: the GPU's, read when the LMS object is made), and the rest as given.
-    Raises ParameterError naming the argument and what it allows."""
-    parameters = Parameters(
-        swapout_threshold,
-        swapin_ahead,
-        swapin_groupby,
-        sync_mode,
-        tuple(serialization) if not isinstance(serialization, str) else (serialization,),
-        serialization_by_size,
-        ordering,
-    )
-    if mechanism not in MECHANISMS:
-        raise ParameterError(f"mechanism must be one of {MECHANISMS}; received {mechanism!r}")
-    if allocator not in ALLOCATOR_MODELS:
-        raise ParameterError(f"allocator must be one of {ALLOCATOR_MODELS}; received {allocator!r}")
-    if batch_size is not None and (
-        not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1
-    ):
-        raise ParameterError(f"batch_size must be an integer >= 1; received {batch_size!r}")
-    if link is not None:
-        link = Link.of(link)
-        if mechanism == "device-copy":
+@dataclass(frozen=True)
+class Options:
+    """`LMS`'s options, checked on construction: a wrong value raises ParameterError naming the
+    option and what it allows. `serialization` is kept as a tuple and `link` as an `lms.Link`.
+
+    device_memory: bytes or "16GiB"; default: the GPU's memory (NVML). Required on the emulated
+        device (a CPU), where it is the budget the measured peak must stay under.
+    reserve: what the framework keeps for itself (bytes or "512MiB"); subtracted first.
+    safety_ratio: fraction of what is left that the plan may fill. 0.9: the closed loop
+        corrects what the simulation misses while it measures; the margin is for the steps
+        after it accepted a plan, whose peak can vary with the executor's order (issue 26:
+        benchmarks/lms_promises.py at 0.9, ten models x both CPU kernel sets x three processes,
+        no measured step over the device memory; 0.8 before the loop).
+    swapout_threshold, swapin_ahead, swapin_groupby, sync_mode, serialization,
+        serialization_by_size, ordering: see `lms.Parameters`; -1 auto-tunes.
+    mechanism: "auto" (a GPU: device copies; no GPU: the emulated device's host store),
+        "host-store" or "device-copy".
+    batch_size: substitutes an unknown leading dimension when sizing tensors.
+    plot: path of a PNG of the simulated memory over the step, with and without LMS.
+    allocator: "bfc" (default) checks the plan with the chunks TensorFlow's BFC allocator would
+        give its allocations (lms/allocator.py; up to twice the bytes asked each) and tunes again
+        if that padding pushes it over the budget; None plans with the bytes asked only.
+    link: on the emulated device, an `lms.Link` or {"bandwidth": "16GB/s", "latency": "10us"}
+        the host store's copies are slowed to, so that link speed changes measured throughput
+        (lms/link.py); a GPU's copies take its real link.
+    calibration_steps: steps whose device peak is measured before a plan is trusted (the closed
+        loop, lms/calibration.py): a measured peak over the budget re-plans for a budget lowered
+        by the excess and rewrites the step. 0 turns the loop off (plans are only simulated).
+    max_corrections: re-plans before the loop gives up (NothingFitsError naming the measured
+        peaks; a plan over the budget but under the device memory is then kept with a warning).
+    calibration_cache: path of a JSON file where corrected budgets are kept by the step's graph
+        and device, so that the next run starts from the plan that held.
+    """
+
+    device_memory: int | str | None = None  # None: the GPU's, read when the LMS object is made
+    swapout_threshold: int = AUTO
+    swapin_ahead: int = AUTO
+    swapin_groupby: int = AUTO
+    sync_mode: int = 0
+    serialization: tuple = ()
+    serialization_by_size: float = 0.0
+    ordering: int = AUTO
+    reserve: int | str | None = None
+    safety_ratio: float = 0.9
+    mechanism: str = "auto"
+    batch_size: int | None = None
+    plot: str | None = None
+    allocator: str | None = "bfc"
+    link: Link | dict | None = None
+    calibration_steps: int = CALIBRATION_STEPS
+    max_corrections: int = MAX_CORRECTIONS
+    calibration_cache: str | os.PathLike | None = None
+
+    def __post_init__(self):
+        serialization = self.serialization
+        if isinstance(serialization, str):
+            serialization = (serialization,)
+        object.__setattr__(self, "serialization", tuple(serialization))
+        self.parameters  # noqa: B018 (checks the tuning parameters)
+        if self.mechanism not in MECHANISMS:
             raise ParameterError(
-                "link emulates a CPU-GPU link on the emulated device (mechanism 'host-store' "
-                "or 'auto' without a GPU); a GPU's copies take its real link"
+                f"mechanism must be one of {MECHANISMS}; received {self.mechanism!r}"
             )
-    for name, value, minimum in (
-        ("calibration_steps", calibration_steps, 0),
-        ("max_corrections", max_corrections, 0),
-    ):
-        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-            raise ParameterError(f"{name} must be an integer >= {minimum}; received {value!r}")
-    if calibration_cache is not None and not isinstance(calibration_cache, str | os.PathLike):
-        raise ParameterError(
-            f"calibration_cache must be a file path or None; received {calibration_cache!r}"
+        if self.allocator not in ALLOCATOR_MODELS:
+            raise ParameterError(
+                f"allocator must be one of {ALLOCATOR_MODELS}; received {self.allocator!r}"
+            )
+        size = self.batch_size
+        if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 1):
+            raise ParameterError(f"batch_size must be an integer >= 1; received {size!r}")
+        if self.link is not None:
+            object.__setattr__(self, "link", Link.of(self.link))
+            if self.mechanism == "device-copy":
+                raise ParameterError(
+                    "link emulates a CPU-GPU link on the emulated device (mechanism 'host-store' "
+                    "or 'auto' without a GPU); a GPU's copies take its real link"
+                )
+        for name in ("calibration_steps", "max_corrections"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ParameterError(f"{name} must be an integer >= 0; received {value!r}")
+        cache = self.calibration_cache
+        if cache is not None and not isinstance(cache, str | os.PathLike):
+            raise ParameterError(
+                f"calibration_cache must be a file path or None; received {cache!r}"
+            )
+        if self.device_memory is not None:
+            budget_bytes(self.device_bytes, self.reserve, self.safety_ratio)
+        else:  # the device memory is read later (the GPU's): what can be checked now
+            check_safety_ratio(self.safety_ratio)
+            reserve_bytes(self.reserve)
+
+    @property
+    def parameters(self) -> Parameters:
+        """The tuning parameters (TFLMSv2's)."""
+        return Parameters(
+            self.swapout_threshold,
+            self.swapin_ahead,
+            self.swapin_groupby,
+            self.sync_mode,
+            self.serialization,
+            self.serialization_by_size,
+            self.ordering,
         )
-    device_bytes = None
-    if device_memory is not None:
-        device_bytes = parse_size(device_memory, "device_memory")
-        budget_bytes(device_bytes, reserve, safety_ratio)  # checks reserve and safety_ratio
-    else:
-        budget_bytes(2**62, reserve, safety_ratio)  # the same checks before the GPU is read
-    return {
-        "parameters": parameters,
-        "device_bytes": device_bytes,
-        "reserve": reserve,
-        "safety_ratio": safety_ratio,
-        "mechanism": mechanism,
-        "batch_size": batch_size,
-        "plot": plot,
-        "allocator": allocator,
-        "link": link,
-        "calibration_steps": calibration_steps,
-        "max_corrections": max_corrections,
-        "calibration_cache": calibration_cache,
-    }
+
+    @property
+    def device_bytes(self) -> int | None:
+        """`device_memory` in bytes; None: the GPU's, read when the LMS object is made."""
+        if self.device_memory is None:
+            return None
+        return parse_size(self.device_memory, "device_memory")
+
+
+def check_options(device_memory=None, **options) -> Options:
+    """`LMS`'s arguments checked: the `lms.Options` they make. Raises ParameterError naming the
+    argument and what it allows (TypeError for a name LMS does not take)."""
+    return Options(device_memory, **options)

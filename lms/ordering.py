@@ -13,7 +13,7 @@ peak of 31.4 GiB left free, 16.3 GiB ordered (largest op and resident variables:
 
 import numpy as np
 
-from lms.analysis import NO_BUFFER_OPS, Analysis, dependencies
+from lms.graph import NO_BUFFER_OPS, Analysis, CacheKey, Fact, dependencies
 
 
 def depth_first_order(analysis: Analysis) -> np.ndarray:
@@ -21,7 +21,7 @@ def depth_first_order(analysis: Analysis) -> np.ndarray:
     the ops one op makes ready, the one with the smallest outputs first (a convolution's filter
     gradient before its input gradient: the large input gradient is then not yet held while the
     filter gradient runs on the same inputs)."""
-    if "depth_first" not in analysis.cache:
+    if CacheKey(Fact.DEPTH_FIRST) not in analysis.cache:
         ops, tensors = analysis.ops, analysis.tensors
         pending, successors = dependencies(ops, tensors)
         produced = [sum(tensors[t].bytes for t in op.outputs) for op in ops]
@@ -37,8 +37,8 @@ def depth_first_order(analysis: Analysis) -> np.ndarray:
                 pending[s] -= 1
                 if pending[s] == 0:
                     stack.append(s)
-        analysis.cache["depth_first"] = np.array(order, dtype=np.int64)
-    return analysis.cache["depth_first"]
+        analysis.cache[CacheKey(Fact.DEPTH_FIRST)] = np.array(order, dtype=np.int64)
+    return analysis.cache[CacheKey(Fact.DEPTH_FIRST)]
 
 
 def positions(order: np.ndarray) -> np.ndarray:
@@ -50,9 +50,9 @@ def positions(order: np.ndarray) -> np.ndarray:
 
 def order_positions(analysis: Analysis) -> np.ndarray:
     """Each op's position in the depth-first order: its step when that order is enforced."""
-    if "order_positions" not in analysis.cache:
-        analysis.cache["order_positions"] = positions(depth_first_order(analysis))
-    return analysis.cache["order_positions"]
+    if CacheKey(Fact.ORDER_POSITIONS) not in analysis.cache:
+        analysis.cache[CacheKey(Fact.ORDER_POSITIONS)] = positions(depth_first_order(analysis))
+    return analysis.cache[CacheKey(Fact.ORDER_POSITIONS)]
 
 
 # Left out of the chain: Grappler's dependency optimizer removes these and moves their control
@@ -93,7 +93,7 @@ def neighbours(analysis: Analysis, group) -> set:
     a variable: nothing fuses those, and taking the Mul for a neighbour kept every momentum
     product of the 3D U-Net on the device, +12 % on its lowest ordered peak); and ops beside it
     on the same input where either is of SIBLING_FUSED_OPS. Any other fusion TensorFlow may do
-    makes the step fall back to its own order (lms/api.py)."""
+    makes the step fall back to its own order (lms/function.py)."""
     near = set()
     for op in group:
         for t in analysis.ops[op].inputs:
@@ -124,7 +124,7 @@ def fusion_helpers(analysis: Analysis) -> np.ndarray:
     depth-first order, and sits between the two (a convolution's bias, read by the BiasAdd after
     it). Chained after the earlier op, such an op would make the fused op wait for itself:
     TensorFlow refuses the graph ("nodes in a cycle"; ResNet50: every convolution's bias)."""
-    if "fusion_helpers" not in analysis.cache:
+    if CacheKey(Fact.FUSION_HELPERS) not in analysis.cache:
         ops, tensors = analysis.ops, analysis.tensors
         where = order_positions(analysis)
         helper = np.zeros(len(ops), dtype=bool)
@@ -155,8 +155,8 @@ def fusion_helpers(analysis: Analysis) -> np.ndarray:
                 helper[p] = True
                 stack.extend(tensors[t].producer for t in ops[p].inputs)
                 stack.extend(ops[p].control_inputs)
-        analysis.cache["fusion_helpers"] = helper
-    return analysis.cache["fusion_helpers"]
+        analysis.cache[CacheKey(Fact.FUSION_HELPERS)] = helper
+    return analysis.cache[CacheKey(Fact.FUSION_HELPERS)]
 
 
 def anchor_ops(analysis: Analysis) -> np.ndarray:
@@ -165,7 +165,7 @@ def anchor_ops(analysis: Analysis) -> np.ndarray:
     without inputs), reads no variable alone (a ReadVariableOp allocates nothing), and is no
     fusion helper. Anchors are what the chain links directly, what triggers swap-ins and what
     waits for swaps."""
-    if "anchors" not in analysis.cache:
+    if CacheKey(Fact.ANCHORS) not in analysis.cache:
         untimed = np.fromiter(
             (
                 op.type in UNTIMED_OPS
@@ -178,14 +178,14 @@ def anchor_ops(analysis: Analysis) -> np.ndarray:
             len(analysis.ops),
         )
         anchors = executed_ops(analysis) & ~untimed & ~fusion_helpers(analysis)
-        analysis.cache["anchors"] = anchors
-    return analysis.cache["anchors"]
+        analysis.cache[CacheKey(Fact.ANCHORS)] = anchors
+    return analysis.cache[CacheKey(Fact.ANCHORS)]
 
 
 def next_anchors(analysis: Analysis) -> np.ndarray:
     """Per op, the first anchor (`anchor_ops`) after it in the depth-first order, or -1: the op
     that waits for what is chained after it (a swap-out of its output, a swap-in it triggers)."""
-    if "next_anchors" not in analysis.cache:
+    if CacheKey(Fact.NEXT_ANCHORS) not in analysis.cache:
         order = depth_first_order(analysis)
         count = len(order)
         anchored = anchor_ops(analysis)[order]
@@ -197,15 +197,15 @@ def next_anchors(analysis: Analysis) -> np.ndarray:
         following[:count] = order
         result = np.full(len(analysis.ops), -1, dtype=np.int64)
         result[order] = following[after]
-        analysis.cache["next_anchors"] = result
-    return analysis.cache["next_anchors"]
+        analysis.cache[CacheKey(Fact.NEXT_ANCHORS)] = result
+    return analysis.cache[CacheKey(Fact.NEXT_ANCHORS)]
 
 
 def executed_ops(analysis: Analysis) -> np.ndarray:
     """Whether each op runs (`OpInfo.runs`: TensorFlow prunes the rest; chaining them into the
     order would make them run)."""
-    if "executed" not in analysis.cache:
-        analysis.cache["executed"] = np.fromiter(
+    if CacheKey(Fact.EXECUTED) not in analysis.cache:
+        analysis.cache[CacheKey(Fact.EXECUTED)] = np.fromiter(
             (op.runs for op in analysis.ops), bool, len(analysis.ops)
         )
-    return analysis.cache["executed"]
+    return analysis.cache[CacheKey(Fact.EXECUTED)]

@@ -32,13 +32,13 @@ class Update:
     value: int  # index of the value's allocation when the variable adopts it, else -1
 
 
-def padding_curve(allocations, count, updates, resident, steps, allocator, overlap):
+def padding_curve(allocations, updates, resident, steps, allocator, overlap):
     """Per step, chunk bytes beyond the bytes asked: of the allocations alive (arrays first,
-    last, sizes and inherit, from `lms.simulator.buffers`; the first `count` are op outputs, the
+    last, sizes and inherit of `lms.simulator.buffers`; the first `outputs` are op outputs, the
     rest copies and temporaries), of the variables (`updates`; the rest of `resident` is one
     block), and, where `overlap` (the next op's outputs in flight) is non-zero, of the next op's
     outputs."""
-    first, last, sizes, inherit = allocations
+    first, last, sizes, inherit, count = allocations
     chunks, variables = _replay(allocations, updates, resident, steps, allocator)
     extra = chunks - sizes
     curve = np.zeros(steps + 1, dtype=np.int64)
@@ -56,7 +56,7 @@ def _replay(allocations, updates, resident, steps, allocator):
     """The last pass's chunk per allocation, and the variables' padding per step. An allocation
     that inherits another's buffer (a forwarded output) takes its chunk, which then outlives the
     other's last step."""
-    first, last, sizes, inherit = allocations
+    first, last, sizes, inherit, _ = allocations
     allocations_at = _by_step(first, steps)
     frees_at = _by_step(last, steps)
     updates_at = [[] for _ in range(steps)]

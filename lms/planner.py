@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from lms.analysis import Analysis, GiB
+from lms.graph import Analysis, CacheKey, Fact, GiB
 from lms.ordering import anchor_ops, depth_first_order, next_anchors, order_positions
 from lms.ordering import neighbours as _neighbours
 from lms.parameters import Parameters
@@ -70,7 +70,7 @@ def _ancestors(analysis: Analysis) -> tuple[np.ndarray, np.ndarray]:
     its latest-level inputs (a sentinel past the last op where the chain ends), and the levels
     (the sentinel's is -1). Built once per analysis: walking back `swapin_ahead` ops then costs
     log2(ahead) steps instead of `ahead` (DeepLabV3+ at 1600²: 15 s of planning per tuning)."""
-    if "ancestors" not in analysis.cache:
+    if CacheKey(Fact.ANCESTORS) not in analysis.cache:
         count = len(analysis.ops)
         level = np.array([op.level for op in analysis.ops] + [-1], dtype=np.int64)
         parent = np.full(count + 1, count, dtype=np.int64)
@@ -81,8 +81,8 @@ def _ancestors(analysis: Analysis) -> tuple[np.ndarray, np.ndarray]:
         table = [parent]
         for _ in range(max(1, count.bit_length())):
             table.append(table[-1][table[-1]])
-        analysis.cache["ancestors"] = (np.stack(table), level)
-    return analysis.cache["ancestors"]
+        analysis.cache[CacheKey(Fact.ANCESTORS)] = (np.stack(table), level)
+    return analysis.cache[CacheKey(Fact.ANCESTORS)]
 
 
 def find_trigger(analysis: Analysis, consumer: int, tensor: int, ahead: int) -> int | None:
@@ -176,10 +176,10 @@ def coordinates(analysis: Analysis, ordered: bool) -> np.ndarray:
     its level."""
     if ordered:
         return order_positions(analysis)
-    if "levels" not in analysis.cache:
+    if CacheKey(Fact.LEVELS) not in analysis.cache:
         levels = np.fromiter((op.level for op in analysis.ops), np.int64, len(analysis.ops))
-        analysis.cache["levels"] = levels
-    return analysis.cache["levels"]
+        analysis.cache[CacheKey(Fact.LEVELS)] = levels
+    return analysis.cache[CacheKey(Fact.LEVELS)]
 
 
 def plan(analysis: Analysis, parameters: Parameters) -> Plan:

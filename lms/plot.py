@@ -1,7 +1,7 @@
 """PNG of the simulated memory over one step, with and without LMS (TFLMSv2's "simulated GPU
 memory usage graphs"): device GiB and host GiB per step, the budget as a line."""
 
-from lms.analysis import GiB
+from lms.graph import GiB
 
 
 def plot_simulation(tuned, budget_bytes: int, path) -> str:

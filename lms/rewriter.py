@@ -16,7 +16,7 @@ import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
 
 from lms import _tf_private
-from lms.analysis import Analysis
+from lms.graph import Analysis
 from lms.ordering import FOLDED_OPS, UNCHAINED_OPS, anchor_ops, executed_ops
 from lms.planner import Plan, swap_in_waiter, swap_out_waiter
 from lms.swap import SwapMechanism

@@ -7,8 +7,9 @@ before its reader). FLOPs come from TensorFlow's own op statistics (`RegisterSta
 what tf.compat.v1.profiler counts), with the depthwise gradients it lacks computed here; bytes are
 the op's inputs and outputs. Ops that move no data (constants, reads of variables, shapes,
 identities) cost nothing. This is an estimate: cuDNN's choice of algorithm, fusion and the
-executor's overheads are not modelled; `Device.flops` holds sustained rates (see GPUS) and
-benchmarks/link_projection.py measures the model where it can be measured (the emulated device).
+executor's overheads are not modelled; `RooflineDevice.flops` holds sustained rates (see
+ROOFLINE_GPUS) and benchmarks/link_projection.py measures the model where it can be measured
+(the emulated device).
 """
 
 import heapq
@@ -20,7 +21,7 @@ from lms.steptime import swap_kind
 
 
 @dataclass(frozen=True)
-class Device:
+class RooflineDevice:
     """A GPU for the roofline: sustained FLOP/s per dtype and memory bytes per second."""
 
     name: str
@@ -35,14 +36,16 @@ class Device:
 
 # Sustained rates: 60 % of the datasheet's peak FLOP/s (fp16: of the tensor cores' dense peak,
 # 40 %) and 80 % of its memory bandwidth, what cuDNN's convolutions reach on large layers.
-GPUS = {
-    "v100": Device("V100 SXM2", {"float32": 0.6 * 15.7e12, "float16": 0.4 * 125e12}, 0.8 * 900e9),
-    "a100": Device(
+ROOFLINE_GPUS = {
+    "v100": RooflineDevice(
+        "V100 SXM2", {"float32": 0.6 * 15.7e12, "float16": 0.4 * 125e12}, 0.8 * 900e9
+    ),
+    "a100": RooflineDevice(
         "A100 SXM4",
         {"float32": 0.6 * 19.5e12, "float16": 0.4 * 312e12, "bfloat16": 0.4 * 312e12},
         0.8 * 1555e9,
     ),
-    "h100": Device(
+    "h100": RooflineDevice(
         "H100 SXM5",
         {"float32": 0.6 * 67e12, "float16": 0.4 * 989e12, "bfloat16": 0.4 * 989e12},
         0.8 * 3350e9,
@@ -112,7 +115,7 @@ def _priorities(ops, index) -> dict:
     return priority
 
 
-def roofline_profile(graph, device: Device, batch_size: int | None = None) -> StepProfile:
+def roofline_profile(graph, device: RooflineDevice, batch_size: int | None = None) -> StepProfile:
     """The rewritten step `graph` on `device`, compute only: one op at a time, transfers taking
     no time (the step-time model adds the link)."""
     ops = graph.get_operations()

@@ -50,6 +50,8 @@ def swap_kind(name: str) -> str | None:
 
 @dataclass(frozen=True)
 class Projection:
+    """A step's time on one link (`project`)."""
+
     step_seconds: float  # projected step time
     compute_seconds: float  # the step with transfers that never wait (the link infinitely fast)
     busy_out: float  # seconds the device-to-host direction moves bytes in the step
@@ -59,6 +61,25 @@ class Projection:
     @property
     def stall_seconds(self) -> float:
         return self.step_seconds - self.compute_seconds
+
+    def to_dict(self) -> dict:
+        return {
+            "step_seconds": self.step_seconds,
+            "compute_seconds": self.compute_seconds,
+            "busy_out": self.busy_out,
+            "busy_in": self.busy_in,
+            "waits": self.waits,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Projection":
+        return cls(
+            data["step_seconds"],
+            data["compute_seconds"],
+            data["busy_out"],
+            data["busy_in"],
+            data["waits"],
+        )
 
 
 def _replay(profile, swaps: SwapGraph, link: Link, scale: float, host_copies: bool):

@@ -14,12 +14,13 @@ import dataclasses
 import logging
 from dataclasses import dataclass
 
-from lms.analysis import Analysis, GiB
 from lms.budget import format_size
 from lms.errors import NothingFitsError
+from lms.graph import Analysis, GiB
+from lms.lifetimes import largest_footprint
 from lms.parameters import AUTO, Parameters
 from lms.planner import Plan, plan
-from lms.simulator import Simulation, largest_footprint, simulate
+from lms.simulator import Simulation, simulate
 
 log = logging.getLogger("lms")
 # ordering=-1 tries these in turn: the enforced depth-first order first (lms/ordering.py), then

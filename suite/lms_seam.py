@@ -11,16 +11,17 @@ import lms
 if TYPE_CHECKING:  # the seam sits below the specs: it takes their parameters, never imports them
     from suite.specs.model import TrialParams
 
-# What an `lms` table may hold: lms.LMS's parameters (-1 auto-tunes) and the memory it plans for.
+# What an `lms` table may hold: lms.LMS's parameters (-1 auto-tunes) and the memory it plans for,
+# with lms.Options' defaults (the order and the list are the hashed form's).
 LMS_FIELDS = {
-    "swapout_threshold": -1,
-    "swapin_ahead": -1,
-    "swapin_groupby": -1,
-    "sync_mode": 0,
+    "swapout_threshold": lms.Options.swapout_threshold,
+    "swapin_ahead": lms.Options.swapin_ahead,
+    "swapin_groupby": lms.Options.swapin_groupby,
+    "sync_mode": lms.Options.sync_mode,
     "serialization": [],
-    "serialization_by_size": 0.0,
+    "serialization_by_size": lms.Options.serialization_by_size,
     "device_memory": None,  # default: the trial's memory_budget, or the GPU's memory
-    "safety_ratio": 0.9,  # of the memory the plan may fill (lms.LMS's default)
+    "safety_ratio": lms.Options.safety_ratio,  # of the memory the plan may fill
 }
 # Accepted in an `lms` table but resolved (and hashed) only when given, so that the hashes of
 # LMS trials recorded before the field existed still match: lms's default applies. `link`

@@ -1,5 +1,6 @@
-"""Byte sizes as people read them. (Parsing what people write is `lms.parse_size`: one parser
-for the library and the suite.)"""
+"""Byte sizes as people write and read them. Parsing is `lms.parse_size` (one parser for the
+library and the suite, which refuses a size without its unit); `parse_size` here turns its error
+into the suite's, naming the option or field."""
 
 
 def positive_int(option: str, value) -> int:
@@ -13,6 +14,22 @@ def positive_int(option: str, value) -> int:
     if number < 1:
         raise SuiteError(f"--{option} {value!r}: an integer >= 1")
     return number
+
+
+def parse_size(name: str, value) -> int:
+    """`value` (e.g. "16GiB"; an integer is bytes) as bytes; one SuiteError naming `name` (an
+    option such as --device-memory, or a file's field) with lms's hint if it has no unit."""
+    import lms
+    from suite.errors import SuiteError
+
+    try:
+        return lms.parse_size(value, name)
+    except lms.ParameterError as error:
+        if error.hint:  # a size without its unit: lms's message says how to write it
+            raise SuiteError(str(error)) from None
+        raise SuiteError(
+            f"{name} {value!r}: a size like 16GiB, 512MiB or an integer number of bytes"
+        ) from None
 
 
 def format_bytes(size: int | float | None) -> str:

@@ -137,9 +137,9 @@ def suite_version() -> dict:
 
 
 def _cpu_kernels() -> str:
-    from lms._tf_private import onednn_enabled
+    import lms
 
-    return "oneDNN" if onednn_enabled() else "Eigen"
+    return "oneDNN" if lms.onednn_enabled() else "Eigen"
 
 
 def describe_host() -> dict:

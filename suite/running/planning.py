@@ -14,6 +14,7 @@ from suite.errors import SuiteError
 from suite.lms_seam import lms_options
 from suite.specs import Spec, Trial, TrialParams
 from suite.specs.model import lms_text
+from suite.units import parse_size
 
 
 def show_lms_messages() -> None:
@@ -52,7 +53,7 @@ def plan_trial(params: TrialParams, device_memory=None, plot: Path | None = None
         "batch": params.batch,
         "precision": params.precision,
         "plot": str(plot) if plot else None,
-        **report,
+        **report.to_dict(),
     }
 
 
@@ -94,13 +95,7 @@ def plan_spec(
         choices = sorted({t.params.workload for t in spec.plannable_trials()})
         raise SuiteError(f"spec {spec.name} has no trial of workload {workload!r}; it has: "
                          f"{', '.join(choices)}")  # fmt: skip
-    memory = None
-    if device_memory is not None:
-        try:
-            memory = lms.parse_size(device_memory, "--device-memory")
-        except lms.ParameterError:
-            raise SuiteError(f"--device-memory {device_memory!r}: a size like 16GiB, 512MiB or "
-                             "an integer number of bytes") from None  # fmt: skip
+    memory = None if device_memory is None else parse_size("--device-memory", device_memory)
     output_dir.mkdir(parents=True, exist_ok=True)
     measured = measured_attempts(results_dir) if device_memory is None else {}
     reports = []

@@ -59,8 +59,6 @@ def _measured(params: TrialParams, steps: int = 3):
 
 def _roofline(params: TrialParams, gpu: str):
     """(profile, swaps, None): the trial's step planned for `gpu` and estimated on it."""
-    from lms.profile import swap_graph
-    from lms.roofline import GPUS, roofline_profile
     from suite.workloads import data
 
     options = lms_options(params)
@@ -76,7 +74,8 @@ def _roofline(params: TrialParams, gpu: str):
         raise SuiteError(f"{params.workload} {params.resolution}px batch {params.batch} on "
                          f"{gpu}: {error}") from None  # fmt: skip
     graph = callable_.graph
-    return roofline_profile(graph, GPUS[gpu], params.batch), swap_graph(graph, params.batch), None
+    profile = lms.roofline_profile(graph, lms.ROOFLINE_GPUS[gpu], params.batch)
+    return profile, lms.swap_graph(graph, params.batch), None
 
 
 def project_trial(params: TrialParams, links: dict, gpu: str) -> dict:
@@ -149,10 +148,8 @@ def project_spec(
     spec: Spec, output_dir: Path, link_names=None, gpu: str = "host", workload: str | None = None
 ) -> list[dict]:
     """Projections of the LMS trials of `spec`, written to output_dir/projection.json."""
-    from lms.roofline import GPUS
-
-    if gpu != "host" and gpu not in GPUS:
-        raise SuiteError(f"--gpu {gpu!r}: allowed: host, {', '.join(GPUS)}")
+    if gpu != "host" and gpu not in lms.ROOFLINE_GPUS:
+        raise SuiteError(f"--gpu {gpu!r}: allowed: host, {', '.join(lms.ROOFLINE_GPUS)}")
     try:
         links = lms.named_links(link_names or DEFAULT_LINKS)
     except lms.ParameterError as error:

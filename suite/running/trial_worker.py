@@ -165,9 +165,10 @@ def run(params: "TrialParams") -> dict:
         "machine_load": load.summary(),
     }
     if planner is not None:
-        memory["lms"] = planner.report  # the plan beside the measured peak
+        memory["lms"] = planner.report and planner.report.to_dict()  # the plan beside the peak
         # bytes, swaps and seconds in swap ops per measured step (lms.LMSFunction.traffic)
-        memory["lms_traffic"] = train_step.traffic()
+        traffic = train_step.traffic()
+        memory["lms_traffic"] = traffic and traffic.to_dict()
     if result.over_budget:
         return {
             "outcome": "out_of_memory",

@@ -156,8 +156,11 @@ class Checker:
     def size(self, name, value):
         try:
             return lms.parse_size(value, name)
-        except lms.ParameterError:
-            self.fail(name, value, "a size like 16GiB, 512MiB or an integer number of bytes")
+        except lms.ParameterError as error:
+            allowed = "a size like 16GiB, 512MiB or an integer number of bytes"
+            if error.hint:  # a size without its unit
+                allowed = f"a size with its unit, e.g. {error.hint}"
+            self.fail(name, value, allowed)
 
     def data(self, name, value):
         if value == "synthetic":

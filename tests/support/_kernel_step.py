@@ -21,7 +21,7 @@ from _lms_measure import measured_peak  # noqa: E402
 from lms_cases import workload_case  # noqa: E402
 
 import lms  # noqa: E402
-from lms.kernels import cpu_kernels  # noqa: E402
+from lms.cpu_host import cpu_kernels  # noqa: E402
 from lms.rewriter import rewrite  # noqa: E402
 
 

@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import tensorflow as tf  # noqa: E402
 
 import lms  # noqa: E402
-from lms import _tf_private, kernels  # noqa: E402
+from lms import _tf_private, cpu_host, kernels  # noqa: E402
 
 raw = tf.raw_ops
 
@@ -178,7 +178,7 @@ def main() -> None:
         tf.profiler.experimental.stop()
         held = temporaries_by_op(logdir)
     analysis = lms.analyze(concrete.graph, quiet=True)
-    analysis.kernels = kernels.cpu_kernels()
+    analysis.kernels = cpu_host.cpu_kernels()
     modelled = kernels.temporaries(analysis, analysis.kernels)
     ops = {}
     for index, op in enumerate(analysis.ops):
@@ -190,14 +190,14 @@ def main() -> None:
                 "modelled": modelled.bytes[index],
                 "eigen": modelled.side_by_side[index],
             }
-    l3 = kernels.eigen_l3_bytes() if analysis.kernels == "eigen" else None
+    l3 = cpu_host.eigen_l3_bytes() if analysis.kernels == "eigen" else None
     print(
         json.dumps(
             {
                 "kernels": analysis.kernels,
-                "threads": kernels.intra_op_threads(),
+                "threads": cpu_host.intra_op_threads(),
                 "l3": l3,
-                "half_on_onednn": tf.float16 in kernels.onednn_dtypes(),
+                "half_on_onednn": tf.float16 in cpu_host.onednn_dtypes(),
                 "ops": ops,
             }
         )

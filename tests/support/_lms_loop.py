@@ -47,18 +47,18 @@ def main(device_mib: float, held_mib: float, cache: str, calibration_steps: int 
             float(step(case.images, case.labels))
             result["calibrating_steps"] += 1
         # the loop as it was when it accepted a plan (later steps may re-plan)
-        result["at_acceptance"] = json.loads(json.dumps(planner.report.get("calibration")))
+        result["at_acceptance"] = json.loads(json.dumps(planner.report.calibration))
         result["after"] = [peak_of(step, case) for _ in range(3)]
     except lms.NothingFitsError as error:
         result["error"] = str(error)
-    result["calibration"] = (planner.report or {}).get("calibration")
+    result["calibration"] = planner.report.calibration if planner.report else None
     result["budget"] = planner.budget
     # a second LMS on the same step and device reads the cache: it starts where the loop ended
     again = lms.LMS(**options)
     second = again.wrap(case.step)
     if result["error"] is None:
         float(second(case.images, case.labels))
-        result["second"] = again.report
+        result["second"] = again.report.to_dict()
     result["held"] = int(held.shape[0]) * 4
     print(json.dumps(result))
 

@@ -1,6 +1,6 @@
-"""Run by test_lms in a fresh process: the allocator's peak must not include what other tests
-left behind. Prints one JSON object: measured peaks without and with auto-tuned LMS, and one
-training step's updates with each."""
+"""Run by tests/lms/test_api.py in a fresh process: the allocator's peak must not include what
+other tests left behind. Prints one JSON object: measured peaks without and with auto-tuned LMS
+(the plan's report as a record holds it), and one training step's updates with each."""
 
 import json
 import logging
@@ -43,7 +43,7 @@ def main(plot_path: str) -> None:
                 "device_memory": device_memory,
                 "budget": planner.budget,
                 "measured": measured,
-                "report": planner.report,
+                "report": planner.report.to_dict(),
                 "update_plain": updates["plain"],
                 "update_lms": updates["lms"],
             }

@@ -1,7 +1,8 @@
-"""Run by test_lms in a fresh process: the measured and simulated plain peak of a small
-EfficientNet-like model (convolutions, batch norm, silu, depthwise convolutions), simulated as
-analysed and without the two Grappler effects the analysis models (pruned ops, x * 1), with the
-temporaries of the kernels this process computes with (oneDNN's or Eigen's, lms/kernels.py)."""
+"""Run by tests/lms/test_analysis.py in a fresh process: the measured and simulated plain peak of
+a small EfficientNet-like model (convolutions, batch norm, silu, depthwise convolutions),
+simulated as analysed and without the two Grappler effects the analysis models (pruned ops,
+x * 1), with the temporaries of the kernels this process computes with (oneDNN's or Eigen's,
+lms/kernels.py)."""
 
 import json
 import sys
@@ -16,8 +17,8 @@ from _lms_measure import measured_peak  # noqa: E402
 from lms_cases import Case  # noqa: E402
 
 import lms  # noqa: E402
-from lms import analysis as lms_analysis  # noqa: E402
-from lms.kernels import cpu_kernels  # noqa: E402
+from lms import graph as lms_graph  # noqa: E402
+from lms.cpu_host import cpu_kernels  # noqa: E402
 
 
 def silu_case(resolution=96, batch=4):
@@ -47,8 +48,8 @@ def main() -> None:
     analysis = lms.analyze(graph, quiet=True)
     analysis.kernels = kernels
     simulated = lms.simulate(analysis, None, lms.BestFitAllocator).peak_bytes
-    lms_analysis._mark_pruned = lambda *args: None
-    lms_analysis._identity_input = lambda op: -1
+    lms_graph.mark_pruned = lambda *args: None
+    lms_graph.identity_input = lambda op: -1
     naive = lms.analyze(graph, quiet=True)
     naive.kernels = kernels
     print(

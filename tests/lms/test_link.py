@@ -191,22 +191,22 @@ def test_lms_counts_the_swap_traffic_of_each_step(swapped_step):
         function(images, labels)
     traffic = function.traffic()
     report = planner.report
-    assert traffic["version"] == 2 and traffic["source"] == "host-store"
-    assert traffic["steps"] == 3 and traffic["copy"] == "emulated link"
-    assert traffic["swap_outs_per_step"] == report["swapped_tensors"] > 0
-    assert traffic["swap_ins_per_step"] == report["swap_ins"]
-    assert traffic["out_bytes_per_step"] == report["swapped_bytes"]
-    assert traffic["in_bytes_per_step"] == report["swapped_in_bytes"]
+    assert traffic.version == 2 and traffic.source == "host-store"
+    assert traffic.steps == 3 and traffic.copy == "emulated link"
+    assert traffic.swap_outs_per_step == report.swapped_tensors > 0
+    assert traffic.swap_ins_per_step == report.swap_ins
+    assert traffic.out_bytes_per_step == report.swapped_bytes
+    assert traffic.in_bytes_per_step == report.swapped_in_bytes
     # the seconds are the link's transfers' own (latency + bytes / bandwidth each, by the
     # clock): the bandwidth they imply is near the link's 0.1 GB/s (loosely: these are sleeps,
     # and 100 us per transfer of ~150 KB costs ~6 %)
     for direction in ("out", "in"):
-        assert 0.3 * 0.1e9 <= traffic[f"{direction}_bandwidth"] <= 1.5 * 0.1e9
-        bytes_per_step = traffic[f"{direction}_bytes_per_step"]
-        assert traffic[f"{direction}_bandwidth"] == pytest.approx(
-            bytes_per_step / traffic[f"{direction}_seconds_per_step"]
+        assert 0.3 * 0.1e9 <= getattr(traffic, f"{direction}_bandwidth") <= 1.5 * 0.1e9
+        bytes_per_step = getattr(traffic, f"{direction}_bytes_per_step")
+        assert getattr(traffic, f"{direction}_bandwidth") == pytest.approx(
+            bytes_per_step / getattr(traffic, f"{direction}_seconds_per_step")
         )
-    assert traffic["link"] == {"bandwidth": 0.1e9, "latency": pytest.approx(100e-6)}
+    assert traffic.link == {"bandwidth": 0.1e9, "latency": pytest.approx(100e-6)}
 
 
 def test_without_a_link_no_copy_is_timed_and_no_bandwidth_reported():
@@ -221,12 +221,12 @@ def test_without_a_link_no_copy_is_timed_and_no_bandwidth_reported():
     for _ in range(2):
         function(images, labels)
     traffic = function.traffic()
-    assert traffic["copy"] == "none" and traffic["link"] is None
-    assert traffic["in_bytes_per_step"] == planner.report["swapped_in_bytes"] > 0
-    assert traffic["swap_ins_per_step"] == planner.report["swap_ins"]
+    assert traffic.copy == "none" and traffic.link is None
+    assert traffic.in_bytes_per_step == planner.report.swapped_in_bytes > 0
+    assert traffic.swap_ins_per_step == planner.report.swap_ins
     for direction in ("out", "in"):
-        assert traffic[f"{direction}_seconds_per_step"] is None
-        assert traffic[f"{direction}_bandwidth"] is None
+        assert getattr(traffic, f"{direction}_seconds_per_step") is None
+        assert getattr(traffic, f"{direction}_bandwidth") is None
 
 
 @pytest.mark.compat  # lms's profile and emulated link on TensorFlow 2.14.1 too
@@ -235,21 +235,21 @@ def test_a_profiled_step_names_every_swap_and_replays_to_its_own_time(swapped_st
     profile, swaps = function.profile(images, labels)
     report = planner.report
     kinds = [direction for direction, _, _ in swaps.transfers.values()]
-    assert kinds.count("out") == report["swapped_tensors"]
-    assert kinds.count("in") == report["swap_ins"]
+    assert kinds.count("out") == report.swapped_tensors
+    assert kinds.count("in") == report.swap_ins
     assert swaps.bytes_per_direction == {
-        "out": report["swapped_bytes"],
-        "in": report["swapped_in_bytes"],
+        "out": report.swapped_bytes,
+        "in": report.swapped_in_bytes,
     }
     profiled = {event.name for event in profile.ops}
     assert set(swaps.transfers) <= profiled  # every swap op ran and was seen
     copies = [name for name in swaps.gates if name.endswith("lms_swapin_copy")]
-    assert len(copies) == report["swap_ins"]
+    assert len(copies) == report.swap_ins
     # the replay without a link is the profiled step; a slower link only adds time
     assert project(profile, swaps, None, 0.5).step_seconds == pytest.approx(0.5)
     times = [project(profile, swaps, Link(b), 0.5).step_seconds for b in (1e11, 1e9, 1e7)]
     assert 0.5 - 1e-9 <= times[0] <= times[1] <= times[2]
-    assert times[2] >= report["swapped_in_bytes"] / 1e7  # at 10 MB/s the link dominates
+    assert times[2] >= report.swapped_in_bytes / 1e7  # at 10 MB/s the link dominates
 
 
 @pytest.mark.gpu
@@ -280,17 +280,17 @@ def test_on_a_gpu_the_projection_on_the_measured_link_is_the_measured_step():
     projected = project(profile, swaps, link, measured).step_seconds
     assert abs(projected / measured - 1) < 0.10
     traffic = function.traffic()
-    assert traffic["source"] == "plan" and traffic["copy"] == "GPU copy events"
-    assert traffic["in_seconds_per_step"] > 0 and traffic["in_bandwidth"] > 0
+    assert traffic.source == "plan" and traffic.copy == "GPU copy events"
+    assert traffic.in_seconds_per_step > 0 and traffic.in_bandwidth > 0
 
 
 @pytest.mark.compat  # lms's profile and emulated link on TensorFlow 2.14.1 too
 def test_the_roofline_times_an_op_by_its_flops_or_its_bytes():
     import tensorflow as tf
 
-    from lms.roofline import Device, roofline_profile
+    from lms.roofline import RooflineDevice, roofline_profile
 
-    device = Device("test", {"float32": 1e12}, 1e11, launch=1e-6)
+    device = RooflineDevice("test", {"float32": 1e12}, 1e11, launch=1e-6)
 
     @tf.function
     def step(a, b):

@@ -2,17 +2,12 @@
 seen, counted, and said to be out of LMS's reach."""
 
 import logging
-import sys
-from pathlib import Path
 
 import pytest
+from _lstm_step import lstm_step
+from lms_cases import run_child
 
 import lms
-
-HERE = Path(__file__).parent
-sys.path.insert(0, str(HERE / "support"))
-from _lstm_step import lstm_step  # noqa: E402
-from lms_cases import run_child  # noqa: E402
 
 MiB = 2**20
 
@@ -47,8 +42,8 @@ def test_lms_says_it_cannot_plan_into_a_loop(caplog):
         float(planned(x, y))
     warnings = [r.getMessage() for r in caplog.records if "cannot plan into" in r.getMessage()]
     assert len(warnings) == 1 and "While loop" in warnings[0] and "/while'" in warnings[0]
-    loops = planner.report["analysis"]["loops"]
-    assert loops and loops[0]["bytes"] > 0
+    loops = planner.report.analysis.loops
+    assert loops and loops[0].bytes > 0
 
 
 @pytest.mark.kernels

@@ -11,7 +11,7 @@ import tensorflow as tf
 from lms_cases import run_child as lms_run_child
 
 import lms
-from lms import kernels
+from lms import cpu_host, kernels
 
 MIB = 2**20
 FLAGS = {"eigen": "0", "onednn": "1"}
@@ -79,12 +79,12 @@ def test_the_l3_size_is_taken_from_the_probe_interval():
     256 KiB in it is the size (320 MiB here: an 81881-element half col buffer)."""
     shapes = [[5], [1, 1, 1, 1, 1024], [8, 1, 1, 1, 1024], [8, 1, 1, 1, 1]]
     held = kernels.EIGEN_RULES["Conv3DBackpropInputV2"](shapes, 2, 2, L3_HERE)
-    shard = held // kernels.PROBE_ITEMSIZE
+    shard = held // cpu_host.PROBE_ITEMSIZE
     assert shard == 81881
-    step = kernels.PROBE_WORK * kernels.PROBE_ITEMSIZE
+    step = cpu_host.PROBE_WORK * cpu_host.PROBE_ITEMSIZE
     high, low = shard * step, (shard - 1) * step
     assert low < L3_HERE <= high
-    assert high // kernels.L3_GRANULE * kernels.L3_GRANULE == L3_HERE
+    assert high // cpu_host.L3_GRANULE * cpu_host.L3_GRANULE == L3_HERE
 
 
 @pytest.mark.parametrize("kernel_set", FLAGS)
@@ -220,4 +220,4 @@ def test_lms_plans_with_the_kernels_this_process_computes_with():
         analysis.kernels = kernel_set
         peaks[kernel_set] = lms.simulate(analysis, None, lms.BestFitAllocator).peak_bytes
     assert peaks["eigen"] > peaks["onednn"] + 25 * MIB
-    assert report["peak_bytes_without_lms"] == peaks[kernels.cpu_kernels()]
+    assert report.peak_bytes_without_lms == peaks[cpu_host.cpu_kernels()]

@@ -1,7 +1,7 @@
 """The closed loop (lms/calibration.py): plans checked by measuring the step they made and
 corrected until they hold. The bookkeeping is tested on its own; the loop itself on a real step
-in fresh processes (tests/_lms_loop.py), where the program holds a tensor on the emulated device
-that no simulation of the step can know about."""
+in fresh processes (tests/support/_lms_loop.py), where the program holds a tensor on the emulated
+device that no simulation of the step can know about."""
 
 import json
 import logging

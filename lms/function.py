@@ -1,0 +1,297 @@
+"""`LMSFunction`: a training step with LMS, and the closed loop that checks its plans.
+
+On the first call for a given input signature the step is traced, analysed, its parameters tuned
+against the memory budget, and its graph rewritten with swaps; later calls run the rewritten step.
+While a plan is new its measured device peak corrects it (lms/calibration.py).
+"""
+
+import logging
+from typing import TYPE_CHECKING
+
+import tensorflow as tf
+
+from lms.budget import format_size
+from lms.calibration import Calibration
+from lms.errors import LMSError, NothingFitsError
+from lms.report import PlanReport, SwapTraffic
+from lms.steptime import SwapGraph
+from lms.swap import Traffic
+from lms.tuner import floor_parameters
+
+if TYPE_CHECKING:
+    from lms.api import LMS
+
+log = logging.getLogger("lms")
+
+
+def _ordered(tuned) -> bool:
+    return tuned is not None and tuned.plan is not None and tuned.plan.order is not None
+
+
+class LMSFunction:
+    """A training step with LMS: call it like the tf.function it wraps."""
+
+    def __init__(self, lms: "LMS", function):
+        if not hasattr(function, "get_concrete_function"):
+            function = tf.function(function)
+        self.lms, self.function = lms, function
+        self._prepared = {}
+        self._calibrations = {}  # input signature -> the closed loop's Calibration
+        self._free_order = False  # TensorFlow refused an enforced order: plan in its own
+        self._floor_measured = set()  # signatures whose plan that swaps the most was measured
+        self._warned_leftovers = False
+        self._traffic, self._steps = Traffic(), 0
+        self._copies = None  # GPU: a profiled step's copy events (lms.copy_events.copy_totals)
+
+    @staticmethod
+    def _key(args):
+        return tuple(
+            (tuple(a.shape.as_list()), a.dtype.name)
+            if hasattr(a, "shape") and hasattr(a, "dtype")
+            else repr(a)
+            for a in tf.nest.flatten(args)
+        )
+
+    def prepare(self, *args):
+        """Trace, analyse, tune and rewrite for these arguments (tensors or TensorSpecs)."""
+        key = self._key(args)
+        if key not in self._prepared:
+            calibration = None
+            if self.lms.calibration_steps:
+                calibration = self.lms._new_calibration()
+                self._calibrations[key] = calibration
+            self._prepared[key] = self.lms._prepare(self.function, args, calibration=calibration)
+        return self._prepared[key]
+
+    @property
+    def calibrating(self) -> bool:
+        """Whether the closed loop is still measuring a plan (of any input signature): the
+        steps until it holds may run over the budget, and each correction re-plans and
+        rewrites the step (lms/calibration.py)."""
+        return any(not c.accepted for c in self._calibrations.values())
+
+    @property
+    def plans(self) -> int:
+        """How many plans were made so far (all input signatures): grows with each of the
+        closed loop's corrections."""
+        return sum(len(c.attempts) for c in self._calibrations.values()) or len(self._prepared)
+
+    def __call__(self, *args):
+        """One step. The host store is empty after it, whatever ran: a step runs to its end
+        before the call returns, so what is left would never be read (a swap-in that did not
+        run) or belongs to a step that failed. One step at a time per LMS object.
+
+        While a plan is new, the step's device peak is measured (the closed loop): a step over
+        the budget makes the next one run a plan made for less; a step that fails for lack of
+        device memory (GPU) is planned again and run again. TensorFlow cannot undo what such a
+        step did before it failed: variables it had already updated are updated again (with an
+        enforced order the updates come last, after the memory-hungry backward pass)."""
+        key = self._key(args)
+        callable_, tuned = self.prepare(*args)
+        calibration = self._calibrations.get(key)
+        meter = self.lms._peak_meter() if calibration is not None else None
+        measured = meter is not None and not calibration.skip_measure()
+        if measured and not calibration.accepted:
+            meter.reset()
+        store = self.lms.store
+        try:
+            result = callable_(*args)
+        except tf.errors.ResourceExhaustedError:
+            if store is not None:
+                store.clear()
+            if calibration is None or meter is None:
+                raise
+            calibration.out_of_memory(meter.peak())
+            try:
+                self._correct(key, args, calibration)
+            finally:
+                self.lms._show_loop(calibration)
+            return self(*args)
+        except Exception as error:
+            if store is not None:
+                store.clear()
+            refused = isinstance(error, tf.errors.InvalidArgumentError) and "in a cycle" in str(
+                error
+            )
+            if not (refused and _ordered(tuned)):
+                raise
+            result = self._without_order(args, error)
+        count, size = store.clear() if store is not None else (0, 0)
+        self._steps += 1
+        if store is not None:
+            self._traffic.add(store.take_traffic())
+        if count and not self._warned_leftovers:
+            self._warned_leftovers = True
+            log.warning(
+                "%d swapped-out tensors (%d bytes) were not swapped back in during the step "
+                "(their swap-ins did not run); freed after each step",
+                count,
+                size,
+            )
+        if measured:
+            accepted = calibration.accepted
+            try:
+                if calibration.observe(meter.peak()):
+                    self._correct(key, args, calibration)
+                elif calibration.accepted and not accepted:
+                    self.lms._calibrated(self._prepared[key][1].parameters, calibration)
+            finally:
+                self.lms._show_loop(calibration)
+        return result
+
+    def _correct(self, key, args, calibration: Calibration) -> None:
+        """The plan overran: plan again for the budget the loop asks (from a fresh trace: the
+        rewrite edited the last one), or keep it when the loop says so. Parameters the user
+        gave all of are applied as given (TFLMSv2's behaviour): the overrun is only reported."""
+        if not self.lms.parameters.needs_tuning:
+            attempt = calibration.current
+            log.warning(
+                "LMS: the given parameters' measured peak %s is over the budget %s; they are "
+                "applied as given (let one be -1 to have them corrected)",
+                format_size(attempt.measured_peak_bytes),
+                format_size(calibration.limit_bytes),
+            )
+            calibration.accepted = True
+            return
+        budget = calibration.next_budget()
+        if budget is not None:
+            self.function = _retraced(self.function)
+            parameters = self.lms.parameters
+            if self._free_order:  # TensorFlow refused the enforced order on this step
+                parameters = parameters.resolved(ordering=0)
+            try:
+                self._prepared[key] = self.lms._prepare(
+                    self.function, args, parameters, budget=budget, calibration=calibration
+                )
+                return
+            except NothingFitsError as error:  # the last plan's callable stays in place
+                why = f"nothing fits {format_size(budget)} in simulation ({error.args[0]})"
+        else:
+            why = f"after {calibration.corrections} corrections"
+        # the simulation ranks plans, and can rank them wrongly: before giving up, measure the
+        # plan that swaps the most (every tensor a far reader reads, back one op ahead)
+        asked = self.lms.parameters
+        floor = floor_parameters(asked.resolved(ordering=0) if self._free_order else asked)
+        if key in self._floor_measured:
+            calibration.keep_or_fail(why)
+            return
+        self._floor_measured.add(key)
+        log.warning("LMS: %s; measuring the plan that swaps the most", why)
+        self.function = _retraced(self.function)
+        self._prepared[key] = self.lms._prepare(
+            self.function,
+            args,
+            floor,
+            budget=budget or calibration.current.budget_bytes,
+            calibration=calibration,
+        )
+
+    def _without_order(self, args, error):
+        """TensorFlow refused the enforced order before running anything: a graph pass fused two
+        ops with chain or swap-in edges between them, which makes a cycle. With ordering -1,
+        plan again in TensorFlow's own order (from a fresh trace: the rewrite edited the first)
+        and run that; a user's explicit ordering=1 gets the error instead."""
+        if self.lms.parameters.ordering == 1:
+            raise LMSError(
+                "ordering=1 cannot be enforced on this step: a TensorFlow graph pass fused ops "
+                f"across the order's control dependencies ({error.message}); use ordering=0 "
+                "or -1"
+            ) from None
+        log.warning(
+            "The enforced op order made a cycle after TensorFlow's graph passes (%s); "
+            "planning again in TensorFlow's own order",
+            error.message,
+        )
+        self.function = _retraced(self.function)
+        self._free_order = True
+        parameters = self.lms.parameters.resolved(ordering=0)
+        key = self._key(args)
+        calibration = self._calibrations.get(key)
+        budget = calibration.current.budget_bytes if calibration is not None else None
+        if calibration is not None:
+            calibration.attempts.pop()  # that plan never ran
+        self._prepared[key] = self.lms._prepare(
+            self.function, args, parameters, budget=budget, calibration=calibration, closest=True
+        )
+        if calibration is not None:
+            calibration.skip_measure()  # this run is the new plan's first
+        return self._prepared[key][0](*args)
+
+    @property
+    def report(self) -> PlanReport | None:
+        """What the last preparation planned (see `LMS.report`)."""
+        return self.lms.report
+
+    def profile(self, *args):
+        """Run one step under TensorFlow's profiler: (lms.StepProfile of its ops, lms.SwapGraph
+        of its swaps), what `lms.project` replays on another link. Run a step first: the first
+        call traces, plans and rewrites."""
+        from lms.copy_events import copy_totals
+        from lms.profile import profiled_space, step_profile, swap_graph
+
+        callable_, _ = self.prepare(*args)
+        space = profiled_space(self, *args)
+        profile = step_profile(space)
+        if profile.copies:  # GPU only: the copies' own bytes and durations, from the same step
+            self._copies = copy_totals(space)
+        graph = getattr(callable_, "graph", None)
+        swaps = swap_graph(graph, self.lms.batch_size) if graph is not None else SwapGraph({})
+        return profile, swaps
+
+    def reset_traffic(self) -> None:
+        """Forget the swap traffic counted so far (e.g. after warm-up steps)."""
+        if self.lms.store is not None:
+            self.lms.store.take_traffic()
+        self._traffic, self._steps = Traffic(), 0
+
+    def traffic(self) -> SwapTraffic | None:
+        """The swap traffic per step since the last `reset_traffic` (None before any step):
+        swaps and bytes each way, on the emulated device counted in the host store, with device
+        copies (a GPU) the plan's, as every swap op runs once per step; seconds and bandwidth
+        only where a copy's own duration was measured (`lms.SwapTraffic.copy`)."""
+        if not self._steps:
+            return None
+        steps, link = self._steps, self.lms.link
+        timed = {}  # direction -> (bytes, seconds) per step, of copies whose duration was measured
+        if self.lms._mechanism_kind() == "host-store":
+            t, source = self._traffic, "host-store"
+            copy = "emulated link" if link is not None else "none"
+            if link is not None:
+                timed = {
+                    "out": (t.out_bytes / steps, t.out_transfer_seconds / steps),
+                    "in": (t.in_bytes / steps, t.in_transfer_seconds / steps),
+                }
+        else:
+            report = self.lms.report
+            t = Traffic(
+                report.swapped_tensors * steps if report else 0,
+                report.swap_ins * steps if report else 0,
+                report.swapped_bytes * steps if report else 0,
+                report.swapped_in_bytes * steps if report else 0,
+            )
+            source, copy = "plan", "not profiled"
+            if self._copies is not None:
+                copy = "GPU copy events"
+                timed = {d: (nbytes, spent) for d, (_, nbytes, spent) in self._copies.items()}
+        seconds = {d: timed.get(d, (0, None))[1] for d in ("out", "in")}
+        bandwidth = {d: timed[d][0] / seconds[d] if seconds[d] else None for d in ("out", "in")}
+        return SwapTraffic(
+            source=source,
+            steps=steps,
+            swap_outs_per_step=t.swap_outs / steps,
+            swap_ins_per_step=t.swap_ins / steps,
+            out_bytes_per_step=t.out_bytes / steps,
+            in_bytes_per_step=t.in_bytes / steps,
+            link=None if link is None else link.as_dict(),
+            out_seconds_per_step=seconds["out"],
+            out_bandwidth=bandwidth["out"],
+            in_seconds_per_step=seconds["in"],
+            in_bandwidth=bandwidth["in"],
+            copy=copy,
+        )
+
+
+def _retraced(function):
+    """A new tf.function of the same Python function: the rewrite edits a trace in place, so a
+    new plan needs a fresh one."""
+    return tf.function(function.python_function, input_signature=function.input_signature)
