@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from _unwritable import unwritable
-from test_report import HOST, record
+from report_cases import HOST, record
 
 from suite.records import append_record, results_file, store_host
 

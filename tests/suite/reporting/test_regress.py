@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_report import HOST, record
+from report_cases import HOST, record
 
 from suite.errors import SuiteError
 from suite.records import SCHEMA_VERSION, append_record, results_file, store_host
@@ -21,7 +21,7 @@ from suite.reporting.regress import (
 from suite.reporting.report import render_report
 from suite.specs import load_spec
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 PARAMS = record("h", "r", "x", 1.0, 0.1)["params"]
 SMOKE_OFF, SMOKE_ON = (t.params.to_dict() for t in load_spec("smoke").trials[:2])
 
@@ -197,24 +197,6 @@ def test_bad_baselines_get_clear_errors(tmp_path):
     with pytest.raises(SuiteError, match="no trained records"):
         make_baseline(tmp_path / "empty", tmp_path / "b.json")
     assert write_regression([], tmp_path / "out", 0.05, 0.002).exists()
-
-
-def test_publish_keeps_earlier_reports_and_indexes_newest_first(accepted, tmp_path):
-    from suite.reporting.publish import publish
-
-    results, _ = accepted
-    report_dir = tmp_path / "report"
-    render_report(results, report_dir)
-    first = publish(report_dir, tmp_path / "pub", day="2026-11-20")
-    second = publish(report_dir, tmp_path / "pub", day="2026-11-21")
-    third = publish(report_dir, tmp_path / "pub", day="2026-11-21")
-    assert [p.name for p in (first, second, third)] == ["2026-11-20", "2026-11-21", "2026-11-21-2"]
-    assert (first / "report.md").exists() and list(first.glob("*.png"))
-    index = (tmp_path / "pub" / "index.md").read_text().splitlines()
-    entries = [line for line in index if line.startswith("- [")]
-    assert [e.split("]")[0][3:] for e in entries] == ["2026-11-21-2", "2026-11-21", "2026-11-20"]
-    with pytest.raises(SuiteError, match="inv report"):
-        publish(tmp_path / "nothing", tmp_path / "pub")
 
 
 def test_a_damaged_regression_file_is_one_clear_error(tmp_path):
