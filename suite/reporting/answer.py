@@ -123,21 +123,32 @@ def answer_tables(records: list[dict], searches: list[dict], emulated=()) -> lis
                     versus = ratio_text(ratio_interval(process_rates(runs[mode]), reference_rates))
                 else:
                     versus = DASH
-                searched = {kind: limits.get((workload, host, kind), {}) for kind in
-                            ("max-resolution", "max-batch")}  # fmt: skip
-                rows.append([
-                    f"{host} ⚠ emulated" if host in emulated else host,
-                    key[2].removeprefix(f"{workload} "),
-                    rate_text(runs["off"]) if runs["off"] else DASH,
-                    rate_text(runs["on"]) if runs["on"] else DASH,
-                    lms_cost,
-                    _limit_cell(*(searched["max-resolution"].get(m) for m in ("off", "on"))),
-                    _limit_cell(*(searched["max-batch"].get(m) for m in ("off", "on"))),
-                    versus if len(hosts) > 1 else DASH,
-                ])  # fmt: skip
-        headers = ["host", "size", "images/sec LMS off", "images/sec LMS on", "LMS on / off",
-                   "max resolution off → on", "max batch off → on",
-                   f"vs {reference} (LMS {mode})" if reference else "vs reference"]  # fmt: skip
+                searched = {
+                    kind: limits.get((workload, host, kind), {})
+                    for kind in ("max-resolution", "max-batch")
+                }
+                rows.append(
+                    [
+                        f"{host} ⚠ emulated" if host in emulated else host,
+                        key[2].removeprefix(f"{workload} "),
+                        rate_text(runs["off"]) if runs["off"] else DASH,
+                        rate_text(runs["on"]) if runs["on"] else DASH,
+                        lms_cost,
+                        _limit_cell(*(searched["max-resolution"].get(m) for m in ("off", "on"))),
+                        _limit_cell(*(searched["max-batch"].get(m) for m in ("off", "on"))),
+                        versus if len(hosts) > 1 else DASH,
+                    ]
+                )
+        headers = [
+            "host",
+            "size",
+            "images/sec LMS off",
+            "images/sec LMS on",
+            "LMS on / off",
+            "max resolution off → on",
+            "max batch off → on",
+            f"vs {reference} (LMS {mode})" if reference else "vs reference",
+        ]
         table = tabulate(rows, headers, tablefmt="github", disable_numparse=True)
         answers.append({"workload": workload, "table": table, "reference": reference})
     return answers

@@ -28,10 +28,17 @@ def plot_timelines(records: list[dict], output_dir: Path) -> list[dict]:
         without = [v / GiB for v in timeline["device_bytes_without_lms"]]
         axis.plot(without, color="tab:red", label="device, without LMS")
         if timeline.get("device_bytes_with_lms"):
-            axis.plot([v / GiB for v in timeline["device_bytes_with_lms"]], color="tab:blue",
-                      label="device, with LMS")  # fmt: skip
-            axis.plot([v / GiB for v in timeline["host_bytes"]], color="tab:green",
-                      linestyle="--", label="host (swapped tensors)")  # fmt: skip
+            axis.plot(
+                [v / GiB for v in timeline["device_bytes_with_lms"]],
+                color="tab:blue",
+                label="device, with LMS",
+            )
+            axis.plot(
+                [v / GiB for v in timeline["host_bytes"]],
+                color="tab:green",
+                linestyle="--",
+                label="host (swapped tensors)",
+            )
         axis.axhline(plan["budget_bytes"] / GiB, color="black", linestyle=":", label="LMS budget")
         axis.set_xlabel("one training step (simulated, pooled)")
         axis.set_ylabel("GiB")

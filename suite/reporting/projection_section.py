@@ -44,17 +44,26 @@ def projection_section(records: list[dict], output_dir: Path) -> dict | None:
     for p in projections:
         size = f"{p['resolution']}px b{p['batch']} {p['precision']}"
         for link in p["links"]:
-            rows.append([
-                f"{p['workload']} {size} ({p['study']})",
-                p["gpu"],
-                link["description"],
-                _per_direction(link),
-                f"{link['images_per_sec']:.3g}",
-                f"{link['images_per_sec'] / p['images_per_sec_without_link_waits']:.2f}",
-                f"{link['busy_in_s'] / link['step_seconds']:.0%}",
-            ])  # fmt: skip
-    headers = ["trial", "compute", "link", "per direction (in / out)", "images/sec",
-               "of compute-bound", "link busy (in)"]  # fmt: skip
+            rows.append(
+                [
+                    f"{p['workload']} {size} ({p['study']})",
+                    p["gpu"],
+                    link["description"],
+                    _per_direction(link),
+                    f"{link['images_per_sec']:.3g}",
+                    f"{link['images_per_sec'] / p['images_per_sec_without_link_waits']:.2f}",
+                    f"{link['busy_in_s'] / link['step_seconds']:.0%}",
+                ]
+            )
+    headers = [
+        "trial",
+        "compute",
+        "link",
+        "per direction (in / out)",
+        "images/sec",
+        "of compute-bound",
+        "link busy (in)",
+    ]
     moved = {
         f"{p['workload']} {p['resolution']}px b{p['batch']}": (
             format_bytes(p["out_bytes_per_step"]),
@@ -78,13 +87,29 @@ def _plot(projections, measured, path: Path) -> bool:
         xs = [link["bandwidth"] / 1e9 for link in links]
         line = axis.plot(xs, [link["images_per_sec"] for link in links], "o-", label=label)[0]
         for link, x in zip(links, xs, strict=True):
-            axis.annotate(link["link"], (x, link["images_per_sec"]), fontsize=7,
-                          textcoords="offset points", xytext=(3, -10))  # fmt: skip
+            axis.annotate(
+                link["link"],
+                (x, link["images_per_sec"]),
+                fontsize=7,
+                textcoords="offset points",
+                xytext=(3, -10),
+            )
         points = measured.get((p["workload"], p["resolution"], p["batch"]))
         if points and p["gpu"] == "host":
-            axis.plot([b / 1e9 for b, _ in points], [r for _, r in points], "x",
-                      color=line.get_color(), markersize=9,
-                      label=f"{p['workload']} measured, emulated link")  # fmt: skip
+            axis.plot(
+                [b / 1e9 for b, _ in points],
+                [r for _, r in points],
+                "x",
+                color=line.get_color(),
+                markersize=9,
+                label=f"{p['workload']} measured, emulated link",
+            )
     axis.set_xscale("log")
-    return finish(figure, axis, path, "link bandwidth host to device (GB/s)", "images/sec",
-                  "Projected LMS throughput per CPU-GPU link")  # fmt: skip
+    return finish(
+        figure,
+        axis,
+        path,
+        "link bandwidth host to device (GB/s)",
+        "images/sec",
+        "Projected LMS throughput per CPU-GPU link",
+    )

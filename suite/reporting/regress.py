@@ -107,11 +107,15 @@ def load_baseline(path: Path) -> dict:
     except json.JSONDecodeError as error:
         raise SuiteError(f"baseline {path}: not valid JSON ({error})") from None
     except OSError as error:  # a directory, unreadable
-        raise SuiteError(f"baseline {path}: cannot read it ({error.strerror}); give the "
-                         "baseline file `inv baseline` wrote") from None  # fmt: skip
+        raise SuiteError(
+            f"baseline {path}: cannot read it ({error.strerror}); give the "
+            "baseline file `inv baseline` wrote"
+        ) from None
     if baseline.get("version") != BASELINE_VERSION or "entries" not in baseline:
-        raise SuiteError(f"baseline {path}: version {baseline.get('version')!r}; this suite "
-                         f"reads version {BASELINE_VERSION}")  # fmt: skip
+        raise SuiteError(
+            f"baseline {path}: version {baseline.get('version')!r}; this suite "
+            f"reads version {BASELINE_VERSION}"
+        )
     return baseline
 
 
@@ -144,8 +148,16 @@ def compare(baseline: dict, results_dir: Path, tolerance=TOLERANCE, alpha=ALPHA)
     rows = []
     for key, entry in sorted(baseline["entries"].items()):
         row = {k: entry[k] for k in ("host", "workload", "resolution", "batch")}
-        row.update(key=key, baseline=entry["images_per_sec"], now=None, change=None, p=None,
-                   interval=None, machine=None, processes=None)  # fmt: skip
+        row.update(
+            key=key,
+            baseline=entry["images_per_sec"],
+            now=None,
+            change=None,
+            p=None,
+            interval=None,
+            machine=None,
+            processes=None,
+        )
         run = runs.get((entry["host"], entry["spec_hash"]))
         # baselines made before entries kept their parameters: the run's (same spec hash)
         row["params"] = entry.get("params") or (run[0]["params"] if run else None)
@@ -165,8 +177,13 @@ def compare(baseline: dict, results_dir: Path, tolerance=TOLERANCE, alpha=ALPHA)
         interval = ratio_interval(rates_now, rates_then, confidence=1 - alpha)
         machine = _machine_ratio(processes, entry["processes"])
         change = interval["ratio"] - 1
-        row.update(now=statistics.fmean(rates_now), change=change, p=interval["p"],
-                   machine=machine, processes=[len(rates_now), len(rates_then)])  # fmt: skip
+        row.update(
+            now=statistics.fmean(rates_now),
+            change=change,
+            p=interval["p"],
+            machine=machine,
+            processes=[len(rates_now), len(rates_then)],
+        )
         if interval["low"] is not None:
             row["interval"] = [interval["low"] - 1, interval["high"] - 1]
         if interval["p"] is None:
@@ -180,9 +197,11 @@ def compare(baseline: dict, results_dir: Path, tolerance=TOLERANCE, alpha=ALPHA)
             # the product chain alike (the division is noisy, so it checks, it does not test)
             per_machine = interval["ratio"] / machine - 1
             if not (abs(per_machine) > tolerance and per_machine * change > 0):
-                verdict, reason = "inconclusive", (
+                verdict = "inconclusive"
+                reason = (
                     f"the machine ran at {machine:.2f}x its baseline speed; {change:+.0%} as "
-                    f"measured, {per_machine:+.0%} per machine speed: run again")  # fmt: skip
+                    f"measured, {per_machine:+.0%} per machine speed: run again"
+                )
         row["verdict"] = verdict
         if reason:
             row["reason"] = reason
@@ -241,13 +260,31 @@ def table(rows: list[dict]) -> str:
         spread = f" ({interval[0]:+.0%} to {interval[1]:+.0%})" if interval else ""
         processes = "/".join(map(str, r["processes"])) if r.get("processes") else "—"
         verdict = r["verdict"] + (f" ({r['reason']})" if r.get("reason") else "")
-        return [r["host"], configuration, r.get("lms", "—"), fmt(r["baseline"], "{:.3g}"),
-                fmt(r["now"], "{:.3g}"), fmt(r["machine"], "{:.2f}×"),
-                fmt(r["change"], "{:+.1%}") + spread, fmt(r["p"], "{:.2g}"), processes,
-                verdict]  # fmt: skip
+        return [
+            r["host"],
+            configuration,
+            r.get("lms", "—"),
+            fmt(r["baseline"], "{:.3g}"),
+            fmt(r["now"], "{:.3g}"),
+            fmt(r["machine"], "{:.2f}×"),
+            fmt(r["change"], "{:+.1%}") + spread,
+            fmt(r["p"], "{:.2g}"),
+            processes,
+            verdict,
+        ]
 
-    headers = ["host", "configuration", "LMS", "baseline img/s", "now img/s", "machine speed",
-               "change", "p", "processes now/baseline", "verdict"]  # fmt: skip
+    headers = [
+        "host",
+        "configuration",
+        "LMS",
+        "baseline img/s",
+        "now img/s",
+        "machine speed",
+        "change",
+        "p",
+        "processes now/baseline",
+        "verdict",
+    ]
     return tabulate([cells(r) for r in rows], headers, tablefmt="github", disable_numparse=True)
 
 
@@ -271,10 +308,12 @@ def load_regression(output_dir: Path) -> dict | None:
     fields = {"checked_at": str, "tolerance": (int, float), "alpha": (int, float), "rows": list}
     for name, kind in fields.items():
         if not isinstance(result, dict) or not isinstance(result.get(name), kind):
-            raise SuiteError(f"{path}: field {name!r} is missing or has the wrong type; "
-                             "run inv regress again")  # fmt: skip
+            raise SuiteError(
+                f"{path}: field {name!r} is missing or has the wrong type; run inv regress again"
+            )
     for index, row in enumerate(result["rows"]):
         if not isinstance(row, dict) or not {"host", "workload", "verdict"} <= set(row):
-            raise SuiteError(f"{path}: rows[{index}] lacks host, workload or verdict; "
-                             "run inv regress again")  # fmt: skip
+            raise SuiteError(
+                f"{path}: rows[{index}] lacks host, workload or verdict; run inv regress again"
+            )
     return result

@@ -156,8 +156,10 @@ def _link_text(description: dict) -> str:
             else f"PCIe {_known(topology.get('pcie_generation'))} "
             f"x{_known(topology.get('pcie_width'))}"
         )
-        parts.append(f"GPU{gpu['index']} ({how}): in {rates(gpu['host_to_device_gbps'])}, "
-                     f"out {rates(gpu['device_to_host_gbps'])}")  # fmt: skip
+        parts.append(
+            f"GPU{gpu['index']} ({how}): in {rates(gpu['host_to_device_gbps'])}, "
+            f"out {rates(gpu['device_to_host_gbps'])}"
+        )
     return "; ".join(parts) if parts else f"memcpy {rates(link['memcpy_gbps'])}"
 
 
@@ -196,7 +198,7 @@ def _hosts_table(records: list[dict], results_dir: Path) -> str:
             "driver / CUDA / cuDNN",
             lambda d: " / ".join(
                 _known(d[k]) for k in ("driver_version", "cuda_version", "cudnn_version")
-            ),  # fmt: skip
+            ),
         ),
         (
             "TensorFlow / Keras",
@@ -237,8 +239,16 @@ def _provenance(groups: dict) -> tuple[str | None, list[str]]:
             records = [r for h in by_host.values() for r in h.records]
             dates = sorted(r["started_at"][:10] for r in records)
             images = sorted({(r.get("image") or "native")[:19] for r in records})
-            rows.append([workload, f"`{spec_hash}`", ", ".join(sorted(by_host)), len(records),
-                         f"{dates[0]} – {dates[-1]}", ", ".join(images)])  # fmt: skip
+            rows.append(
+                [
+                    workload,
+                    f"`{spec_hash}`",
+                    ", ".join(sorted(by_host)),
+                    len(records),
+                    f"{dates[0]} – {dates[-1]}",
+                    ", ".join(images),
+                ]
+            )
             if len(by_host) == 1:
                 (host,) = by_host
                 left_out.append(f"`{spec_hash}` ({workload}): recorded on {host} only")
@@ -268,8 +278,10 @@ def render_report(results_dir: Path, output_dir: Path, title: str = "LMS benchma
     """Write `report.md` (and its plot) for all records under `results_dir`; return its path."""
     results_dir, output_dir = Path(results_dir), Path(output_dir)
     if not results_dir.is_dir():
-        raise SuiteError(f"results directory {results_dir} does not exist: run `inv run` first, "
-                         "or give --results")  # fmt: skip
+        raise SuiteError(
+            f"results directory {results_dir} does not exist: run `inv run` first, "
+            "or give --results"
+        )
     records = load_all_records(results_dir)
     searches = load_search_records(results_dir)
     # a search's trials are summarised in the limits table, not one section each

@@ -55,13 +55,24 @@ def scaling_section(records: list[dict], output_dir: Path) -> dict | None:
         for replicas in sorted(runs):
             # records from before replicas existed have only the total: one replica's
             per_replica = [rate / replicas for rate in process_rates(runs[replicas])]
-            rows.append([
-                label, host, replicas, rate_text(runs[replicas]),
-                f"{statistics.fmean(per_replica):.3g}" if per_replica else DASH,
-                _efficiency(runs, replicas),
-            ])  # fmt: skip
-    headers = ["configuration", "host", "replicas", "images/sec (total)", "per replica",
-               "scaling efficiency"]  # fmt: skip
+            rows.append(
+                [
+                    label,
+                    host,
+                    replicas,
+                    rate_text(runs[replicas]),
+                    f"{statistics.fmean(per_replica):.3g}" if per_replica else DASH,
+                    _efficiency(runs, replicas),
+                ]
+            )
+    headers = [
+        "configuration",
+        "host",
+        "replicas",
+        "images/sec (total)",
+        "per replica",
+        "scaling efficiency",
+    ]
     plot = _plot(groups, output_dir / "scaling.png")
     return {
         "table": tabulate(rows, headers, tablefmt="github", disable_numparse=True),
@@ -73,8 +84,11 @@ def _plot(groups: dict, path: Path) -> bool:
     figure, axis = new_figure()
     drawn = False
     for (label, host), runs in sorted(groups.items()):
-        points = [(n, statistics.fmean(process_rates(rs))) for n, rs in sorted(runs.items())
-                  if process_rates(rs)]  # fmt: skip
+        points = [
+            (n, statistics.fmean(process_rates(rs)))
+            for n, rs in sorted(runs.items())
+            if process_rates(rs)
+        ]
         if not points:
             continue
         line = axis.plot(*zip(*points, strict=True), "o-", label=f"{label} on {host}")[0]
@@ -86,6 +100,11 @@ def _plot(groups: dict, path: Path) -> bool:
     if not drawn:
         return discard(figure)
     axis.set_xticks(sorted({n for runs in groups.values() for n in runs}))  # whole replicas
-    return finish(figure, axis, path, "replicas (worker processes, one device each)",
-                  "images/sec, all replicas",
-                  "Data-parallel scaling (dotted: ideal from one replica)")  # fmt: skip
+    return finish(
+        figure,
+        axis,
+        path,
+        "replicas (worker processes, one device each)",
+        "images/sec, all replicas",
+        "Data-parallel scaling (dotted: ideal from one replica)",
+    )

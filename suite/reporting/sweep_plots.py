@@ -69,8 +69,16 @@ def _mark_switches(axis, switch: dict) -> None:
     transform = axis.get_xaxis_transform()  # x in data, y in axes fraction
     for index, (resolution, hosts) in enumerate(sorted(by_size.items())):
         axis.axvline(resolution, color="grey", linestyle=":", linewidth=1)
-        axis.text(resolution, 0.97 - 0.3 * (index % 3), f" LMS needed: {', '.join(sorted(hosts))}",
-                  transform=transform, rotation=90, va="top", ha="right", fontsize=8)  # fmt: skip
+        axis.text(
+            resolution,
+            0.97 - 0.3 * (index % 3),
+            f" LMS needed: {', '.join(sorted(hosts))}",
+            transform=transform,
+            rotation=90,
+            va="top",
+            ha="right",
+            fontsize=8,
+        )
 
 
 def plot_sweeps(records: list[dict], output_dir: Path) -> list[dict]:
@@ -96,8 +104,13 @@ def plot_sweeps(records: list[dict], output_dir: Path) -> list[dict]:
         figure, axis = plt.subplots(figsize=(7, 4))
         hosts = sorted({host for host, _ in lines})
         for index, host in enumerate(hosts):
-            _plot_host(axis, f"C{index}", host, lines.get((host, "LMS off"), {}),
-                       lines.get((host, "LMS on"), {}))  # fmt: skip
+            _plot_host(
+                axis,
+                f"C{index}",
+                host,
+                lines.get((host, "LMS off"), {}),
+                lines.get((host, "LMS on"), {}),
+            )
         switch = switch_points(group)
         _mark_switches(axis, switch)
         axis.set_xlabel(info.side_label)
@@ -110,7 +123,7 @@ def plot_sweeps(records: list[dict], output_dir: Path) -> list[dict]:
                 axis.plot([], [], "o", color="grey")[0],
                 axis.plot([], [], "s", color="grey", markerfacecolor="white")[0],
             ]
-            labels += ["trained without LMS", "trained with LMS"]  # fmt: skip
+            labels += ["trained without LMS", "trained with LMS"]
         axis.legend(handles, labels, fontsize=8)
         figure.tight_layout()
         name = f"sweep-{params.workload}-{key[:8]}.png"

@@ -64,8 +64,10 @@ def draw_throughput(bars: list[Bar]):
     mode one colour and hatch, one legend entry."""
     modes = sorted({b.mode for b in bars}, key=lambda m: (m != "LMS off", m))
     places = list(dict.fromkeys((b.configuration, b.host) for b in bars))
-    present = {p: [m for m in modes if any((b.configuration, b.host, b.mode) == (*p, m)
-                                           for b in bars)] for p in places}  # fmt: skip
+    present = {
+        p: [m for m in modes if any((b.configuration, b.host, b.mode) == (*p, m) for b in bars)]
+        for p in places
+    }
     width = 0.8 / max(len(m) for m in present.values())
     figure, axis = new_figure((max(4.0, 0.6 * len(bars) + 0.6 * len(places)), 4.6))
     x = {}  # (place, mode) -> where its bar stands: a place's bars centred on it

@@ -66,9 +66,16 @@ def record(host, ref, spec_hash, mean, stderr, resolution=64, outcome="ok", repe
     }
 
 
-LMS_EVERYTHING = {"swapout_threshold": 1, "swapin_ahead": 1, "swapin_groupby": 0, "sync_mode": 0,
-                  "serialization": [], "serialization_by_size": 0.0, "device_memory": None,
-                  "safety_ratio": 0.8}  # fmt: skip
+LMS_EVERYTHING = {
+    "swapout_threshold": 1,
+    "swapin_ahead": 1,
+    "swapin_groupby": 0,
+    "sync_mode": 0,
+    "serialization": [],
+    "serialization_by_size": 0.0,
+    "device_memory": None,
+    "safety_ratio": 0.8,
+}
 
 
 def search_record(host, ref, kind, mode, largest, smallest):
@@ -77,14 +84,28 @@ def search_record(host, ref, kind, mode, largest, smallest):
     params[searched] = None
     params["memory_budget_bytes"] = 300 * 2**20
     return {
-        "schema": SCHEMA_VERSION, "kind": kind, "search_hash": f"{kind}-{mode}-{host}",
-        "limit_key": kind, "mode": mode, "spec": {"name": "s", "study": kind, "source": "s"},
-        "params": params, "lms": LMS_EVERYTHING if mode == "on" else None, "searched": searched,
-        "range": [32, 1024, 32], "largest_ok": largest, "smallest_failed": smallest,
-        "failed_outcome": "out_of_memory", "stop_reached": False, "trials": [], "trials_run": 0,
-        "prediction": {}, "host": host, "host_ref": ref, "started_at": "2026-11-01T00:00:00+00:00",
+        "schema": SCHEMA_VERSION,
+        "kind": kind,
+        "search_hash": f"{kind}-{mode}-{host}",
+        "limit_key": kind,
+        "mode": mode,
+        "spec": {"name": "s", "study": kind, "source": "s"},
+        "params": params,
+        "lms": LMS_EVERYTHING if mode == "on" else None,
+        "searched": searched,
+        "range": [32, 1024, 32],
+        "largest_ok": largest,
+        "smallest_failed": smallest,
+        "failed_outcome": "out_of_memory",
+        "stop_reached": False,
+        "trials": [],
+        "trials_run": 0,
+        "prediction": {},
+        "host": host,
+        "host_ref": ref,
+        "started_at": "2026-11-01T00:00:00+00:00",
         "finished_at": "2026-11-01T00:10:00+00:00",
-    }  # fmt: skip
+    }
 
 
 MIB = 2**20
@@ -93,20 +114,35 @@ MIB = 2**20
 def lms_report(variable_bytes, input_bytes, op, op_bytes, budget=300 * MIB):
     """An LMS report as `lms.api.build_report` writes it into a trial's metrics (no timeline)."""
     return {
-        "budget_bytes": budget, "planned_budget_bytes": budget, "fits": True, "lms_needed": True,
-        "parameters": LMS_EVERYTHING, "peak_bytes_without_lms": 2 * budget,
-        "peak_op_without_lms": "googlenet_1/conv2_1/Relu", "peak_bytes_with_lms": budget - MIB,
-        "peak_op_with_lms": op, "host_peak_bytes": budget, "swapped_tensors": 40, "swap_ins": 52,
-        "swapped_bytes": budget, "swapped_in_bytes": budget, "simulations": 9,
+        "budget_bytes": budget,
+        "planned_budget_bytes": budget,
+        "fits": True,
+        "lms_needed": True,
+        "parameters": LMS_EVERYTHING,
+        "peak_bytes_without_lms": 2 * budget,
+        "peak_op_without_lms": "googlenet_1/conv2_1/Relu",
+        "peak_bytes_with_lms": budget - MIB,
+        "peak_op_with_lms": op,
+        "host_peak_bytes": budget,
+        "swapped_tensors": 40,
+        "swap_ins": 52,
+        "swapped_bytes": budget,
+        "swapped_in_bytes": budget,
+        "simulations": 9,
         "peak": {"step": 0, "steps": 0, "buffers": []},
         "analysis": {
-            "vertices": 2559, "edges": 4677, "levels": 161, "learning_parameter_bytes": 28 * MIB,
-            "variable_bytes": variable_bytes, "input_bytes": input_bytes,
-            "largest_op": {"name": op, "bytes": op_bytes}, "unknown_size_tensors": 0,
+            "vertices": 2559,
+            "edges": 4677,
+            "levels": 161,
+            "learning_parameter_bytes": 28 * MIB,
+            "variable_bytes": variable_bytes,
+            "input_bytes": input_bytes,
+            "largest_op": {"name": op, "bytes": op_bytes},
+            "unknown_size_tensors": 0,
             "kernels": "onednn",
         },
         "timings_s": {"analysis": 1.0, "tuning": 2.0, "rewrite": 0.5},
-    }  # fmt: skip
+    }
 
 
 RELU_GRAD = "gradient_tape/googlenet_1/conv1_1/ReluGrad"
@@ -117,11 +153,17 @@ def traffic(copy, out_seconds=None, in_seconds=None):
     """An LMS record's swap traffic (version 2): 131 MiB out, 189 MiB in per step."""
     out_bytes, in_bytes = 131 * 2**20, 189 * 2**20
     return {
-        "version": 2, "source": "host-store", "copy": copy, "steps": 5,
-        "swap_outs_per_step": 143, "swap_ins_per_step": 194,
-        "out_bytes_per_step": out_bytes, "in_bytes_per_step": in_bytes,
-        "out_seconds_per_step": out_seconds, "in_seconds_per_step": in_seconds,
+        "version": 2,
+        "source": "host-store",
+        "copy": copy,
+        "steps": 5,
+        "swap_outs_per_step": 143,
+        "swap_ins_per_step": 194,
+        "out_bytes_per_step": out_bytes,
+        "in_bytes_per_step": in_bytes,
+        "out_seconds_per_step": out_seconds,
+        "in_seconds_per_step": in_seconds,
         "out_bandwidth": out_bytes / out_seconds if out_seconds else None,
         "in_bandwidth": in_bytes / in_seconds if in_seconds else None,
         "link": {"bandwidth": 2e9, "latency": 0.0} if copy == "emulated link" else None,
-    }  # fmt: skip
+    }

@@ -21,16 +21,24 @@ def test_the_report_leads_with_the_answer(tmp_path):
     for host, (off, on, on_spread) in rates.items():
         path = results_file(tmp_path, host)
         for repeat in range(3):
-            append_record(path, record(host, refs[host], "off1", off * spread[repeat], 0.1,
-                                       repeat=repeat))  # fmt: skip
+            append_record(
+                path, record(host, refs[host], "off1", off * spread[repeat], 0.1, repeat=repeat)
+            )
             lms = record(host, refs[host], "on1", on * on_spread[repeat], 0.1, repeat=repeat)
             lms["params"]["lms"] = LMS_EVERYTHING
             append_record(path, lms)
         searches = tmp_path / "searches" / f"{host}.jsonl"
-        for kind, mode, largest in (("max-resolution", "off", 416), ("max-resolution", "on", 832),
-                                    ("max-batch", "off", 4), ("max-batch", "on", 12)):  # fmt: skip
-            append_record(searches, search_record(host, refs[host], kind, mode, largest, None),
-                          validate_search_record)  # fmt: skip
+        for kind, mode, largest in (
+            ("max-resolution", "off", 416),
+            ("max-resolution", "on", 832),
+            ("max-batch", "off", 4),
+            ("max-batch", "on", 12),
+        ):
+            append_record(
+                searches,
+                search_record(host, refs[host], kind, mode, largest, None),
+                validate_search_record,
+            )
     text = render_report(tmp_path, tmp_path / "out").read_text()
     first = text.index("## The answer")
     assert first < text.index("## Details per configuration") and "## Hosts" in text

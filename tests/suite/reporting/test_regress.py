@@ -26,8 +26,19 @@ PARAMS = record("h", "r", "x", 1.0, 0.1)["params"]
 SMOKE_OFF, SMOKE_ON = (t.params.to_dict() for t in load_spec("smoke").trials[:2])
 
 
-def run_records(host, run, spec_hash, seconds_per_step, seed, repeats=3, outcome="ok", day=1,
-                given_rates=None, machine=None, params=PARAMS):  # fmt: skip
+def run_records(
+    host,
+    run,
+    spec_hash,
+    seconds_per_step,
+    seed,
+    repeats=3,
+    outcome="ok",
+    day=1,
+    given_rates=None,
+    machine=None,
+    params=PARAMS,
+):
     """A run's records, one per trial process: images/sec around 2 / `seconds_per_step` (3 %
     noise between processes), or `given_rates`; `machine`: the machine speed each measured."""
     rng = random.Random(seed)
@@ -39,23 +50,25 @@ def run_records(host, run, spec_hash, seconds_per_step, seed, repeats=3, outcome
         metrics = {"images_per_sec": {"mean": rate, "stderr": 0.0}}
         if machine is not None:
             metrics["machine_speed"] = {"mean": machine[repeat % len(machine)]}
-        records.append({
-            "schema": SCHEMA_VERSION,
-            "spec": {"name": "s", "study": "a", "source": "s.toml"},
-            "spec_hash": spec_hash,
-            "params": params,
-            "repeat": repeat,
-            "host": host,
-            "host_ref": "ref",
-            "outcome": outcome,
-            "metrics": metrics if ok else None,
-            "error": None if ok else "OOM",
-            "device": "CPU:0",
-            "started_at": f"2026-11-{day:02d}T00:00:00+00:00",
-            "finished_at": f"2026-11-{day:02d}T00:10:0{repeat}+00:00",
-            "wall_s": 1.0,
-            "run": run,
-        })  # fmt: skip
+        records.append(
+            {
+                "schema": SCHEMA_VERSION,
+                "spec": {"name": "s", "study": "a", "source": "s.toml"},
+                "spec_hash": spec_hash,
+                "params": params,
+                "repeat": repeat,
+                "host": host,
+                "host_ref": "ref",
+                "outcome": outcome,
+                "metrics": metrics if ok else None,
+                "error": None if ok else "OOM",
+                "device": "CPU:0",
+                "started_at": f"2026-11-{day:02d}T00:00:00+00:00",
+                "finished_at": f"2026-11-{day:02d}T00:10:0{repeat}+00:00",
+                "wall_s": 1.0,
+                "run": run,
+            }
+        )
     return records
 
 
@@ -101,8 +114,16 @@ def test_a_trial_that_stops_training_is_a_regression_and_improvements_are_named(
 def test_inv_regress_exits_non_zero_and_the_report_shows_it(accepted, tmp_path):
     results, path = accepted
     write(results, run_records("h1", "new", "aaaa", 0.130, seed=21, day=2))
-    command = [str(ROOT / "inv"), "regress", "--results", str(results), "--baseline", str(path),
-               "--output", str(tmp_path / "report")]  # fmt: skip
+    command = [
+        str(ROOT / "inv"),
+        "regress",
+        "--results",
+        str(results),
+        "--baseline",
+        str(path),
+        "--output",
+        str(tmp_path / "report"),
+    ]
     completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     assert completed.returncode == 1, completed.stdout + completed.stderr
     assert "regression" in completed.stdout and "1 regression(s)" in completed.stderr
@@ -110,22 +131,39 @@ def test_inv_regress_exits_non_zero_and_the_report_shows_it(accepted, tmp_path):
     cells = [[c.strip() for c in line.split("|")[1:4]] for line in completed.stdout.splitlines()]
     assert cells[0] == ["host", "configuration", "LMS"]
     assert ["h1", "googlenet 224px b4", "off"] in cells
-    assert ["h1", "googlenet 224px b4", "on (swapout_threshold 1, swapin_ahead 1, swapin_groupby "
-            "0, sync_mode 0)"] in cells  # fmt: skip
+    assert [
+        "h1",
+        "googlenet 224px b4",
+        "on (swapout_threshold 1, swapin_ahead 1, swapin_groupby 0, sync_mode 0)",
+    ] in cells
     report = render_report(results, tmp_path / "report").read_text()
     assert "## Regression check" in report and "**1 regression(s)**" in report
 
 
-def gate(accepted, now_rates, base_rates, tolerance=0.05, alpha=0.002, now_machine=None,
-         base_machine=None, spec_hash="cccc"):  # fmt: skip
+def gate(
+    accepted,
+    now_rates,
+    base_rates,
+    tolerance=0.05,
+    alpha=0.002,
+    now_machine=None,
+    base_machine=None,
+    spec_hash="cccc",
+):
     """The verdict on h1/`spec_hash`: a baseline run of processes with `base_rates`, a new one
     with `now_rates` (and the machine speeds each process measured, if given)."""
     results, path = accepted
-    write(results, run_records("h1", "base", spec_hash, 0, 0, given_rates=base_rates,
-                               machine=base_machine))  # fmt: skip
+    write(
+        results,
+        run_records("h1", "base", spec_hash, 0, 0, given_rates=base_rates, machine=base_machine),
+    )
     baseline = make_baseline(results, path)
-    write(results, run_records("h1", "new", spec_hash, 0, 0, given_rates=now_rates, day=2,
-                               machine=now_machine))  # fmt: skip
+    write(
+        results,
+        run_records(
+            "h1", "new", spec_hash, 0, 0, given_rates=now_rates, day=2, machine=now_machine
+        ),
+    )
     rows = {r["key"]: r for r in compare(baseline, results, tolerance, alpha)}
     return rows[f"h1/{spec_hash}"]
 
@@ -175,8 +213,14 @@ def test_a_busy_machine_is_not_taken_for_a_slower_suite(accepted):
     raw = gate(accepted, busy, quiet, spec_hash="dddd")  # without the machine's speed: as they are
     assert raw["machine"] is None and raw["verdict"] == "regression"
     # a real slowdown holds both ways, whatever the machine did: still found
-    real = gate(accepted, [r * 0.5 for r in busy], quiet, now_machine=machine_now,
-                base_machine=machine_then, spec_hash="eeee")  # fmt: skip
+    real = gate(
+        accepted,
+        [r * 0.5 for r in busy],
+        quiet,
+        now_machine=machine_now,
+        base_machine=machine_then,
+        spec_hash="eeee",
+    )
     assert real["verdict"] == "regression" and real["change"] == pytest.approx(-0.7, abs=0.02)
 
 

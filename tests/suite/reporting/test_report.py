@@ -115,8 +115,11 @@ def test_lms_trials_get_a_simulated_memory_timeline(tmp_path):
 
 def test_an_emulated_host_is_flagged_wherever_its_rates_appear(tmp_path):
     emulated = copy.deepcopy(HOST)
-    emulated.update(architecture="aarch64", emulation="qemu-user: aarch64 on an x86_64 kernel",
-                    cpu_kernels="Eigen")  # fmt: skip
+    emulated.update(
+        architecture="aarch64",
+        emulation="qemu-user: aarch64 on an x86_64 kernel",
+        cpu_kernels="Eigen",
+    )
     native = {**HOST, "cpu_kernels": "oneDNN"}
     refs = {"local": store_host(tmp_path, native), "local-arm64": store_host(tmp_path, emulated)}
     for host, rate in (("local", 20.0), ("local-arm64", 0.5)):

@@ -32,28 +32,45 @@ def test_the_limits_table_shows_the_swap_only_bound_and_its_op(tmp_path):
                     spec_hash = f"{host}-{kind}-{value}"
                     trial = record(host, ref, spec_hash, 2.0, 0.1, outcome=outcome)
                     trial["spec"]["search"] = made["search_hash"]
-                    trial["params"].update({searched: value, "lms": LMS_EVERYTHING,
-                                            "memory_budget_bytes": 300 * MIB})  # fmt: skip
+                    trial["params"].update(
+                        {searched: value, "lms": LMS_EVERYTHING, "memory_budget_bytes": 300 * MIB}
+                    )
                     if report is not None:
                         trial["metrics"] = {**(trial["metrics"] or {}), "lms": report}
                     append_record(results_file(tmp_path, host), trial)
-                    made["trials"].append({"value": value, "spec_hash": spec_hash,
-                                           "outcome": outcome, "reused": False,
-                                           "peak_memory_bytes": None,
-                                           "images_per_sec": 2.0})  # fmt: skip
+                    made["trials"].append(
+                        {
+                            "value": value,
+                            "spec_hash": spec_hash,
+                            "outcome": outcome,
+                            "reused": False,
+                            "peak_memory_bytes": None,
+                            "images_per_sec": 2.0,
+                        }
+                    )
             append_record(tmp_path / "searches" / f"{host}.jsonl", made, validate_search_record)
 
     oom = "out_of_memory"
     relu = lms_report(60 * MIB, 6 * MIB, RELU_GRAD, 74 * MIB)
     pool = lms_report(60 * MIB, 2 * MIB, POOL_GRAD, 78 * MIB)
     # with the closed loop the bound is the device LMS was given (380 MiB), not its budget (300)
-    pool["calibration"] = {"limit_bytes": 300 * MIB, "device_limit_bytes": 380 * MIB,
-                           "accepted": True, "corrections": 0, "attempts": []}  # fmt: skip
+    pool["calibration"] = {
+        "limit_bytes": 300 * MIB,
+        "device_limit_bytes": 380 * MIB,
+        "accepted": True,
+        "corrections": 0,
+        "attempts": [],
+    }
     smaller = lms_report(60 * MIB, 4 * MIB, "googlenet_1/conv3_1/Relu", 50 * MIB)
     larger = lms_report(60 * MIB, 8 * MIB, "googlenet_1/conv3_1/Relu", 99 * MIB)
     # the trial at the limit sets the bound, not a smaller or a larger one
-    search("alpha", "max-resolution", 160, 256, [(208, "ok", smaller), (256, "ok", relu),
-                                                 (304, oom, larger)])  # fmt: skip
+    search(
+        "alpha",
+        "max-resolution",
+        160,
+        256,
+        [(208, "ok", smaller), (256, "ok", relu), (304, oom, larger)],
+    )
     # batch 12: 12 × (380 - 60) / (78 + 2) = 48 samples, 12× the LMS-off 4
     search("alpha", "max-batch", 4, 12, [(12, "ok", pool)])
     # records written before trials carried LMS reports, and a search without its LMS-off half
@@ -79,9 +96,13 @@ def test_the_limits_table_shows_the_swap_only_bound_and_its_op(tmp_path):
             row = [c.strip() for c in line.split("|")[1:-1]]
             cells[(row[2], row[1].split(" (")[0])] = row[6:8]
     assert cells[("alpha", "max resolution")] == [
-        "2.56× pixels", "≈ 7.68× (443), set by conv1_1/ReluGrad"]  # fmt: skip
+        "2.56× pixels",
+        "≈ 7.68× (443), set by conv1_1/ReluGrad",
+    ]
     assert cells[("alpha", "max batch")] == [
-        "3.00× batch", "≈ 12.00× (48), set by pool1_1/MaxPool2d/MaxPoolGrad"]  # fmt: skip
+        "3.00× batch",
+        "≈ 12.00× (48), set by pool1_1/MaxPool2d/MaxPoolGrad",
+    ]
     assert cells[("beta", "max resolution")] == ["2.56× pixels", "—"]
     assert cells[("beta", "max batch")] == ["—", "—"]
     assert cells[("gamma", "max resolution")] == ["only with LMS", "≈ 527, set by conv1_1/ReluGrad"]
