@@ -1,0 +1,137 @@
+"""The trial record: one trial process's result with what it was and where it ran. `TrialResult`
+is what a trial process writes (the worker's file), `TrialRecord` what the results file keeps
+(`<results>/<host>.jsonl`). `from_dict` reads and validates (a missing or mistyped field is a
+`DamagedRecord` naming it), `to_dict` writes; on disk the keys are those of schema 1, with
+`schema: 2`."""
+
+from dataclasses import dataclass, field
+
+from suite.errors import SuiteError
+from suite.records.fields import (
+    INTEGER,
+    STRING,
+    TABLE,
+    DamagedRecord,
+    Table,
+    fields_of,
+    read,
+    read_fields,
+)
+from suite.records.metrics import OUTCOMES, Metrics
+from suite.specs.model import TrialParams
+
+SCHEMA_VERSION = 2
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """How one trial process ended: what the worker writes (`to_dict`) and its parent reads
+    back (`from_dict`); `wall_s` is the parent's measure of the process, not in the file."""
+
+    outcome: str = field(metadata={"choices": OUTCOMES})
+    metrics: Metrics | None = None
+    error: str | None = None
+    device: str | None = None
+    wall_s: float = 0.0
+
+    def __post_init__(self):
+        check_outcome(self.outcome, self.metrics, "trial result")
+
+    def to_dict(self) -> dict:
+        values = fields_of(self)
+        del values["wall_s"]
+        return values
+
+    @classmethod
+    def from_dict(cls, values: dict, where: str = "trial result") -> "TrialResult":
+        t = Table(values, where)
+        check_outcome(t("outcome", STRING), t.table("metrics", null=True), where)
+        return read(cls, t)
+
+
+@dataclass(frozen=True)
+class SpecRef:
+    """Which spec and study a record belongs to; `search` (its hash) or `sweep` ("switch") when
+    a limit search or a switch sweep ran the trial."""
+
+    SPARSE = True
+    name: str
+    study: str
+    source: str | None = None
+    search: str | None = None
+    sweep: str | None = None
+
+
+def read_params(t: Table, key: str = "params", null: bool = False, default=None) -> TrialParams:
+    """A record's trial parameters, typed and checked: each field's type, and a known workload
+    (the report looks its rates and units up)."""
+    p = t.table(key)
+    checks = {"workload": STRING, "resolution": INTEGER, "batch": INTEGER, "precision": STRING,
+              "classes": INTEGER, "steps": INTEGER, "warmup_steps": INTEGER, "data": TABLE,
+              "memory_budget_bytes": INTEGER, "seed": INTEGER, "lms": TABLE, "gpus": INTEGER,
+              "nodes": INTEGER}  # fmt: skip
+    for name, kind in checks.items():
+        if name in p.values:
+            p(name, kind, null=name in ("resolution", "batch", "memory_budget_bytes", "lms"))
+    try:
+        params = TrialParams.from_dict(p.values)
+        params.info  # noqa: B018 (a workload this suite knows)
+    except (TypeError, ValueError, SuiteError) as error:
+        raise DamagedRecord(t.where, f"field {p.path!r}: {error}") from None
+    return params
+
+
+PARAMS = {"read": read_params}  # a record field's metadata: its TrialParams read and checked
+
+
+def check_outcome(outcome: str, metrics, where: str) -> None:
+    """What the report relies on beyond the types: a known outcome, and a trained trial's
+    images/sec (`metrics`: Metrics, or the stored table)."""
+    if outcome not in OUTCOMES:
+        raise DamagedRecord(where, f"outcome {outcome!r} is not one of {', '.join(OUTCOMES)}")
+    if isinstance(metrics, Table):
+        metrics = metrics.values.get("images_per_sec") is not None or None
+    elif metrics is not None:
+        metrics = metrics.images_per_sec
+    if outcome == "ok" and metrics is None:
+        raise DamagedRecord(where, "an 'ok' record must carry metrics with 'images_per_sec'")
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """One trial process as the results file keeps it (`<results>/<host>.jsonl`)."""
+
+    spec: SpecRef
+    spec_hash: str
+    params: TrialParams = field(metadata=PARAMS)
+    repeat: int
+    host: str
+    host_ref: str
+    outcome: str
+    metrics: Metrics | None
+    error: str | None
+    device: str | None
+    started_at: str
+    finished_at: str
+    wall_s: float
+    log: str | None = None
+    run: str | None = None  # the run it belongs to (inv baseline, inv regress)
+    image: str | None = None  # the container image it ran in; None: natively
+
+    def __post_init__(self):
+        where = f"trial record {self.spec_hash} repeat {self.repeat} of host {self.host}"
+        check_outcome(self.outcome, self.metrics, where)
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == "ok"
+
+    def to_dict(self) -> dict:
+        return {"schema": SCHEMA_VERSION, **fields_of(self)}
+
+    @classmethod
+    def from_dict(cls, values: dict, where: str) -> "TrialRecord":
+        """A schema-2 record (migrate.py brings a schema-1 one to this form first)."""
+        t = Table(values, where)
+        check_outcome(t("outcome", STRING), t.table("metrics", null=True), where)
+        return read_fields(cls, t)
