@@ -276,7 +276,8 @@ def project(c, spec=None, link=None, gpu="host", workload=None, resolution=None,
     from suite.running.projection import project_spec  # TensorFlow: after the checks
 
     results = project_spec(loaded, output, names, gpu, workload)
-    print(json.dumps(results, indent=1))  # stdout is the JSON; progress: stderr
+    # stdout is the JSON; progress: stderr
+    print(json.dumps([p.to_dict() for p in results], indent=1))
 
 
 @task

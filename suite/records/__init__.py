@@ -11,14 +11,16 @@ Types (schema 2; a schema-1 file of any form the suite wrote is migrated on load
                     memory_budget_bytes, machine_load (MachineLoad), machine_speed
                     (MachineSpeed), replicas, nodes, workers (WorkerSummary...), lms_plan and
                     lms_traffic (lms's report and traffic, dicts), slurm_job; None: not measured
-    TrialResult     what a trial process writes: outcome, metrics, error, device (+ wall_s)
+    TrialResult     what a trial process writes: outcome, metrics, error, device (+ wall_s);
+                    write_result(path, result), read_result(path)
     SearchRecord    <results>/searches/<host>.jsonl: kind, search_hash, limit_key, mode, spec,
                     params, lms, searched, range, largest_ok, smallest_failed, failed_outcome,
                     stop_reached, trials (SearchTrial...), trials_run, boundary (Boundary:
                     limit/failed BoundarySide with ProcessMargin processes, verdict ...),
                     prediction (SearchPrediction), host, host_ref, started_at, finished_at
     PredictionRecord <results>/predictions/<host>.jsonl: search_hash, largest_fit, probes
-                    ({index: Probe}), seconds, recorded_at, error
+                    ({index: Probe}), seconds, recorded_at, error; the child's answer:
+                    write_prediction(path, record), read_prediction(path)
     Projection      <output>/projection.json: a trial's projection, links (LinkProjection...)
     HostDescription <results>/hosts/<ref>.json (content-hashed, unversioned): architecture, cpu
                     (Cpu), memory_bytes, gpus (Gpu...), emulation, link, versions, suite, raw
@@ -86,8 +88,17 @@ from suite.records.search import (
     SearchPrediction,
     SearchRecord,
     SearchTrial,
+    read_prediction,
+    write_prediction,
 )
-from suite.records.trial import SCHEMA_VERSION, SpecRef, TrialRecord, TrialResult
+from suite.records.trial import (
+    SCHEMA_VERSION,
+    SpecRef,
+    TrialRecord,
+    TrialResult,
+    read_result,
+    write_result,
+)
 from suite.specs.model import TrialParams
 
 
@@ -180,6 +191,8 @@ __all__ = [
     "log_file",
     "predictions_file",
     "projection_file",
+    "read_prediction",
+    "read_result",
     "readable_directory",
     "results_file",
     "searches_file",
@@ -189,5 +202,7 @@ __all__ = [
     "writable_directory",
     "writable_file",
     "write_atomic",
+    "write_prediction",
     "write_projections",
+    "write_result",
 ]

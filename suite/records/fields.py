@@ -39,7 +39,6 @@ BOOLEAN: Kind = (lambda v: isinstance(v, bool), "true or false")
 TABLE: Kind = (lambda v: isinstance(v, dict), "a table")
 LIST: Kind = (lambda v: isinstance(v, list), "a list")
 NUMBERS: Kind = (lambda v: isinstance(v, list) and all(map(_number, v)), "a list of numbers")
-JOB: Kind = (lambda v: isinstance(v, str) or _integer(v), "a string or an integer")
 _REQUIRED = object()
 
 
@@ -106,11 +105,7 @@ def _read_value(t: Table, key: str, hint, default, metadata):
     args = typing.get_args(hint)
     null = type(None) in args
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        rest = [a for a in args if a is not type(None)]
-        hint = rest[0] if len(rest) == 1 else tuple(rest)
-    if isinstance(hint, tuple):  # str | int
-        check = (lambda v: isinstance(v, hint) and not isinstance(v, bool), metadata["allowed"])
-        return t(key, check, null, default)
+        (hint,) = [a for a in args if a is not type(None)]
     if "read" in metadata:
         return metadata["read"](t, key, null, default)
     # nested types and tuples: their fields default to None

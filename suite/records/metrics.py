@@ -99,7 +99,7 @@ class Metrics:
     workers: tuple[WorkerSummary, ...] | None = None
     lms_plan: dict | None = field(default=None, metadata={"key": "lms"})  # lms's plan report
     lms_traffic: dict | None = None  # lms.LMSFunction.traffic()
-    slurm_job: str | int | None = field(default=None, metadata={"allowed": "a job id"})
+    slurm_job: str | None = None  # the Slurm job that ran it
 
     def rate(self, key: str) -> Rate | None:
         """The rate named `key` (a workload's `rate_key`: pixels_per_sec or voxels_per_sec)."""

@@ -52,11 +52,14 @@ class Projection:
     swaps: int
     links: tuple[LinkProjection, ...]
 
+    def to_dict(self) -> dict:
+        return fields_of(self)
+
 
 def write_projections(output_dir: Path, projections: list[Projection]) -> Path:
     """Replace `<output_dir>/projection.json` with `projections` (refused if they would not
     load back)."""
-    values = {"schema": SCHEMA_VERSION, "projections": [fields_of(p) for p in projections]}
+    values = {"schema": SCHEMA_VERSION, "projections": [p.to_dict() for p in projections]}
     path = projection_file(output_dir)
     _read(values, str(path))
     write_atomic(path, json.dumps(values, indent=1) + "\n")

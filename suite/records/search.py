@@ -2,9 +2,12 @@
 the trials behind it, the boundary's margin and verdict) and the prediction record
 (`<results>/predictions/<host>.jsonl`: the simulator's bracket, a cache of searches)."""
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from suite.records.fields import INTEGER, Table, fields_of, read_fields
+from suite.records.fields import INTEGER, DamagedRecord, Table, fields_of, read_fields
+from suite.records.files import write_atomic
 from suite.records.metrics import OUTCOMES
 from suite.records.trial import PARAMS, SCHEMA_VERSION, SpecRef
 from suite.specs.model import TrialParams
@@ -157,3 +160,17 @@ class PredictionRecord:
     @classmethod
     def from_dict(cls, values: dict, where: str) -> "PredictionRecord":
         return read_fields(cls, Table(values, where))
+
+
+def write_prediction(path: Path, record: PredictionRecord) -> None:
+    """The prediction child's answer, for the search that waits for it (atomically)."""
+    write_atomic(path, json.dumps(record.to_dict()))
+
+
+def read_prediction(path: Path) -> PredictionRecord:
+    """The answer the prediction child wrote to `path`; a DamagedRecord if it cannot be read."""
+    try:
+        values = json.loads(Path(path).read_text())
+    except json.JSONDecodeError as error:
+        raise DamagedRecord(str(path), f"not valid JSON ({error.msg})") from None
+    return PredictionRecord.from_dict(values, str(path))

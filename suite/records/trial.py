@@ -4,7 +4,9 @@ is what a trial process writes (the worker's file), `TrialRecord` what the resul
 `DamagedRecord` naming it), `to_dict` writes; on disk the keys are those of schema 1, with
 `schema: 2`."""
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from suite.errors import SuiteError
 from suite.records.fields import (
@@ -17,6 +19,7 @@ from suite.records.fields import (
     read,
     read_fields,
 )
+from suite.records.files import write_atomic
 from suite.records.metrics import OUTCOMES, Metrics
 from suite.specs.model import TrialParams
 
@@ -37,6 +40,10 @@ class TrialResult:
     def __post_init__(self):
         check_outcome(self.outcome, self.metrics, "trial result")
 
+    @property
+    def ok(self) -> bool:
+        return self.outcome == "ok"
+
     def to_dict(self) -> dict:
         values = fields_of(self)
         del values["wall_s"]
@@ -47,6 +54,26 @@ class TrialResult:
         t = Table(values, where)
         check_outcome(t("outcome", STRING), t.table("metrics", null=True), where)
         return read(cls, t)
+
+
+def write_result(path: Path, result: TrialResult) -> None:
+    """A trial process's result, for its parent (atomically: a reader sees all of it or none)."""
+    write_atomic(path, json.dumps(result.to_dict()))
+
+
+def read_result(path: Path) -> TrialResult | None:
+    """The result a trial process wrote to `path`; None if it wrote none; one that cannot be
+    read is a crash, saying why."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    try:
+        return TrialResult.from_dict(json.loads(path.read_text()), str(path))
+    except json.JSONDecodeError as error:
+        problem = f"not valid JSON ({error.msg})"
+    except DamagedRecord as error:
+        problem = error.problem
+    return TrialResult("crashed", error=f"the trial process wrote an unreadable result: {problem}")
 
 
 @dataclass(frozen=True)

@@ -59,15 +59,15 @@ def plan_trial(params: TrialParams, device_memory=None, plot: Path | None = None
 def measured_attempts(results_dir: Path | None) -> dict:
     """Per spec hash, the closed loop's attempts of the newest recorded LMS trial that ran
     (`calibration` of lms's report: budget planned for, simulated and measured peaks)."""
-    from suite.records import load_all_records
+    from suite.records import load_trials
 
     if results_dir is None or not results_dir.is_dir():
         return {}
     found = {}
-    for record in load_all_records(results_dir):
-        calibration = ((record.get("metrics") or {}).get("lms") or {}).get("calibration")
-        if calibration:
-            found[record["spec_hash"]] = calibration  # records are in the order they were run
+    for record in load_trials(results_dir):
+        plan = record.metrics.lms_plan if record.metrics else None
+        if plan and plan.get("calibration"):  # lms's report (a dict until lms gives a type)
+            found[record.spec_hash] = plan["calibration"]  # records are in the order they ran
     return found
 
 
