@@ -28,7 +28,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from suite.errors import SuiteError
-from suite.records import load_all_records, record_params, utc_now, write_atomic
+from suite.records import TrialRecord, load_trials, utc_now, write_atomic
 from suite.specs.model import lms_text
 from suite.stats import ratio_interval
 
@@ -38,24 +38,25 @@ TOLERANCE = 0.05
 ALPHA = 0.002
 
 
-def _process(record: dict) -> dict:
-    """What one trial process contributes: its images/sec (mean over its steps) and the machine's
-    speed around it (None for records from before it was measured)."""
-    metrics = record["metrics"]
-    speed = (metrics.get("machine_speed") or {}).get("mean")
-    return {"rate": metrics["images_per_sec"]["mean"], "machine_speed": speed}
+def _process(record: TrialRecord) -> dict:
+    """What one trial process that trained contributes: its images/sec (mean over its steps) and
+    the machine's speed around it (None for records from before it was measured)."""
+    speed = record.metrics.machine_speed
+    return {
+        "rate": record.metrics.images_per_sec.mean,
+        "machine_speed": speed.mean if speed else None,
+    }
 
 
-def newest_runs(records: list[dict]) -> dict:
+def newest_runs(records: list[TrialRecord]) -> dict:
     """{(host, spec_hash): [records of the newest run]} (a run: records sharing `run`)."""
     grouped = defaultdict(list)
     for record in records:
-        grouped[(record["host"], record["spec_hash"])].append(record)
+        grouped[(record.host, record.spec_hash)].append(record)
     newest = {}
     for key, group in grouped.items():
-        last = max(group, key=lambda r: r["finished_at"])
-        run = last.get("run")
-        newest[key] = [r for r in group if r.get("run") == run] if run else [last]
+        last = max(group, key=lambda r: r.finished_at)
+        newest[key] = [r for r in group if r.run == last.run] if last.run else [last]
     return newest
 
 
@@ -76,19 +77,20 @@ def thresholds(tolerance, alpha) -> tuple[float, float]:
 def make_baseline(results_dir: Path, path: Path) -> dict:
     """Accept the newest run of every (host, spec hash) that trained as the baseline."""
     entries = {}
-    for (host, spec_hash), run in sorted(newest_runs(load_all_records(results_dir)).items()):
-        ok = [r for r in run if r["outcome"] == "ok"]
+    for (host, spec_hash), run in sorted(newest_runs(load_trials(results_dir)).items()):
+        ok = [r for r in run if r.ok]
         if not ok:
             continue
         processes = [_process(r) for r in ok]
+        params = ok[0].params
         entries[f"{host}/{spec_hash}"] = {
             "host": host,
             "spec_hash": spec_hash,
-            "workload": record_params(ok[0]).workload,
-            "resolution": record_params(ok[0]).resolution,
-            "batch": record_params(ok[0]).batch,
-            "params": ok[0]["params"],  # what the table tells rows apart by
-            "run": ok[0].get("run"),
+            "workload": params.workload,
+            "resolution": params.resolution,
+            "batch": params.batch,
+            "params": params.to_dict(),  # what the table tells rows apart by
+            "run": ok[0].run,
             "images_per_sec": statistics.fmean(p["rate"] for p in processes),
             "processes": processes,
         }
@@ -144,7 +146,7 @@ def compare(baseline: dict, results_dir: Path, tolerance=TOLERANCE, alpha=ALPHA)
     process (its steps share one minute of machine load), rates are divided by the machine's
     measured speed, and a change counts when it is beyond `tolerance` and the (1 - alpha)
     confidence interval of the ratio excludes 1. Fewer than 2 processes on a side: inconclusive."""
-    runs = newest_runs(load_all_records(results_dir))
+    runs = newest_runs(load_trials(results_dir))
     rows = []
     for key, entry in sorted(baseline["entries"].items()):
         row = {k: entry[k] for k in ("host", "workload", "resolution", "batch")}
@@ -160,15 +162,15 @@ def compare(baseline: dict, results_dir: Path, tolerance=TOLERANCE, alpha=ALPHA)
         )
         run = runs.get((entry["host"], entry["spec_hash"]))
         # baselines made before entries kept their parameters: the run's (same spec hash)
-        row["params"] = entry.get("params") or (run[0]["params"] if run else None)
-        if not run or run[0].get("run") == entry["run"]:
+        row["params"] = entry.get("params") or (run[0].params.to_dict() if run else None)
+        if not run or run[0].run == entry["run"]:
             row["verdict"] = "no new run"
             rows.append(row)
             continue
-        ok = [r for r in run if r["outcome"] == "ok"]
+        ok = [r for r in run if r.ok]
         if not ok:
             row["verdict"] = "regression"
-            row["reason"] = f"did not train: {run[0]['outcome']}"
+            row["reason"] = f"did not train: {run[0].outcome}"
             rows.append(row)
             continue
         processes = [_process(r) for r in ok]

@@ -9,18 +9,18 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from suite.records import record_params
+from suite.records import TrialRecord
 from suite.reporting.answer import DASH, process_rates, rate_text
 from suite.reporting.figures import discard, finish, new_figure
 from suite.stats import ratio_interval
 
 
-def _groups(records: list[dict]) -> dict:
+def _groups(records: list[TrialRecord]) -> dict:
     """{(workload label, host): {replicas: [records]}} for configurations that ran with more
     than one replica somewhere; the key ignores gpus and nodes (same per-replica batch)."""
     by_key = {}
     for record in records:
-        params = record_params(record)
+        params = record.params
         if params.resolution is None or params.batch is None:
             continue
         base = params.replace(gpus=1, nodes=1)
@@ -28,7 +28,7 @@ def _groups(records: list[dict]) -> dict:
         label += f" {params.precision}"
         if params.lms:
             label += ", LMS"
-        key = (base.hash, label, record["host"])
+        key = (base.hash, label, record.host)
         by_key.setdefault(key, {}).setdefault(params.replicas, []).append(record)
     return {(label, host): runs for (_, label, host), runs in by_key.items() if max(runs) > 1}
 
@@ -46,7 +46,7 @@ def _efficiency(runs: dict, replicas: int) -> str:
     return f"{interval['ratio']:.0%} ({interval['low']:.0%}–{interval['high']:.0%})"
 
 
-def scaling_section(records: list[dict], output_dir: Path) -> dict | None:
+def scaling_section(records: list[TrialRecord], output_dir: Path) -> dict | None:
     groups = _groups(records)
     if not groups:
         return None

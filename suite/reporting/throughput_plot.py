@@ -6,7 +6,6 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
-from suite.records import record_params
 from suite.reporting.figures import new_figure
 from suite.specs.model import lms_text
 from suite.units import format_bytes
@@ -45,7 +44,7 @@ def throughput_bars(groups: dict) -> list[Bar]:
             for host, result in sorted(by_host.items()):
                 rate = result.rate("images_per_sec")
                 if rate:
-                    params = record_params(result.records[-1])
+                    params = result.records[-1].params
                     key = (_configuration(workload, params), host, f"LMS {lms_text(params.lms)}")
                     size = (workload, params.resolution or 0, params.batch or 0, params.replicas)
                     found.append((size, host, key, spec_hash, rate))

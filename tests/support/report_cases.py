@@ -1,7 +1,16 @@
-"""Hand-made trial and search records with known numbers, as the suite writes them: the tests of
-the report, the regression gate and the tasks build their results directories from these."""
+"""Hand-made trial and search records with known numbers, in the form the suite stores them: the
+tests of the report, the regression gate and the tasks build their results directories from
+these (`write_record`), or read them as the report does (`trial`)."""
 
-from suite.records import SCHEMA_VERSION
+from pathlib import Path
+
+from suite.records import (
+    SCHEMA_VERSION,
+    SearchRecord,
+    TrialRecord,
+    append_search,
+    append_trial,
+)
 
 HOST = {
     "architecture": "x86_64",
@@ -100,7 +109,8 @@ def search_record(host, ref, kind, mode, largest, smallest):
         "stop_reached": False,
         "trials": [],
         "trials_run": 0,
-        "prediction": {},
+        "boundary": None,
+        "prediction": {"largest_fit": None, "nothing_fits": False, "seconds": None, "error": None},
         "host": host,
         "host_ref": ref,
         "started_at": "2026-11-01T00:00:00+00:00",
@@ -167,3 +177,17 @@ def traffic(copy, out_seconds=None, in_seconds=None):
         "in_bandwidth": in_bytes / in_seconds if in_seconds else None,
         "link": {"bandwidth": 2e9, "latency": 0.0} if copy == "emulated link" else None,
     }
+
+
+def trial(values: dict) -> TrialRecord:
+    """A hand-made trial record (`record`, edited) as the report reads it."""
+    return TrialRecord.from_dict(values, "hand-made trial record")
+
+
+def write_record(results_dir: Path, values: dict) -> None:
+    """Append a hand-made trial or search record to `results_dir` as the suite does: typed and
+    checked first."""
+    if "search_hash" in values:
+        append_search(results_dir, SearchRecord.from_dict(values, "hand-made search record"))
+    else:
+        append_trial(results_dir, trial(values))

@@ -3,9 +3,9 @@ and a flag on rates measured on a busy machine."""
 
 import copy
 
-from report_cases import HOST, LMS_EVERYTHING, record, search_record
+from report_cases import HOST, LMS_EVERYTHING, record, search_record, write_record
 
-from suite.records import append_record, results_file, store_host, validate_search_record
+from suite.records import store_host
 from suite.reporting.report import render_report
 
 
@@ -19,26 +19,19 @@ def test_the_report_leads_with_the_answer(tmp_path):
     # beta is 1.8x faster with LMS off; with LMS on its processes scatter widely
     rates = {"alpha": (10.0, 8.0, (1.0, 0.96, 1.05)), "beta": (18.0, 8.5, (0.6, 1.0, 1.5))}
     for host, (off, on, on_spread) in rates.items():
-        path = results_file(tmp_path, host)
         for repeat in range(3):
-            append_record(
-                path, record(host, refs[host], "off1", off * spread[repeat], 0.1, repeat=repeat)
-            )
+            off_record = record(host, refs[host], "off1", off * spread[repeat], 0.1, repeat=repeat)
+            write_record(tmp_path, off_record)
             lms = record(host, refs[host], "on1", on * on_spread[repeat], 0.1, repeat=repeat)
             lms["params"]["lms"] = LMS_EVERYTHING
-            append_record(path, lms)
-        searches = tmp_path / "searches" / f"{host}.jsonl"
+            write_record(tmp_path, lms)
         for kind, mode, largest in (
             ("max-resolution", "off", 416),
             ("max-resolution", "on", 832),
             ("max-batch", "off", 4),
             ("max-batch", "on", 12),
         ):
-            append_record(
-                searches,
-                search_record(host, refs[host], kind, mode, largest, None),
-                validate_search_record,
-            )
+            write_record(tmp_path, search_record(host, refs[host], kind, mode, largest, None))
     text = render_report(tmp_path, tmp_path / "out").read_text()
     first = text.index("## The answer")
     assert first < text.index("## Details per configuration") and "## Hosts" in text
@@ -64,7 +57,6 @@ def test_a_measurement_on_a_busy_machine_is_flagged_wherever_its_rate_appears(tm
     """Three processes of one configuration, one measured while other processes held 1.2 of 2
     cores: the answer and the configuration's table say so; quiet and older records do not."""
     ref = store_host(tmp_path, HOST)
-    path = results_file(tmp_path, "h1")
     loads = [0.1, 1.2, None]  # None: a record from before the load was measured
     for repeat, others in enumerate(loads):
         made = record("h1", ref, "aaa", 10.0 + repeat, 0.1, repeat=repeat)
@@ -76,8 +68,8 @@ def test_a_measurement_on_a_busy_machine_is_flagged_wherever_its_rate_appears(tm
                 "other_cores": {"mean": others, "max": others + 0.5},
                 "seconds": 3.0,
             }
-        append_record(path, made)
-    append_record(results_file(tmp_path, "h2"), record("h2", ref, "aaa", 9.0, 0.1))
+        write_record(tmp_path, made)
+    write_record(tmp_path, record("h2", ref, "aaa", 9.0, 0.1))
     text = render_report(tmp_path, tmp_path / "out").read_text()
     flag = "⚠ 1 on a busy machine (others used 1.2 of 2 cores)"
     answer = text[text.index("## The answer") : text.index("## Details per configuration")]

@@ -1,19 +1,17 @@
 """`inv publish`: dated copies of the report, earlier ones untouched, an index newest first."""
 
 import pytest
-from report_cases import HOST, record
+from report_cases import HOST, record, write_record
 
 from suite.errors import SuiteError
-from suite.records import append_record, results_file, store_host
+from suite.records import store_host
 from suite.reporting.publish import publish
 from suite.reporting.report import render_report
 
 
 def test_publish_keeps_earlier_reports_and_indexes_newest_first(tmp_path):
     results = tmp_path / "results"
-    append_record(
-        results_file(results, "h1"), record("h1", store_host(results, HOST), "aaaa", 10.0, 0.1)
-    )
+    write_record(results, record("h1", store_host(results, HOST), "aaaa", 10.0, 0.1))
     report_dir = tmp_path / "report"
     render_report(results, report_dir)
     first = publish(report_dir, tmp_path / "pub", day="2026-11-20")

@@ -1,19 +1,18 @@
 """The scaling section: replicas against one replica of the same configuration."""
 
-from report_cases import HOST, record
+from report_cases import HOST, record, write_record
 
-from suite.records import append_record, results_file, store_host
+from suite.records import store_host
 from suite.reporting.report import render_report
 
 
 def test_replicas_get_a_scaling_table_with_efficiency_against_one_replica(tmp_path):
     ref = store_host(tmp_path, HOST)
-    path = results_file(tmp_path, "alpha")
     for repeat, (one, two) in enumerate([(10.0, 18.0), (10.5, 19.0), (9.5, 17.0)]):
-        append_record(path, record("alpha", ref, "one", one, 0.1, repeat=repeat))
+        write_record(tmp_path, record("alpha", ref, "one", one, 0.1, repeat=repeat))
         pair = record("alpha", ref, "two", two, 0.1, repeat=repeat)
         pair["params"]["gpus"] = 2  # 2 replicas of the same per-replica batch
-        append_record(path, pair)
+        write_record(tmp_path, pair)
     text = render_report(tmp_path, tmp_path / "out").read_text()
     assert "## Scaling: replicas" in text
     table = text[text.index("## Scaling") :]

@@ -9,9 +9,10 @@ from report_cases import (
     lms_report,
     record,
     search_record,
+    write_record,
 )
 
-from suite.records import append_record, results_file, store_host, validate_search_record
+from suite.records import store_host
 from suite.reporting.report import render_report
 
 
@@ -37,7 +38,7 @@ def test_the_limits_table_shows_the_swap_only_bound_and_its_op(tmp_path):
                     )
                     if report is not None:
                         trial["metrics"] = {**(trial["metrics"] or {}), "lms": report}
-                    append_record(results_file(tmp_path, host), trial)
+                    write_record(tmp_path, trial)
                     made["trials"].append(
                         {
                             "value": value,
@@ -46,9 +47,10 @@ def test_the_limits_table_shows_the_swap_only_bound_and_its_op(tmp_path):
                             "reused": False,
                             "peak_memory_bytes": None,
                             "images_per_sec": 2.0,
+                            "repeat": 0,
                         }
                     )
-            append_record(tmp_path / "searches" / f"{host}.jsonl", made, validate_search_record)
+            write_record(tmp_path, made)
 
     oom = "out_of_memory"
     relu = lms_report(60 * MIB, 6 * MIB, RELU_GRAD, 74 * MIB)

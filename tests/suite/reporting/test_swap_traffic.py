@@ -1,8 +1,8 @@
 """Swap traffic per step beside throughput, and a bandwidth only where a copy was timed."""
 
-from report_cases import HOST, LMS_EVERYTHING, record, traffic
+from report_cases import HOST, LMS_EVERYTHING, record, traffic, write_record
 
-from suite.records import append_record, results_file, store_host
+from suite.records import store_host
 from suite.reporting.report import render_report
 
 
@@ -11,7 +11,6 @@ def test_swap_bandwidth_is_shown_only_where_a_copy_was_timed(tmp_path):
     emulated device without a link says there was no copy; an old record's bookkeeping
     "bandwidth" is not shown; a GPU step nobody profiled says so."""
     ref = store_host(tmp_path, HOST)
-    path = results_file(tmp_path, "alpha")
     cases = {
         # two processes: 131 MiB in 0.07 + 0.07 s out, 189 MiB in 0.1 and 0.3 s in
         "link": [traffic("emulated link", 0.07, 0.1), traffic("emulated link", 0.07, 0.3)],
@@ -28,7 +27,7 @@ def test_swap_bandwidth_is_shown_only_where_a_copy_was_timed(tmp_path):
             if spec_hash == "old":
                 del measured["version"], measured["copy"]  # fields version 2 added
             made["metrics"]["lms_traffic"] = measured
-            append_record(path, made)
+            write_record(tmp_path, made)
     text = render_report(tmp_path, tmp_path / "out").read_text()
 
     def cell(spec_hash):

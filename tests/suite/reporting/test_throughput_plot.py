@@ -1,6 +1,6 @@
 """The throughput bar chart: every LMS setting its own bar, colour, hatch and legend entry."""
 
-from report_cases import LMS_EVERYTHING, record
+from report_cases import LMS_EVERYTHING, record, trial
 
 
 def test_the_throughput_plot_draws_each_lms_setting_apart_with_a_legend(tmp_path):
@@ -19,7 +19,7 @@ def test_the_throughput_plot_draws_each_lms_setting_apart_with_a_legend(tmp_path
     linked = record("alpha", "r", "link", 5.0, 0.25)
     linked["params"]["lms"] = LMS_EVERYTHING | {"link": {"bandwidth": 2e9, "latency": 0.0}}
     records.append(linked)
-    figure, axis = draw_throughput(throughput_bars(_group(records)))
+    figure, axis = draw_throughput(throughput_bars(_group(list(map(trial, records)))))
     handles, _ = axis.get_legend_handles_labels()
     labels = [text.get_text().replace("\n", " ") for text in axis.get_legend().get_texts()]
     assert labels[0] == "LMS off" and len(labels) == len(set(labels)) == 3  # one per setting
