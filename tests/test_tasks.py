@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 from _unwritable import unwritable
-from report_cases import HOST, record
+from report_cases import HOST, record, write_record
 
-from suite.records import append_record, results_file, store_host
+from suite.records import results_file, store_host
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = """name = "tiny"
@@ -326,7 +326,7 @@ def test_a_file_or_an_unwritable_directory_is_one_line(tmp_path):
         ), task
     results = tmp_path / "results"
     store_host(results, HOST)
-    append_record(results_file(results, "h1"), record("h1", "ref", "aaaa", 10.0, 0.1))
+    write_record(results, record("h1", "ref", "aaaa", 10.0, 0.1))
     with unwritable(tmp_path / "locked") as locked:
         commands = [
             ("--results", "run", "--spec", str(spec), "--results", str(locked)),
@@ -352,7 +352,7 @@ def test_a_record_of_the_wrong_type_is_skipped_with_its_file_and_line(tmp_path):
     results = tmp_path / "results"
     store_host(results, HOST)
     path = results_file(results, "h1")
-    append_record(path, record("h1", "ref", "aaaa", 10.0, 0.1))
+    write_record(results, record("h1", "ref", "aaaa", 10.0, 0.1))
     damaged = record("h1", "ref", "aaaa", 10.0, 0.1, repeat=1)
     damaged["metrics"]["images_per_sec"] = "fast"
     with open(path, "a") as handle:
