@@ -99,7 +99,6 @@ from suite.records.trial import (
     read_result,
     write_result,
 )
-from suite.specs.model import TrialParams
 
 
 def load_trials(results_dir: Path, host: str | None = None) -> list[TrialRecord]:
@@ -131,19 +130,6 @@ def append_search(results_dir: Path, record: SearchRecord) -> None:
 
 def append_prediction(results_dir: Path, host: str, record: PredictionRecord) -> None:
     append(predictions_file(results_dir, host), record)
-
-
-# Until the report reads the typed records (issue 28, in progress): the dict forms it reads today.
-def load_all_records(results_dir: Path) -> list[dict]:
-    return [r.to_dict() for r in load_trials(results_dir)]
-
-
-def load_search_records(results_dir: Path) -> list[dict]:
-    return [r.to_dict() for r in load_searches(results_dir)]
-
-
-def record_params(record: dict) -> TrialParams:
-    return TrialParams.from_dict(record["params"])
 
 
 __all__ = [

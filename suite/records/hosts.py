@@ -38,17 +38,26 @@ class SuiteVersion:
     dirty: bool | None = None
 
 
+# the copy sizes the hosts table shows a bandwidth at: 1 MiB, 64 MiB, 1 GiB
+SHOWN_SIZES = (2**20, 2**26, 2**30)
+
+
 def _link(t: Table, key: str, null: bool, default) -> dict | None:
-    """The measured copy bandwidths (suite.hosts.link), checked for what the report reads."""
+    """The measured copy bandwidths (suite.hosts.link), checked for what the report reads: a
+    number at each shown size, for memcpy and for each GPU each way."""
     link = t.table(key, null=True, default=None)
     if link is None:
         return None
-    link("sizes_bytes", NUMBERS)
-    link("memcpy_gbps", NUMBERS)
+    sizes = link("sizes_bytes", NUMBERS)
+    if not set(SHOWN_SIZES) <= set(sizes):
+        raise link.damaged("sizes_bytes", f"lacks one of the sizes {SHOWN_SIZES}")
+    one_per_size = f"a list of {len(sizes)} numbers, one per size"
+    rates = (lambda v: isinstance(v, list) and len(v) == len(sizes) and NUMBERS[0](v), one_per_size)
+    link("memcpy_gbps", rates)
     for gpu in link.tables("gpus"):
         gpu("index", INTEGER)
-        gpu("host_to_device_gbps", NUMBERS)
-        gpu("device_to_host_gbps", NUMBERS)
+        gpu("host_to_device_gbps", rates)
+        gpu("device_to_host_gbps", rates)
     return link.values
 
 

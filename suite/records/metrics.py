@@ -5,7 +5,7 @@ measured). Stored as the sparse table schema 1 had: only what was measured, `lms
 import dataclasses
 from dataclasses import dataclass, field
 
-from suite.records.fields import Table, read_fields
+from suite.records.fields import Table, fields_of, read_fields
 
 # how a trial ended: it trained, ran out of (emulated) device memory, died, or did not finish
 # skipped: the host lacks what the trial needs (e.g. 4 GPUs), said in the record's error
@@ -106,6 +106,9 @@ class Metrics:
         if key not in RATE_KEYS:
             raise KeyError(f"{key!r} is not a rate; rates: {', '.join(RATE_KEYS)}")
         return getattr(self, key)
+
+    def to_dict(self) -> dict:
+        return fields_of(self)
 
     @classmethod
     def from_table(cls, t: Table) -> "Metrics":

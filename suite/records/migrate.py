@@ -4,7 +4,8 @@ gives it the value that means what the older record meant. A form that cannot be
 schema 2 is a DamagedRecord naming the field (loading skips it with a warning)."""
 
 from suite.errors import RecordError
-from suite.records.fields import DamagedRecord
+from suite.records.fields import DamagedRecord, Table, read_fields
+from suite.records.search import Boundary
 from suite.records.trial import SCHEMA_VERSION
 
 
@@ -33,27 +34,52 @@ def upgrade(values, kind: str, where: str) -> dict:
 
 
 def trial_v1(values: dict) -> dict:
+    """Trial records: `log` since the first (0022d76), `image` since f124847, `run` since
+    05d85a5; metrics gained lms (e593c12), lms_traffic (cb4b98d), replicas, nodes,
+    images_per_sec_per_replica and workers (b6c4a5b), machine_speed, machine_load (473d9e3) and
+    slurm_job, each absent (not measured) before, which schema 2 reads as None."""
     values["schema"] = SCHEMA_VERSION
-    for key in ("log", "run", "image"):  # the first records had no run, image or log
+    for key in ("log", "run", "image"):
         values.setdefault(key, None)
     return values
 
 
 def search_v1(values: dict) -> dict:
+    """Search records before 31c6d76 have no `boundary` and their trials no `repeat` (each ran
+    once, repeat 0); a boundary without what its margin is shown from was "not measured", as
+    it is now (None)."""
     values["schema"] = SCHEMA_VERSION
+    trials = values.get("trials")
+    if isinstance(trials, list):
+        values["trials"] = [
+            {"repeat": 0, **trial} if isinstance(trial, dict) else trial for trial in trials
+        ]
+    boundary = values.get("boundary")
+    if boundary is not None:
+        try:
+            read_fields(Boundary, Table(boundary, "", "boundary"))
+        except DamagedRecord:
+            boundary = None
+    values["boundary"] = boundary
     return values
 
 
 def prediction_v1(values: dict) -> dict:
+    """Predictions carried no schema version; their form has not changed since (26594da)."""
     values["schema"] = SCHEMA_VERSION
     return values
 
 
-def projection_v1(values, where: str):
-    """projection.json: schema 1 was the bare list of projections."""
-    if isinstance(values, list):
-        return {"schema": SCHEMA_VERSION, "projections": values}
+def projection_v1(values, where: str) -> dict:
+    """projection.json: schema 1 was the bare list of projections; its links had no
+    `out_bandwidth` before ae16893 (one bandwidth both ways, as the report read it)."""
     if isinstance(values, dict) and values.get("schema") == SCHEMA_VERSION:
         return values
-    version = values.get("schema") if isinstance(values, dict) else None
-    raise RecordError(f"{where}: not a projection file this suite reads (schema {version!r})")
+    if not isinstance(values, list):
+        version = values.get("schema") if isinstance(values, dict) else None
+        raise RecordError(f"{where}: not a projection file this suite reads (schema {version!r})")
+    for projection in values:
+        for link in projection.get("links", []) if isinstance(projection, dict) else []:
+            if isinstance(link, dict) and "bandwidth" in link:
+                link.setdefault("out_bandwidth", link["bandwidth"])
+    return {"schema": SCHEMA_VERSION, "projections": values}

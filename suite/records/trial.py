@@ -89,17 +89,31 @@ class SpecRef:
     sweep: str | None = None
 
 
+# a trial parameter's kind, and whether it may be null
+PARAM_KINDS = {
+    "workload": (STRING, False),
+    "resolution": (INTEGER, True),  # null in a search's template
+    "batch": (INTEGER, True),
+    "precision": (STRING, False),
+    "classes": (INTEGER, False),
+    "steps": (INTEGER, False),
+    "warmup_steps": (INTEGER, False),
+    "data": (TABLE, False),
+    "memory_budget_bytes": (INTEGER, True),
+    "seed": (INTEGER, False),
+    "lms": (TABLE, True),
+    "gpus": (INTEGER, False),
+    "nodes": (INTEGER, False),
+}
+
+
 def read_params(t: Table, key: str = "params", null: bool = False, default=None) -> TrialParams:
     """A record's trial parameters, typed and checked: each field's type, and a known workload
     (the report looks its rates and units up)."""
     p = t.table(key)
-    checks = {"workload": STRING, "resolution": INTEGER, "batch": INTEGER, "precision": STRING,
-              "classes": INTEGER, "steps": INTEGER, "warmup_steps": INTEGER, "data": TABLE,
-              "memory_budget_bytes": INTEGER, "seed": INTEGER, "lms": TABLE, "gpus": INTEGER,
-              "nodes": INTEGER}  # fmt: skip
-    for name, kind in checks.items():
+    for name, (kind, nullable) in PARAM_KINDS.items():
         if name in p.values:
-            p(name, kind, null=name in ("resolution", "batch", "memory_budget_bytes", "lms"))
+            p(name, kind, nullable)
     try:
         params = TrialParams.from_dict(p.values)
         params.info  # noqa: B018 (a workload this suite knows)
