@@ -264,13 +264,12 @@ def _regression(output_dir: Path) -> dict | None:
     result = load_regression(output_dir)
     if result is None:
         return None
-    rows = result["rows"]
     return {
-        "checked_at": result["checked_at"],
-        "tolerance": result["tolerance"],
-        "alpha": result["alpha"],
-        "regressions": sum(r["verdict"] == "regression" for r in rows),
-        "table": table(rows),
+        "checked_at": result.checked_at,
+        "tolerance": result.tolerance,
+        "alpha": result.alpha,
+        "regressions": len(result.regressions),
+        "table": table(result.rows),
     }
 
 
