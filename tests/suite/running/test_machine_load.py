@@ -25,8 +25,10 @@ def test_another_process_burning_a_core_counts_as_others():
     code = BURN.format(seconds=30)
     started = subprocess.run(
         ["sh", "-c", f'{sys.executable} -c "$0" >/dev/null 2>&1 & echo $!', code],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     burner = psutil.Process(int(started.stdout))
     try:
         assert burner not in psutil.Process().children(recursive=True)
