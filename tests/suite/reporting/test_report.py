@@ -3,10 +3,7 @@
 import copy
 import json
 import re
-import shutil
-from pathlib import Path
 
-import pytest
 from report_cases import HOST, record, write_record
 
 from suite.records import host_ref, results_file, store_host
@@ -200,22 +197,3 @@ def test_a_host_description_missing_a_field_renders_with_a_gap(tmp_path, caplog)
     assert hosts["copy GB/s at 1 MiB / 64 MiB / 1 GiB"][1] == "—"
     assert hosts["suite commit"][1] == "unknown"
     assert "skipping a host description" in caplog.text and "'cpu'" in caplog.text
-
-
-V1 = Path(__file__).resolve().parents[2] / "support" / "records_v1"  # by the commit that wrote them
-
-
-@pytest.mark.parametrize("written_by", sorted(p.name for p in V1.iterdir() if p.is_dir()))
-def test_every_results_directory_an_older_suite_wrote_renders(written_by, tmp_path, caplog):
-    """Schema-1 records (and a projection.json) as the suite wrote them at each commit: every
-    record loads and is in the report, every configuration shown by its spec hash."""
-    results = V1 / written_by / "results"
-    projection = V1 / written_by / "reports" / "projection.json"
-    if projection.exists():
-        shutil.copy(projection, tmp_path / "projection.json")
-    text = render_report(results, tmp_path).read_text()
-    lines = [json.loads(line) for path in results.glob("*.jsonl") for line in path.open()]
-    assert f"from {len(lines)} records" in text and "skipping" not in caplog.text
-    for stored in lines:
-        assert f"`{stored['spec_hash']}`" in text or "search" in stored["spec"]
-    assert ("## Projected throughput per link" in text) == projection.exists()
