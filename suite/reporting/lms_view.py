@@ -8,14 +8,19 @@ cannot show rather than stop."""
 from dataclasses import dataclass
 
 
+def _is_number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def _number(table, key: str) -> float | None:
+    """`table[key]` if `table` is a table and that is a number; None otherwise."""
     value = table.get(key) if isinstance(table, dict) else None
-    return value if isinstance(value, int | float) and not isinstance(value, bool) else None
+    return value if _is_number(value) else None
 
 
 def _numbers(table, key: str) -> tuple[float, ...] | None:
     values = table.get(key) if isinstance(table, dict) else None
-    if not isinstance(values, list) or not all(_number({"v": v}, "v") is not None for v in values):
+    if not isinstance(values, list) or not all(map(_is_number, values)):
         return None
     return tuple(values)
 
@@ -51,7 +56,7 @@ class Plan:
 
 
 def _floor_op(analysis) -> FloorOp | None:
-    op = analysis.get("floor_op") or analysis.get("largest_op") if analysis else None
+    op = (analysis.get("floor_op") or analysis.get("largest_op")) if analysis else None
     name, size = (op.get("name"), _number(op, "bytes")) if isinstance(op, dict) else (None, None)
     return FloorOp(name, size) if isinstance(name, str) and name and size is not None else None
 
