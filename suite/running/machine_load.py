@@ -51,7 +51,7 @@ class LoadMonitor:
 
     with LoadMonitor() as load:
         ...  # the measured steps
-    metrics["machine_load"] = load.summary()
+    Metrics(machine_load=load.summary(), ...)  # suite.records
     """
 
     def __init__(self, interval_s: float = INTERVAL_S):

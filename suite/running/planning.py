@@ -37,15 +37,17 @@ def plan_trial(params: TrialParams, device_memory=None, plot: Path | None = None
         planner = lms.LMS(plot=str(plot) if plot else None, **options)
     except lms.ParameterError as error:
         raise SuiteError(f"{error} (give --device-memory, e.g. --device-memory 16GiB)") from None
-    model, loss_fn = build_workload(info.name, params.resolution, params.batch, params.precision,
-                                    params.classes)  # fmt: skip
+    model, loss_fn = build_workload(
+        info.name, params.resolution, params.batch, params.precision, params.classes
+    )
     step = training.make_train_step(model, loss_fn, training.make_optimizer(), params.precision)
     specs = data.batch_specs(info, params.resolution, params.batch, params.classes)
     try:
         report = planner.plan_only(step, *specs)
     except lms.NothingFitsError as error:
-        raise SuiteError(f"{info.name} {params.resolution}px batch {params.batch}: "
-                         f"{error}") from None  # fmt: skip
+        raise SuiteError(
+            f"{info.name} {params.resolution}px batch {params.batch}: {error}"
+        ) from None
     return {
         "workload": info.name,
         "resolution": params.resolution,
@@ -92,15 +94,18 @@ def plan_spec(
     trials = [t for t in spec.plannable_trials() if workload in (None, t.params.workload)]
     if not trials:
         choices = sorted({t.params.workload for t in spec.plannable_trials()})
-        raise SuiteError(f"spec {spec.name} has no trial of workload {workload!r}; it has: "
-                         f"{', '.join(choices)}")  # fmt: skip
+        raise SuiteError(
+            f"spec {spec.name} has no trial of workload {workload!r}; it has: {', '.join(choices)}"
+        )
     memory = None
     if device_memory is not None:
         try:
             memory = lms.parse_size(device_memory, "--device-memory")
         except lms.ParameterError:
-            raise SuiteError(f"--device-memory {device_memory!r}: a size like 16GiB, 512MiB or "
-                             "an integer number of bytes") from None  # fmt: skip
+            raise SuiteError(
+                f"--device-memory {device_memory!r}: a size like 16GiB, 512MiB or "
+                "an integer number of bytes"
+            ) from None
     output_dir.mkdir(parents=True, exist_ok=True)
     measured = measured_attempts(results_dir) if device_memory is None else {}
     reports = []
@@ -112,6 +117,7 @@ def plan_spec(
         # the trial planned: its study and its LMS as the spec runs it (an LMS-off trial is
         # planned as LMS would do it, auto-tuned, to show what LMS would change)
         trial_lms = lms_text(trial.params.lms)
-        reports.append({"spec_hash": trial.hash, "study": trial.study, "trial_lms": trial_lms,
-                        **report})  # fmt: skip
+        reports.append(
+            {"spec_hash": trial.hash, "study": trial.study, "trial_lms": trial_lms, **report}
+        )
     return reports

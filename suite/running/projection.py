@@ -31,8 +31,9 @@ DEFAULT_LINKS = ("nvlink2", "pcie3", "pcie3-shared", "pcie4", "pcie5", "nvlink-c
 def _build(params: TrialParams):
     from suite.workloads import build_workload, training
 
-    model, loss_fn = build_workload(params.workload, params.resolution, params.batch,
-                                    params.precision, params.classes)  # fmt: skip
+    model, loss_fn = build_workload(
+        params.workload, params.resolution, params.batch, params.precision, params.classes
+    )
     return training.make_train_step(model, loss_fn, training.make_optimizer(), params.precision)
 
 
@@ -71,8 +72,9 @@ def _roofline(params: TrialParams, gpu: str):
     try:
         callable_, _ = function.prepare(*specs)
     except lms.NothingFitsError as error:
-        raise SuiteError(f"{params.workload} {params.resolution}px batch {params.batch} on "
-                         f"{gpu}: {error}") from None  # fmt: skip
+        raise SuiteError(
+            f"{params.workload} {params.resolution}px batch {params.batch} on {gpu}: {error}"
+        ) from None
     graph = callable_.graph
     return roofline_profile(graph, GPUS[gpu], params.batch), swap_graph(graph, params.batch), None
 
@@ -161,16 +163,21 @@ def project_spec(
         raise SuiteError(f"--link: {error}") from None
     trials = projected_trials(spec, workload)
     if not trials:
-        raise SuiteError(f"spec {spec.name} has no LMS trial"
-                         + (f" of workload {workload!r}" if workload else ""))  # fmt: skip
+        raise SuiteError(
+            f"spec {spec.name} has no LMS trial"
+            + (f" of workload {workload!r}" if workload else "")
+        )
     if gpu == "host":
         _check_sized_for_here(trials)
     results = []
     for number, trial in enumerate(trials, 1):
         p = trial.params
         # progress on stderr: stdout is the JSON (`inv project > projection.json`)
-        print(f"[{number}/{len(trials)}] {p.workload} {p.resolution}px batch {p.batch} "
-              f"{p.precision} on {gpu} ({trial.study})", file=sys.stderr)  # fmt: skip
+        print(
+            f"[{number}/{len(trials)}] {p.workload} {p.resolution}px batch {p.batch} "
+            f"{p.precision} on {gpu} ({trial.study})",
+            file=sys.stderr,
+        )
         results.append(project_trial(trial, spec, links, gpu))
     write_projections(output_dir, results)
     return results

@@ -93,8 +93,11 @@ def merge(results: list[TrialResult | None], codes: list[int]) -> TrialResult:
             result = TrialResult("crashed", error=error)
         metrics = result.metrics or Metrics()
         median = metrics.step_time_s.median if metrics.step_time_s else None
-        summaries.append(WorkerSummary(result.outcome, result.error, median,
-                                       metrics.peak_memory_bytes, metrics.final_loss))  # fmt: skip
+        summaries.append(
+            WorkerSummary(
+                result.outcome, result.error, median, metrics.peak_memory_bytes, metrics.final_loss
+            )
+        )
     worst = max(summaries, key=lambda s: SEVERITY.index(s.outcome))
     first = results[0]
     metrics = None

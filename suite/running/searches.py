@@ -24,6 +24,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from suite.environment import child_environment
@@ -48,7 +49,7 @@ from suite.records import (
 from suite.running.boundary import boundary_record, is_near, margin_text, process_margin
 from suite.running.bracket import bracket_search
 from suite.running.executor import TrialExecutor, format_eta
-from suite.specs import Search, Spec
+from suite.specs import Search, Spec, Trial
 
 
 def predict_boundary(search: Search, mode: str, executor: TrialExecutor) -> PredictionRecord:
@@ -199,6 +200,15 @@ def _trial_entry(value: int, trial, record: TrialRecord, reused: bool) -> Search
     return SearchTrial(value, trial.hash, record.repeat, record.outcome, reused, peak, rate)
 
 
+@dataclass
+class _Side:
+    """A boundary size being weighed: its value, its trial, and the records of its processes."""
+
+    value: int
+    trial: Trial
+    records: list[TrialRecord]
+
+
 def confirm_boundary(
     search: Search, mode: str, spec: Spec, executor: TrialExecutor, sizes: tuple, trials: list
 ) -> Boundary:
@@ -217,31 +227,35 @@ def confirm_boundary(
             continue
         trial = search.trial(value, mode)
         known = [executor.done(trial, r) for r in range(search.boundary_repeats + 1)]
-        sides[name] = {"value": value, "trial": trial, "records": [r for r in known if r]}
+        sides[name] = _Side(value, trial, [r for r in known if r])
 
     def side(name) -> BoundarySide | None:
-        if name not in sides:
+        found = sides.get(name)
+        if found is None:
             return None
-        found = sides[name]
-        processes = tuple(process_margin(r, budget) for r in found["records"])
-        return BoundarySide(found["value"], found["trial"].hash, processes)
+        processes = tuple(process_margin(r, budget) for r in found.records)
+        return BoundarySide(found.value, found.trial.hash, processes)
 
     for found in sides.values():  # repeats recorded earlier stand behind the limit too
-        for record in found["records"][1:]:
-            trials.append(_trial_entry(found["value"], found["trial"], record, True))
+        for record in found.records[1:]:
+            trials.append(_trial_entry(found.value, found.trial, record, True))
     if search.boundary_repeats and is_near(side("limit"), side("failed"), budget, band):
-        shown = " and ".join(str(found["value"]) for found in sides.values())
-        echo(f"    a peak within the between-process spread of the budget: {search.searched} "
-             f"{shown} in {search.boundary_repeats} more processes each")  # fmt: skip
+        shown = " and ".join(str(found.value) for found in sides.values())
+        echo(
+            f"    a peak within the between-process spread of the budget: {search.searched} "
+            f"{shown} in {search.boundary_repeats} more processes each"
+        )
         for repeat in range(1, search.boundary_repeats + 1):
             for found in sides.values():
-                if executor.done(found["trial"], repeat) is not None:
+                if executor.done(found.trial, repeat) is not None:
                     continue
-                echo(f"[search {search.study} LMS {mode} boundary {repeat}/"
-                     f"{search.boundary_repeats}] {search.searched} {found['value']}")  # fmt: skip
-                record, _ = _run(executor, found["trial"], repeat, spec, search_hash)
-                found["records"].append(record)
-                trials.append(_trial_entry(found["value"], found["trial"], record, False))
+                echo(
+                    f"[search {search.study} LMS {mode} boundary {repeat}/"
+                    f"{search.boundary_repeats}] {search.searched} {found.value}"
+                )
+                record, _ = _run(executor, found.trial, repeat, spec, search_hash)
+                found.records.append(record)
+                trials.append(_trial_entry(found.value, found.trial, record, False))
     for found in sides.values():
-        found["records"].sort(key=lambda r: r.repeat)
+        found.records.sort(key=lambda r: r.repeat)
     return boundary_record(side("limit"), side("failed"), budget, band, search.boundary_repeats)

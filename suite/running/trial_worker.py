@@ -48,9 +48,11 @@ def _replica_strategy(tf, params: "TrialParams", index: int):
     if under_slurm():  # the cluster from Slurm's tasks; it gives each task its GPUs
         # without GPUs it still needs a positive count per task: one per task, never applied
         resolver = tf.distribute.cluster_resolver.SlurmClusterResolver(
-            port_base=SLURM_PORT_BASE, gpus_per_node=len(gpus) or params.gpus, gpus_per_task=1,
+            port_base=SLURM_PORT_BASE,
+            gpus_per_node=len(gpus) or params.gpus,
+            gpus_per_task=1,
             auto_set_gpu=bool(gpus),
-        )  # fmt: skip
+        )
         return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
     if gpus:  # GPU only: worker i computes on GPU i of the node
         tf.config.set_visible_devices(gpus[index % len(gpus)], "GPU")
@@ -77,8 +79,9 @@ def run(params: "TrialParams") -> TrialResult:
 
     started = time.perf_counter()
     with strategy.scope() if strategy else contextlib.nullcontext():
-        model, loss_fn = build_workload(info.name, resolution, batch, params.precision,
-                                        params.classes)  # fmt: skip
+        model, loss_fn = build_workload(
+            info.name, resolution, batch, params.precision, params.classes
+        )
         optimizer = training.make_optimizer()
     planner = lms_seam.make_planner(params)
     train_step = training.make_train_step(
@@ -112,8 +115,10 @@ def run(params: "TrialParams") -> TrialResult:
         train_step = planner.wrap(train_step)
     build_seconds = time.perf_counter() - started
     layer = next(layer for layer in model.layers if layer.trainable_weights)
-    _log(f"built {info.name} in {build_seconds:.1f}s on {device} (computes in "
-         f"{layer.compute_dtype}, variables {layer.variable_dtype})")  # fmt: skip
+    _log(
+        f"built {info.name} in {build_seconds:.1f}s on {device} (computes in "
+        f"{layer.compute_dtype}, variables {layer.variable_dtype})"
+    )
 
     total = params.warmup_steps + params.steps
 
@@ -132,9 +137,15 @@ def run(params: "TrialParams") -> TrialResult:
     try:
         with load:
             result = training.measure(
-                train_step, next_batch, params.warmup_steps, params.steps, device, budget,
-                on_step, wait_for_loop=params.replicas == 1,  # workers must all run as many steps
-            )  # fmt: skip
+                train_step,
+                next_batch,
+                params.warmup_steps,
+                params.steps,
+                device,
+                budget,
+                on_step,
+                wait_for_loop=params.replicas == 1,  # workers must all run as many steps
+            )
     except lms.NothingFitsError as error:  # LMS cannot make it fit: it would not train
         return ended("out_of_memory", f"LMS: {error}")
     except tf.errors.ResourceExhaustedError as error:
@@ -144,16 +155,21 @@ def run(params: "TrialParams") -> TrialResult:
         train_step.profile(*next_batch())
     # the plan beside the measured peak, and the bytes, swaps and seconds in swap ops per
     # measured step (lms.LMSFunction.traffic)
-    plan = {} if planner is None else {"lms_plan": planner.report,
-                                       "lms_traffic": train_step.traffic()}  # fmt: skip
+    plan = (
+        {} if planner is None else {"lms_plan": planner.report, "lms_traffic": train_step.traffic()}
+    )
     if result.over_budget:
-        error = (f"measured peak {result.peak_bytes} B exceeds the memory budget {budget} B "
-                 "(emulated device)")  # fmt: skip
+        error = (
+            f"measured peak {result.peak_bytes} B exceeds the memory budget {budget} B "
+            "(emulated device)"
+        )
         return ended("out_of_memory", error, peak_memory_bytes=result.peak_bytes, **plan)
     rates = stats.throughput_metrics(
-        result.step_seconds, params.global_batch, info.elements_per_sample(resolution),
+        result.step_seconds,
+        params.global_batch,
+        info.elements_per_sample(resolution),
         info.rate_key,
-    )  # fmt: skip
+    )
     return ended(
         "ok",
         images_per_sec=Rate(**rates["images_per_sec"]),
