@@ -130,11 +130,12 @@ def check_outcome(outcome: str, metrics, where: str) -> None:
     images/sec (`metrics`: Metrics, or the stored table)."""
     if outcome not in OUTCOMES:
         raise DamagedRecord(where, f"outcome {outcome!r} is not one of {', '.join(OUTCOMES)}")
+    rate = None
     if isinstance(metrics, Table):
-        metrics = metrics.values.get("images_per_sec") is not None or None
+        rate = metrics("images_per_sec", TABLE, null=True, default=None)
     elif metrics is not None:
-        metrics = metrics.images_per_sec
-    if outcome == "ok" and metrics is None:
+        rate = metrics.images_per_sec
+    if outcome == "ok" and rate is None:
         raise DamagedRecord(where, "an 'ok' record must carry metrics with 'images_per_sec'")
 
 
