@@ -69,7 +69,7 @@ def test_a_signal_stops_the_trial_in_flight_and_a_rerun_resumes_the_same_run(
     rerun = subprocess.run(command, cwd=ROOT, env=held.env, capture_output=True, text=True,
                            timeout=600)  # fmt: skip
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
-    assert f"resuming run {kept['run']}" in rerun.stdout
+    assert f"resuming run {kept.run}" in rerun.stdout
     assert "1 already recorded" in rerun.stdout and "1 to run" in rerun.stdout
     records = load(path, TrialRecord)
     assert [r.spec_hash for r in records] == [first.hash, second.hash]

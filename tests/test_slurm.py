@@ -83,7 +83,7 @@ def test_a_job_that_fails_is_recorded_with_slurms_reason(tmp_path):
     result = host.run_trial(_tiny_params(), 120, tmp_path / "logs" / "cluster" / "a.log")
     assert result.outcome == "crashed"
     assert result.metrics.slurm_job.isdigit()
-    assert f"slurm job {result.metrics['slurm_job']} ended FAILED" in result.error
+    assert f"slurm job {result.metrics.slurm_job} ended FAILED" in result.error
     assert "NonZeroExitCode" in result.error
 
 
