@@ -188,7 +188,9 @@ def test_project_prints_throughput_per_link_and_the_report_plots_it(tmp_path):
     assert nvlink2["images_per_sec"] <= estimate["images_per_sec_without_link_waits"] * 1.000001
     measured = inv("project", *common, "--link", "pcie3,0.5GB/s")  # --gpu host: profiled here
     assert measured.returncode == 0, measured.stderr
-    (here,) = json.loads((tmp_path / "projection.json").read_text())
+    stored = json.loads((tmp_path / "projection.json").read_text())
+    assert stored["schema"] == 2  # the projection record is versioned
+    (here,) = stored["projections"]
     assert json.loads(measured.stdout) == [here]
     assert here["gpu"] == "host" and here["links"][0]["step_seconds"] >= here["compute_seconds"]
     assert here["links"][1]["bandwidth"] == 0.5e9  # any bandwidth, beside the named links
