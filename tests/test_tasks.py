@@ -363,7 +363,8 @@ def test_a_record_of_the_wrong_type_is_skipped_with_its_file_and_line(tmp_path):
     assert completed.returncode == 0, completed.stderr
     assert completed.stderr.strip() == (
         f"{path}:2: skipping a damaged record: field 'metrics.images_per_sec' = \"fast\" is "
-        "invalid; allowed: a table {mean, stderr, jitter, total} of numbers"
+        "invalid; allowed: a table {mean, stderr, jitter, total} or null; `inv run` of its spec "
+        "runs the trial again"
     )
     assert (tmp_path / "out" / "report.md").exists()
 

@@ -77,8 +77,10 @@ class Table:
         allowed += " or null" if null else ""
         raise self.damaged(key, f"= {short(value)} is invalid; allowed: {allowed}")
 
-    def table(self, key: str, null: bool = False, default=_REQUIRED) -> "Table | None":
-        value = self(key, TABLE, null, default)
+    def table(self, key: str, null: bool = False, default=_REQUIRED, kind: Kind = TABLE):
+        """The field `key` as a Table (None if null or absent with a None default); `kind` says
+        what is allowed, e.g. the fields of the table."""
+        value = self(key, kind, null, default)
         return None if value is None else Table(value, self.where, self.name(key))
 
     def tables(self, key: str, null: bool = False, default=_REQUIRED) -> list["Table"] | None:
@@ -110,7 +112,8 @@ def _read_value(t: Table, key: str, hint, default, metadata):
         return metadata["read"](t, key, null, default)
     # nested types and tuples: their fields default to None
     if dataclasses.is_dataclass(hint):
-        table = t.table(key, null, default)
+        names = ", ".join(f.metadata.get("key", f.name) for f in dataclasses.fields(hint))
+        table = t.table(key, null, default, (TABLE[0], f"a table {{{names}}}"))
         return None if table is None else read(hint, table)
     if typing.get_origin(hint) is tuple:
         (item, _) = typing.get_args(hint)

@@ -52,7 +52,7 @@ class TrialResult:
     @classmethod
     def from_dict(cls, values: dict, where: str = "trial result") -> "TrialResult":
         t = Table(values, where)
-        check_outcome(t("outcome", STRING), t.table("metrics", null=True), where)
+        _check_stored(t)
         return read(cls, t)
 
 
@@ -127,16 +127,17 @@ PARAMS = {"read": read_params}  # a record field's metadata: its TrialParams rea
 
 def check_outcome(outcome: str, metrics, where: str) -> None:
     """What the report relies on beyond the types: a known outcome, and a trained trial's
-    images/sec (`metrics`: Metrics, or the stored table)."""
+    images/sec."""
     if outcome not in OUTCOMES:
         raise DamagedRecord(where, f"outcome {outcome!r} is not one of {', '.join(OUTCOMES)}")
-    rate = None
-    if isinstance(metrics, Table):
-        rate = metrics("images_per_sec", TABLE, null=True, default=None)
-    elif metrics is not None:
-        rate = metrics.images_per_sec
-    if outcome == "ok" and rate is None:
+    if outcome == "ok" and (metrics is None or metrics.images_per_sec is None):
         raise DamagedRecord(where, "an 'ok' record must carry metrics with 'images_per_sec'")
+
+
+def _check_stored(t: Table) -> None:
+    """check_outcome on a stored record or result, naming its file and line."""
+    metrics = t.table("metrics", null=True)
+    check_outcome(t("outcome", STRING), metrics and read(Metrics, metrics), t.where)
 
 
 @dataclass(frozen=True)
@@ -175,5 +176,5 @@ class TrialRecord:
     def from_dict(cls, values: dict, where: str) -> "TrialRecord":
         """A schema-2 record (migrate.py brings a schema-1 one to this form first)."""
         t = Table(values, where)
-        check_outcome(t("outcome", STRING), t.table("metrics", null=True), where)
+        _check_stored(t)
         return read_fields(cls, t)
