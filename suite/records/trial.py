@@ -57,8 +57,11 @@ class TrialResult:
 
 
 def write_result(path: Path, result: TrialResult) -> None:
-    """A trial process's result, for its parent (atomically: a reader sees all of it or none)."""
-    write_atomic(path, json.dumps(result.to_dict()))
+    """A trial process's result, for its parent (atomically: a reader sees all of it or none);
+    a DamagedRecord if it would not read back."""
+    values = result.to_dict()
+    TrialResult.from_dict(values, str(path))
+    write_atomic(path, json.dumps(values))
 
 
 def read_result(path: Path) -> TrialResult | None:
