@@ -31,7 +31,12 @@ that loads can be rendered: loading checks every field the report reads, and ski
 cannot migrate or validate with one warning naming file:line, the field and what to run.
 Writing: append_trial(results, record), append_search(results, record), append_prediction(
 results, host, record) (one atomic O_APPEND line, refused if it would not load back),
-write_projections(output, projections), store_host(results, description).
+write_projections(output, projections), store_host(results, description). Any record file:
+load(path, kind), append(path, record) (merging a container's results).
+
+Modules: files (paths, directory checks, atomic replacement), fields (the typed field reader
+every type's `from_dict` uses), lines (atomic appends, loading), trial, metrics, search,
+projection, hosts (the types), migrate (schema 1 to 2).
 """
 
 from pathlib import Path
