@@ -163,13 +163,13 @@ def publish(c, reports=None, to=None):
 @_user_errors
 def baseline(c, results=None, output=None):
     """Accept the newest run of every host and workload as the regression baseline."""
-    from suite.reporting.regress import make_baseline
+    from suite.reporting.baseline import make_baseline
 
     path = writable_file(Path(output or c.suite.baseline), "--output")
     accepted = make_baseline(
         readable_directory(Path(results or c.suite.results), "--results"), path
     )
-    print(f"baseline: {path} ({len(accepted['entries'])} host/workload entries)")
+    print(f"baseline: {path} ({len(accepted.entries)} host/workload entries)")
 
 
 @task(
@@ -187,10 +187,12 @@ def baseline(c, results=None, output=None):
 @_user_errors
 def regress(c, results=None, baseline=None, tolerance=None, alpha=None, output=None):
     """Compare the newest runs with the baseline (Welch's t on log rates); exit 1 if regressed."""
-    from suite.reporting.regress import compare, load_baseline, table, thresholds, write_regression
+    from suite.reporting.baseline import load_baseline
+    from suite.reporting.regress import compare, table, thresholds, write_regression
 
-    tolerance, alpha = thresholds(tolerance or c.suite.regress.tolerance,
-                                  alpha or c.suite.regress.alpha)  # fmt: skip
+    tolerance, alpha = thresholds(
+        tolerance or c.suite.regress.tolerance, alpha or c.suite.regress.alpha
+    )
     output = writable_directory(Path(output or c.suite.reports), "--output")
     results = readable_directory(Path(results or c.suite.results), "--results")
     accepted = load_baseline(Path(baseline or c.suite.baseline))
@@ -198,10 +200,10 @@ def regress(c, results=None, baseline=None, tolerance=None, alpha=None, output=N
     print(table(rows))
     path = write_regression(rows, output, tolerance, alpha)
     print(f"regression check: {path} (`inv report` adds it to the report)")
-    regressions = [r for r in rows if r["verdict"] == "regression"]
+    regressions = [r for r in rows if r.verdict == "regression"]
     if regressions:
-        raise Exit(f"error: {len(regressions)} regression(s) beyond {tolerance:.0%} "
-                   f"with p < {alpha}", code=1)  # fmt: skip
+        message = f"error: {len(regressions)} regression(s) beyond {tolerance:.0%} with p < {alpha}"
+        raise Exit(message, code=1)
 
 
 @task(
@@ -279,7 +281,8 @@ def project(c, spec=None, link=None, gpu="host", workload=None, resolution=None,
     from suite.running.projection import project_spec  # TensorFlow: after the checks
 
     results = project_spec(loaded, output, names, gpu, workload)
-    print(json.dumps(results, indent=1))  # stdout is the JSON; progress: stderr
+    # stdout is the JSON; progress: stderr
+    print(json.dumps([p.to_dict() for p in results], indent=1))
 
 
 @task

@@ -79,34 +79,34 @@ def spec_text(
     return "\n".join(lines) + "\n"
 
 
-def stepping_trials(record: dict) -> int:
+def stepping_trials(record) -> int:
     """Trials the seeds' +step stepping needs: every candidate up to the first failure."""
-    start, stop, step = record["range"]
-    last = record["smallest_failed"] or stop
+    start, stop, step = record.range
+    last = record.smallest_failed or stop
     return (last - start) // step + 1
 
 
-def limited_by(record: dict, trials: list[dict]) -> str:
-    if record["smallest_failed"] is None:
+def limited_by(record, trials: list) -> str:
+    if record.smallest_failed is None:
         return "stop of the range"
-    failed = next(t for t in record["trials"] if t["value"] == record["smallest_failed"])
+    failed = next(t for t in record.trials if t.value == record.smallest_failed)
     for trial in trials:
-        if trial["spec_hash"] == failed["spec_hash"]:
-            error = (trial["error"] or trial["outcome"]).splitlines()[0]
+        if trial.spec_hash == failed.spec_hash:
+            error = (trial.error or trial.outcome).splitlines()[0]
             if "largest operation" in error:
                 return "largest op: " + error.split("the largest operation, ")[1][:90]
             return error[:100]
-    return failed["outcome"]
+    return failed.outcome
 
 
-def resident_share(record: dict, trials: list[dict]) -> str:
+def resident_share(record, trials: list) -> str:
     """Variables (weights, optimizer state) over the budget, from the LMS-on trials' plans."""
-    hashes = {t["spec_hash"] for t in record["trials"]}
+    hashes = {t.spec_hash for t in record.trials}
     for trial in trials:
-        metrics = trial.get("metrics") or {}
-        plan = metrics.get("lms")
-        if trial["spec_hash"] in hashes and plan:
-            return f"{plan['analysis']['variable_bytes'] / metrics['memory_budget_bytes']:.1%}"
+        plan = trial.metrics.lms_plan if trial.metrics else None
+        if trial.spec_hash in hashes and plan and plan.analysis:
+            budget = trial.metrics.memory_budget_bytes
+            return f"{plan.analysis.variable_bytes / budget:.1%}"
     return "?"
 
 
@@ -121,7 +121,7 @@ def main() -> None:
     cases = REACH_CASES if args.reach else CASES
     from tabulate import tabulate
 
-    from suite.records import load_records, results_file
+    from suite.records import load_trials
     from suite.reporting.limits_table import gain_text, rate_at_limit_text
     from suite.reporting.swap_bound import bound_text, lms_reports
     from suite.running.runner import run_spec
@@ -140,22 +140,22 @@ def main() -> None:
         summary = run_spec(spec, results, host="limits", echo=print)
         by_study = {}
         for record in summary.searches:
-            by_study.setdefault(record["spec"]["study"], {})[record["mode"]] = record
-        trials = load_records(results_file(results, "limits"))  # this host's, read once
+            by_study.setdefault(record.spec.study, {})[record.mode] = record
+        trials = load_trials(results, "limits")  # this host's, read once
         reports = lms_reports(trials)
         for study, modes in by_study.items():
             off, on = modes["off"], modes["on"]
             for record in (off, on):
-                counts.append((len(record["trials"]), stepping_trials(record)))
+                counts.append((len(record.trials), stepping_trials(record)))
             rows.append(
                 [
                     workload,
                     f"{study} ({budget})",
-                    off["largest_ok"],
-                    on["largest_ok"],
+                    off.largest_ok,
+                    on.largest_ok,
                     gain_text(off, on),
                     bound_text(off, on, reports),
-                    f"{len(off['trials'])}/{len(on['trials'])}",
+                    f"{len(off.trials)}/{len(on.trials)}",
                     f"{stepping_trials(off)}/{stepping_trials(on)}",
                     rate_at_limit_text(off),
                     rate_at_limit_text(on),

@@ -19,7 +19,7 @@ from sshd import start_sshd
 from suite.hosts.baseimage import base_tag, make_base_image
 from suite.hosts.docker import DockerHost, run_on_hosts
 from suite.hosts.images import build_image, suite_commit
-from suite.records import load_host, load_records, results_file
+from suite.records import TrialRecord, load, load_host, load_trials
 from suite.specs import find_spec, load_spec
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -101,14 +101,14 @@ def test_a_spec_on_two_hosts_at_once_local_and_over_ssh(client, image, ssh_host,
     assert [o.ok for o in outcomes] == [True, True], [o.reason for o in outcomes]
     expected = {t.hash for t in load_spec(str(spec_path)).trials}  # what a native run records
     for host in ("local", "remote"):
-        records = load_records(results_file(results, host))
-        assert {r["spec_hash"] for r in records} == expected
-        assert all(r["outcome"] == "ok" and r["host"] == host for r in records)
-        assert all(r["image"] == image["id"] for r in records)
-        assert [bool(r["params"].get("lms")) for r in records] == [False, True]
-        assert records[1]["metrics"]["lms"]["swapped_bytes"] > 0
-        description = load_host(results, records[0]["host_ref"])
-        assert description["image_digest"] == image["id"] and description["in_container"]
+        records = load_trials(results, host)
+        assert {r.spec_hash for r in records} == expected
+        assert all(r.outcome == "ok" and r.host == host for r in records)
+        assert all(r.image == image["id"] for r in records)
+        assert [bool(r.params.lms) for r in records] == [False, True]
+        assert records[1].metrics.lms_plan.swapped_bytes > 0
+        description = load_host(results, records[0].host_ref)
+        assert description.image_digest == image["id"] and description.raw["in_container"]
     assert any(line.startswith("[remote] [trial 1/2]") for line in lines)
     # a second run finds everything recorded (the records were seeded into the containers)
     again = run_on_hosts(hosts[:1], spec_path, [], results, lines.append)
@@ -186,15 +186,15 @@ def test_inv_run_hosts_from_invoke_yaml_isolated_and_a_failing_host_loses_nothin
     (seen,) = watch.seen.values()
     assert seen == {"network_mode": "none", "user": "1000:1000", "uid": "1000",
                     "interfaces": ["lo"]}, seen  # fmt: skip
-    (first,) = load_records(results_file(tmp_path / "r", "local"))
-    assert first["image"] == image["id"] and first["outcome"] == "ok"
+    (first,) = load_trials(tmp_path / "r", "local")
+    assert first.image == image["id"] and first.outcome == "ok"
 
     forced = subprocess.run([*command, "--hosts", "local", "--force"], capture_output=True,
                             text=True, env=env, timeout=900)  # fmt: skip
     assert forced.returncode == 0, forced.stdout + forced.stderr
-    records = load_records(results_file(tmp_path / "r", "local"))
-    assert len(records) == 2 and records[0] == first and records[1]["run"] != first["run"]
-    assert records[1]["spec_hash"] == first["spec_hash"]
+    records = load_trials(tmp_path / "r", "local")
+    assert len(records) == 2 and records[0] == first and records[1].run != first.run
+    assert records[1].spec_hash == first.spec_hash
 
 
 def test_the_ppc64le_base_is_a_ppc64le_system_under_emulation(client):
@@ -240,17 +240,17 @@ def test_an_aarch64_image_trains_beside_x86_64_and_the_report_flags_it(
     )  # fmt: skip
     output = completed.stdout + completed.stderr
     assert completed.returncode == 0, output[-3000:]
-    (native,) = load_records(results_file(tmp_path / "r", "local"))
-    (arm,) = load_records(results_file(tmp_path / "r", "local-arm64"))
-    assert native["outcome"] == arm["outcome"] == "ok", arm["error"]
-    assert native["spec_hash"] == arm["spec_hash"]
-    assert (native["image"], arm["image"]) == (image["id"], arm_image["id"])
-    described = load_host(tmp_path / "r", arm["host_ref"])
-    assert described["architecture"] == "aarch64" and described["tensorflow_version"] == "2.21.0"
-    assert described["emulation"].startswith("qemu-user: aarch64 on an x86_64 kernel")
-    assert described["cpu_kernels"] == "Eigen"  # TensorFlow enables oneDNN on some Arm CPUs only
-    native_host = load_host(tmp_path / "r", native["host_ref"])
-    assert native_host["emulation"] is None and native_host["cpu_kernels"] == "oneDNN"
+    (native,) = load_trials(tmp_path / "r", "local")
+    (arm,) = load_trials(tmp_path / "r", "local-arm64")
+    assert native.outcome == arm.outcome == "ok", arm.error
+    assert native.spec_hash == arm.spec_hash
+    assert (native.image, arm.image) == (image["id"], arm_image["id"])
+    described = load_host(tmp_path / "r", arm.host_ref)
+    assert described.architecture == "aarch64" and described.tensorflow_version == "2.21.0"
+    assert described.emulation.startswith("qemu-user: aarch64 on an x86_64 kernel")
+    assert described.cpu_kernels == "Eigen"  # TensorFlow enables oneDNN on some Arm CPUs only
+    native_host = load_host(tmp_path / "r", native.host_ref)
+    assert native_host.emulation is None and native_host.cpu_kernels == "oneDNN"
     report = (tmp_path / "report" / "report.md").read_text()
     assert "⚠ **local-arm64 is emulated**" in report and "local-arm64 ⚠ emulated" in report
 
@@ -269,14 +269,14 @@ def test_invoke_build_run_runs_the_spec_in_the_image_it_built(image, tiny_spec, 
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
     assert f"in containers on local ({image['tag']})" in completed.stdout
     assert "round 2/2: this machine, local in turn" in completed.stdout
-    records = [r for p in (tmp_path / "r").glob("*.jsonl") for r in load_records(p)]
-    records.sort(key=lambda r: r["started_at"] + str(r["image"] is not None))
+    records = [r for p in (tmp_path / "r").glob("*.jsonl") for r in load(p, TrialRecord)]
+    records.sort(key=lambda r: r.started_at + str(r.image is not None))
     # the same trial, one hash, natively and in the image just built; repeats alternate places
-    assert len({r["spec_hash"] for r in records}) == 1
-    assert [(r["image"] is not None, r["repeat"]) for r in records] == [
+    assert len({r.spec_hash for r in records}) == 1
+    assert [(r.image is not None, r.repeat) for r in records] == [
         (False, 0), (True, 0), (False, 1), (True, 1)]  # fmt: skip
-    assert {r["image"] for r in records} == {None, image["id"]}
-    assert len({r["run"] for r in records}) == 1  # the rounds make one run
+    assert {r.image for r in records} == {None, image["id"]}
+    assert len({r.run for r in records}) == 1  # the rounds make one run
 
 
 def test_a_build_no_host_can_run_is_one_clear_error():

@@ -15,7 +15,7 @@ import docker
 import pytest
 
 from suite.hosts.volumes import run_labels, sweep_volumes
-from suite.records import load_records, results_file
+from suite.records import TrialRecord, load_trials
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 pytest_plugins = ["docker_fixtures"]  # client, image, ssh_host, tiny_spec
@@ -61,8 +61,8 @@ class Run:
         return subprocess.run(self.command, cwd=ROOT, env=self.env, capture_output=True,
                               text=True, timeout=900)  # fmt: skip
 
-    def records(self) -> list[dict]:
-        return load_records(results_file(self.results, self.host))
+    def records(self) -> list[TrialRecord]:
+        return load_trials(self.results, self.host)
 
     def containers(self, client, running=True):
         return client.containers.list(all=not running, filters={"label": self.labels})
@@ -95,9 +95,9 @@ def assert_a_rerun_runs_only_what_is_missing(run: Run, client, kept: list[dict])
     assert f"host {run.host}: ok ({REPEATS - len(kept)} new records" in output, output[-3000:]
     records = run.records()
     assert records[: len(kept)] == kept  # the kept ones, as they were
-    assert sorted(r["repeat"] for r in records) == list(range(REPEATS))
-    assert all(r["outcome"] == "ok" for r in records)
-    assert len({r["run"] for r in records}) == 1  # resumed: one run for inv baseline and regress
+    assert sorted(r.repeat for r in records) == list(range(REPEATS))
+    assert all(r.outcome == "ok" for r in records)
+    assert len({r.run for r in records}) == 1  # resumed: one run for inv baseline and regress
     assert not run.containers(client, running=False) and not run.volumes(client)
     return output
 
@@ -176,5 +176,5 @@ def test_after_sigkill_over_ssh_the_remote_container_stops_by_itself_and_is_swep
                      f"{added} new records"]  # fmt: skip
     records = run.records()
     assert len(records) == kept + added < REPEATS
-    assert len({r["repeat"] for r in records}) == len(records)  # nothing twice
+    assert len({r.repeat for r in records}) == len(records)  # nothing twice
     assert not run.containers(client, running=False) and not run.volumes(client)

@@ -14,7 +14,7 @@ import pytest
 from _held_trial import TWO, HeldTrial, ended, wait_until
 
 from suite.errors import SuiteError
-from suite.records import load_records, results_file
+from suite.records import TrialRecord, load, results_file
 from suite.running.orphan_guard import ORPHANED_EXIT_CODE
 from suite.running.resume import UnfinishedRun
 from suite.running.runner import run_spec
@@ -55,8 +55,8 @@ def test_a_signal_stops_the_trial_in_flight_and_a_rerun_resumes_the_same_run(
     assert ended(trial)
     wait_until(lambda: not held.scratch(), 60, "the trial's scratch directory is left")
     path = results_file(results, "h1")
-    (kept,) = load_records(path)
-    assert kept["spec_hash"] == first.hash and kept["outcome"] == "ok", kept["error"]
+    (kept,) = load(path, TrialRecord)
+    assert kept.spec_hash == first.hash and kept.outcome == "ok", kept.error
     if signum != signal.SIGKILL:
         name = signal.Signals(signum).name
         assert run.returncode == 128 + signum, (out, err)
@@ -69,11 +69,11 @@ def test_a_signal_stops_the_trial_in_flight_and_a_rerun_resumes_the_same_run(
     rerun = subprocess.run(command, cwd=ROOT, env=held.env, capture_output=True, text=True,
                            timeout=600)  # fmt: skip
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
-    assert f"resuming run {kept['run']}" in rerun.stdout
+    assert f"resuming run {kept.run}" in rerun.stdout
     assert "1 already recorded" in rerun.stdout and "1 to run" in rerun.stdout
-    records = load_records(path)
-    assert [r["spec_hash"] for r in records] == [first.hash, second.hash]
-    assert records[0] == kept and records[1]["run"] == kept["run"]  # one run, as baseline sees
+    records = load(path, TrialRecord)
+    assert [r.spec_hash for r in records] == [first.hash, second.hash]
+    assert records[0] == kept and records[1].run == kept.run  # one run, as baseline sees
     assert not list((results / "unfinished").rglob("*.json"))  # completed: a new run next time
     assert not held.scratch()
 

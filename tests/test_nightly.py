@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from suite.records import load_all_records
+from suite.records import load_trials
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,8 +82,8 @@ def test_nightly_chain_passes_then_catches_a_slowdown(tmp_path):
     (tmp_path / "slower" / "sitecustomize.py").write_text(SLOWER)
     status, output = night({**env, "PYTHONPATH": str(tmp_path / "slower")})
     assert status == 1, output
-    records = load_all_records(tmp_path / "results")
-    assert len(records) == 20 and len({r["run"] for r in records}) == 2  # night 2 measured anew
+    records = load_trials(tmp_path / "results")
+    assert len(records) == 20 and len({r.run for r in records}) == 2  # night 2 measured anew
     regression = json.loads((tmp_path / "report" / "regression.json").read_text())
     assert [r["verdict"] for r in regression["rows"]] == ["regression", "regression"]
     report = (tmp_path / "report" / "report.md").read_text()

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from _held_trial import TWO, HeldTrial, wait_until
 
-from suite.records import load_host, load_records, results_file
+from suite.records import TrialRecord, load, load_host, load_trials, results_file
 from suite.running.heartbeat import STALE_S
 from suite.running.slurm import SlurmHost
 from suite.specs import parse_spec
@@ -58,18 +58,18 @@ def test_inv_run_on_a_slurm_host_records_jobs_and_two_replicas(tmp_path):
     output = completed.stdout + completed.stderr
     assert completed.returncode == 0, output
     assert "running tiny-slurm as Slurm jobs on cluster" in output
-    one, two = load_records(results_file(tmp_path / "r", "cluster"))
-    assert (one["outcome"], two["outcome"]) == ("ok", "ok"), (one["error"], two["error"])
-    jobs = {one["metrics"]["slurm_job"], two["metrics"]["slurm_job"]}
+    one, two = load_trials(tmp_path / "r", "cluster")
+    assert (one.outcome, two.outcome) == ("ok", "ok"), (one.error, two.error)
+    jobs = {one.metrics.slurm_job, two.metrics.slurm_job}
     assert len(jobs) == 2 and all(job.isdigit() for job in jobs)
     # two tasks of one job, joined by SlurmClusterResolver: the same loss on both workers
-    assert two["metrics"]["replicas"] == 2
-    first, second = two["metrics"]["workers"]
-    assert first["outcome"] == second["outcome"] == "ok"
-    assert first["final_loss"] == pytest.approx(second["final_loss"], rel=1e-6)
+    assert two.metrics.replicas == 2
+    first, second = two.metrics.workers
+    assert first.outcome == second.outcome == "ok"
+    assert first.final_loss == pytest.approx(second.final_loss, rel=1e-6)
     # the host description was captured by a job on the node
-    description = load_host(tmp_path / "r", one["host_ref"])
-    assert description["architecture"] and description["link"]["memcpy_gbps"]
+    description = load_host(tmp_path / "r", one.host_ref)
+    assert description.architecture and description.link["memcpy_gbps"]
 
 
 def _tiny_params():
@@ -82,8 +82,8 @@ def test_a_job_that_fails_is_recorded_with_slurms_reason(tmp_path):
     host = SlurmHost("cluster", partition="debug", python="/nonexistent/python")
     result = host.run_trial(_tiny_params(), 120, tmp_path / "logs" / "cluster" / "a.log")
     assert result.outcome == "crashed"
-    assert result.metrics["slurm_job"].isdigit()
-    assert f"slurm job {result.metrics['slurm_job']} ended FAILED" in result.error
+    assert result.metrics.slurm_job.isdigit()
+    assert f"slurm job {result.metrics.slurm_job} ended FAILED" in result.error
     assert "NonZeroExitCode" in result.error
 
 
@@ -118,7 +118,7 @@ def test_a_trial_the_cluster_cannot_hold_is_skipped_and_its_job_cancelled(tmp_pa
     assert result.outcome == "skipped", result.error
     assert "2 node(s) x 1 task(s)" in result.error
     assert "(PartitionNodeLimit)" in result.error or "(PartitionConfig)" in result.error
-    job = result.metrics["slurm_job"]
+    job = result.metrics.slurm_job
     assert host.job_state(job)[0] in ("CANCELLED", "UNKNOWN")
     queued = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True,
                             text=True)  # fmt: skip
@@ -137,14 +137,11 @@ def test_max_jobs_submits_a_specs_trials_at_once(tmp_path):
            "cluster", "--results", str(tmp_path / "r")]  # fmt: skip
     completed = subprocess.run(run, capture_output=True, text=True, timeout=900)
     assert completed.returncode == 0, completed.stdout + completed.stderr
-    first, second = sorted(load_records(results_file(tmp_path / "r", "cluster")),
-                           key=lambda r: r["repeat"])  # fmt: skip
-    assert (first["outcome"], second["outcome"]) == ("ok", "ok")
-    assert first["metrics"]["slurm_job"] != second["metrics"]["slurm_job"]
+    first, second = sorted(load_trials(tmp_path / "r", "cluster"), key=lambda r: r.repeat)
+    assert (first.outcome, second.outcome) == ("ok", "ok")
+    assert first.metrics.slurm_job != second.metrics.slurm_job
     # both submitted before either ended (a trial takes seconds: TensorFlow's import alone)
-    assert max(first["started_at"], second["started_at"]) < min(
-        first["finished_at"], second["finished_at"]
-    )
+    assert max(first.started_at, second.started_at) < min(first.finished_at, second.finished_at)
     again = subprocess.run(run, capture_output=True, text=True, timeout=300)
     assert "2 already recorded" in again.stdout and "0 to run" in again.stdout, again.stdout
 
@@ -187,11 +184,11 @@ def _rerun_resumes(held, command, tmp_path, kept: list[dict], trials) -> None:
                            timeout=900)  # fmt: skip
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     assert f"{len(kept)} already recorded" in rerun.stdout
-    records = load_records(results_file(tmp_path / "r", "cluster"))
-    assert sorted(r["spec_hash"] for r in records) == sorted(t.hash for t in trials)
-    assert all(r["outcome"] == "ok" for r in records), [r["error"] for r in records]
+    records = load_trials(tmp_path / "r", "cluster")
+    assert sorted(r.spec_hash for r in records) == sorted(t.hash for t in trials)
+    assert all(r.outcome == "ok" for r in records), [r.error for r in records]
     assert records[: len(kept)] == kept
-    assert len({r["run"] for r in records}) == 1  # one run, as `inv baseline` groups them
+    assert len({r.run for r in records}) == 1  # one run, as `inv baseline` groups them
     assert not list((tmp_path / "r" / "slurm" / "jobs").iterdir())
 
 
@@ -210,8 +207,8 @@ def test_sigint_cancels_the_job_in_flight_says_so_and_a_rerun_resumes(tmp_path):
         )
         wait_until(lambda: not _queued(second), 60, f"slurm job {job} is still queued")
         wait_until(lambda: not held.trial_processes(tmp_path / "r"), 60, "a trial process lives")
-        (kept,) = load_records(path)
-        assert kept["spec_hash"] == first.hash
+        (kept,) = load(path, TrialRecord)
+        assert kept.spec_hash == first.hash
         # the job's directory (parameters, heartbeat) went with it
         assert not list((tmp_path / "r" / "slurm" / "jobs").iterdir())
         _rerun_resumes(held, command, tmp_path, [kept], [first, second])
@@ -232,8 +229,8 @@ def test_after_a_sigkill_of_the_run_its_job_ends_by_itself(tmp_path):
         log = (tmp_path / "r" / "logs" / "cluster" / f"{second.hash}-0.log").read_text()
         assert "the run that submitted this job is gone" in log
         assert not list((tmp_path / "r" / "slurm" / "jobs").iterdir())  # the job removed its own
-        kept = load_records(results_file(tmp_path / "r", "cluster"))
-        assert [r["spec_hash"] for r in kept] == [first.hash]
+        kept = load_trials(tmp_path / "r", "cluster")
+        assert [r.spec_hash for r in kept] == [first.hash]
         _rerun_resumes(held, command, tmp_path, kept, [first, second])
     finally:
         held.release()
@@ -252,7 +249,7 @@ def test_sigterm_cancels_every_job_of_max_jobs_waited_for_by_threads(tmp_path):
             assert f"[{trial.hash}] (slurm job {jobs[trial.hash]} cancelled)" in line
         assert "; 0 records of this run kept in " in line
         wait_until(lambda: not any(_queued(t) for t in trials), 60, "a job is still queued")
-        assert load_records(results_file(tmp_path / "r", "cluster")) == []
+        assert load_trials(tmp_path / "r", "cluster") == []
         _rerun_resumes(held, command, tmp_path, [], trials)
     finally:
         held.release()

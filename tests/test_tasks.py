@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 from _unwritable import unwritable
-from test_report import HOST, record
+from report_cases import HOST, record, write_record
 
-from suite.records import append_record, results_file, store_host
+from suite.records import results_file, store_host
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = """name = "tiny"
@@ -188,7 +188,9 @@ def test_project_prints_throughput_per_link_and_the_report_plots_it(tmp_path):
     assert nvlink2["images_per_sec"] <= estimate["images_per_sec_without_link_waits"] * 1.000001
     measured = inv("project", *common, "--link", "pcie3,0.5GB/s")  # --gpu host: profiled here
     assert measured.returncode == 0, measured.stderr
-    (here,) = json.loads((tmp_path / "projection.json").read_text())
+    stored = json.loads((tmp_path / "projection.json").read_text())
+    assert stored["schema"] == 2  # the projection record is versioned
+    (here,) = stored["projections"]
     assert json.loads(measured.stdout) == [here]
     assert here["gpu"] == "host" and here["links"][0]["step_seconds"] >= here["compute_seconds"]
     assert here["links"][1]["bandwidth"] == 0.5e9  # any bandwidth, beside the named links
@@ -326,7 +328,7 @@ def test_a_file_or_an_unwritable_directory_is_one_line(tmp_path):
         ), task
     results = tmp_path / "results"
     store_host(results, HOST)
-    append_record(results_file(results, "h1"), record("h1", "ref", "aaaa", 10.0, 0.1))
+    write_record(results, record("h1", "ref", "aaaa", 10.0, 0.1))
     with unwritable(tmp_path / "locked") as locked:
         commands = [
             ("--results", "run", "--spec", str(spec), "--results", str(locked)),
@@ -352,7 +354,7 @@ def test_a_record_of_the_wrong_type_is_skipped_with_its_file_and_line(tmp_path):
     results = tmp_path / "results"
     store_host(results, HOST)
     path = results_file(results, "h1")
-    append_record(path, record("h1", "ref", "aaaa", 10.0, 0.1))
+    write_record(results, record("h1", "ref", "aaaa", 10.0, 0.1))
     damaged = record("h1", "ref", "aaaa", 10.0, 0.1, repeat=1)
     damaged["metrics"]["images_per_sec"] = "fast"
     with open(path, "a") as handle:
@@ -361,7 +363,8 @@ def test_a_record_of_the_wrong_type_is_skipped_with_its_file_and_line(tmp_path):
     assert completed.returncode == 0, completed.stderr
     assert completed.stderr.strip() == (
         f"{path}:2: skipping a damaged record: field 'metrics.images_per_sec' = \"fast\" is "
-        "invalid; allowed: a table {mean, stderr, jitter, total} of numbers"
+        "invalid; allowed: a table {mean, stderr, jitter, total} or null; `inv run` of its spec "
+        "runs the trial again"
     )
     assert (tmp_path / "out" / "report.md").exists()
 

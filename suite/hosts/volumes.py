@@ -17,14 +17,15 @@ import time
 from pathlib import Path
 
 from suite.records import (
-    append_record,
-    load_records,
+    PredictionRecord,
+    SearchRecord,
+    TrialRecord,
+    append,
+    load,
     predictions_file,
     results_file,
     searches_file,
     shared_folders,
-    validate_prediction,
-    validate_search_record,
 )
 
 CONTAINER_RESULTS = "/results"
@@ -73,19 +74,19 @@ def merge_results(source: Path, results_dir: Path, host: str) -> int:
     added = 0
     kinds = (
         # a forced re-run (`inv run --force`, e.g. nightly) is a new run of the same trials
-        (results_file, None, lambda r: (r["spec_hash"], r["repeat"], r.get("run"))),
-        (searches_file, validate_search_record, lambda r: r["search_hash"]),
-        (predictions_file, validate_prediction, lambda r: r["search_hash"]),
+        (results_file, TrialRecord, lambda r: (r.spec_hash, r.repeat, r.run)),
+        (searches_file, SearchRecord, lambda r: r.search_hash),
+        (predictions_file, PredictionRecord, lambda r: r.search_hash),
     )
-    for locate, validate, key in kinds:
+    for locate, kind, key in kinds:
         theirs = locate(source, host)
         if not theirs.exists():
             continue
         ours = locate(results_dir, host)
-        known = {key(r) for r in load_records(ours, validate)}
-        for record in load_records(theirs, validate):
+        known = {key(r) for r in load(ours, kind)}
+        for record in load(theirs, kind):
             if key(record) not in known:
-                append_record(ours, record, validate)
+                append(ours, record)
                 known.add(key(record))
                 added += locate is results_file
     for folder in shared_folders(host):

@@ -13,7 +13,7 @@ from collections import defaultdict
 
 from tabulate import tabulate
 
-from suite.records import record_params
+from suite.records import Rate, SearchRecord, TrialRecord
 from suite.reporting.limits_table import gain_text
 from suite.running.machine_load import busy_text, is_busy
 from suite.stats import ratio_interval, ratio_text
@@ -21,76 +21,80 @@ from suite.stats import ratio_interval, ratio_text
 DASH = "—"
 
 
-def process_rates(records: list[dict]) -> list[float]:
+def images_per_sec(record: TrialRecord) -> Rate | None:
+    """The images/sec of a trial process that trained; None for one that did not."""
+    return record.metrics.images_per_sec if record.ok and record.metrics else None
+
+
+def process_rates(records: list[TrialRecord]) -> list[float]:
     """images/sec of each trial process that trained."""
-    return [r["metrics"]["images_per_sec"]["mean"] for r in records if r["outcome"] == "ok"]
+    return [rate.mean for rate in map(images_per_sec, records) if rate]
 
 
-def _busy_text(records: list[dict]) -> str:
+def _busy_text(records: list[TrialRecord]) -> str:
     """ "; ⚠ 1 on a busy machine (others used 1.1 of 2 cores)": the processes that trained while
     other processes held a quarter of the cores or more (`machine_load.is_busy`), the busiest
     named; "" when none was (or the records predate the measurement)."""
-    loads = [(r.get("metrics") or {}).get("machine_load") for r in records if r["outcome"] == "ok"]
+    loads = [r.metrics.machine_load for r in records if r.ok and r.metrics]
     busy = [load for load in loads if is_busy(load)]
     if not busy:
         return ""
-    busiest = max(busy, key=lambda load: load["other_cores"]["mean"])
+    busiest = max(busy, key=lambda load: load.other_cores.mean)
     return f"; ⚠ {len(busy)} on a busy machine ({busy_text(busiest)})"
 
 
-def rate_text(records: list[dict]) -> str:
+def rate_text(records: list[TrialRecord]) -> str:
     """ "9.14 ± 0.31 (3 processes)": mean over processes ± its standard error between them; with
     one process, ± is the standard error over its steps, and says so. No process that trained:
     how they ended; some that did not: how many, and how they ended (a size at the edge of the
     memory budget trains in one process and not in the next)."""
     rates = process_rates(records)
-    failed = [r for r in records if r["outcome"] != "ok"]
-    outcomes = ", ".join(sorted({r["outcome"].replace("_", " ") for r in failed}))
+    failed = [r for r in records if not r.ok]
+    outcomes = ", ".join(sorted({r.outcome.replace("_", " ") for r in failed}))
     if not rates:
         return outcomes or DASH
     also = f"; {len(failed)} of {len(records)}: {outcomes}" if failed else ""
     also += _busy_text(records)
     if len(rates) == 1:
-        (record,) = [r for r in records if r["outcome"] == "ok"]
-        error = record["metrics"]["images_per_sec"]["stderr"]
-        return f"{rates[0]:.3g} ± {error:.2g} (steps of 1 process{also})"
+        (rate,) = filter(None, map(images_per_sec, records))
+        return f"{rate.mean:.3g} ± {rate.stderr:.2g} (steps of 1 process{also})"
     error = statistics.stdev(rates) / len(rates) ** 0.5
     return f"{statistics.fmean(rates):.3g} ± {error:.2g} ({len(rates)} processes{also})"
 
 
-def _limit_cell(off: dict | None, on: dict | None) -> str:
+def _limit_cell(off: SearchRecord | None, on: SearchRecord | None) -> str:
     """ "416 → 1056 (6.44× pixels)" for a search pair; "—" for what was not searched."""
     if off is None and on is None:
         return DASH
 
     def limit(record):
-        if record is None or record["largest_ok"] is None:
+        if record is None or record.largest_ok is None:
             return DASH if record is None else "none"
-        return f"≥{record['largest_ok']}" if record["stop_reached"] else str(record["largest_ok"])
+        return f"≥{record.largest_ok}" if record.stop_reached else str(record.largest_ok)
 
     gain = gain_text(off, on)
     return f"{limit(off)} → {limit(on)}" + (f" ({gain})" if gain != DASH else "")
 
 
-def _newest_searches(searches: list[dict]) -> dict:
+def _newest_searches(searches: list[SearchRecord]) -> dict:
     """{(workload, host, kind): {mode: newest search record}}"""
     found = defaultdict(dict)
-    for record in sorted(searches, key=lambda r: r.get("finished_at", "")):
-        key = (record_params(record).workload, record["host"], record["kind"])
-        found[key][record["mode"]] = record
+    for record in sorted(searches, key=lambda r: r.finished_at):
+        found[(record.params.workload, record.host, record.kind)][record.mode] = record
     return found
 
 
-def answer_tables(records: list[dict], searches: list[dict], emulated=()) -> list[dict]:
+def answer_tables(
+    records: list[TrialRecord], searches: list[SearchRecord], emulated=()
+) -> list[dict]:
     """Per workload: {workload, table, reference}. A row per host and trained size (the trials
     of a search are in the limits section, not here). Hosts in `emulated` are marked."""
-    trials = [r for r in records if "search" not in r["spec"]]
+    trials = [r for r in records if r.spec.search is None]
     by_config = defaultdict(lambda: defaultdict(lambda: {"off": [], "on": []}))
     for record in trials:
-        params = record_params(record)
-        config = params.replace(lms=None)
-        mode = "on" if params.lms else "off"
-        by_config[(params.workload, config.hash, config.describe())][record["host"]][mode].append(
+        config = record.params.replace(lms=None)
+        mode = "on" if record.params.lms else "off"
+        by_config[(config.workload, config.hash, config.describe())][record.host][mode].append(
             record
         )
     limits = _newest_searches(searches)
@@ -123,21 +127,32 @@ def answer_tables(records: list[dict], searches: list[dict], emulated=()) -> lis
                     versus = ratio_text(ratio_interval(process_rates(runs[mode]), reference_rates))
                 else:
                     versus = DASH
-                searched = {kind: limits.get((workload, host, kind), {}) for kind in
-                            ("max-resolution", "max-batch")}  # fmt: skip
-                rows.append([
-                    f"{host} ⚠ emulated" if host in emulated else host,
-                    key[2].removeprefix(f"{workload} "),
-                    rate_text(runs["off"]) if runs["off"] else DASH,
-                    rate_text(runs["on"]) if runs["on"] else DASH,
-                    lms_cost,
-                    _limit_cell(*(searched["max-resolution"].get(m) for m in ("off", "on"))),
-                    _limit_cell(*(searched["max-batch"].get(m) for m in ("off", "on"))),
-                    versus if len(hosts) > 1 else DASH,
-                ])  # fmt: skip
-        headers = ["host", "size", "images/sec LMS off", "images/sec LMS on", "LMS on / off",
-                   "max resolution off → on", "max batch off → on",
-                   f"vs {reference} (LMS {mode})" if reference else "vs reference"]  # fmt: skip
+                searched = {
+                    kind: limits.get((workload, host, kind), {})
+                    for kind in ("max-resolution", "max-batch")
+                }
+                rows.append(
+                    [
+                        f"{host} ⚠ emulated" if host in emulated else host,
+                        key[2].removeprefix(f"{workload} "),
+                        rate_text(runs["off"]) if runs["off"] else DASH,
+                        rate_text(runs["on"]) if runs["on"] else DASH,
+                        lms_cost,
+                        _limit_cell(*(searched["max-resolution"].get(m) for m in ("off", "on"))),
+                        _limit_cell(*(searched["max-batch"].get(m) for m in ("off", "on"))),
+                        versus if len(hosts) > 1 else DASH,
+                    ]
+                )
+        headers = [
+            "host",
+            "size",
+            "images/sec LMS off",
+            "images/sec LMS on",
+            "LMS on / off",
+            "max resolution off → on",
+            "max batch off → on",
+            f"vs {reference} (LMS {mode})" if reference else "vs reference",
+        ]
         table = tabulate(rows, headers, tablefmt="github", disable_numparse=True)
         answers.append({"workload": workload, "table": table, "reference": reference})
     return answers

@@ -17,14 +17,16 @@ from tabulate import tabulate
 
 from suite.errors import SuiteError
 from suite.records import (
-    load_all_records,
+    HostDescription,
+    TrialRecord,
     load_host,
-    load_search_records,
-    record_params,
+    load_searches,
+    load_trials,
     utc_now,
 )
 from suite.reporting.answer import answer_tables, process_rates, rate_text
 from suite.reporting.limits_table import limits_table
+from suite.reporting.lms_view import traffic
 from suite.reporting.memory_plots import plot_timelines
 from suite.reporting.projection_section import projection_section
 from suite.reporting.scaling import scaling_section
@@ -43,30 +45,30 @@ class HostResult:
     """All records of one host under one spec hash, summarised."""
 
     host: str
-    records: list
+    records: list[TrialRecord]
 
     @property
-    def ok(self):
-        return [r for r in self.records if r["outcome"] == "ok"]
+    def ok(self) -> list[TrialRecord]:
+        return [r for r in self.records if r.ok]
 
     def outcomes(self) -> str:
         counts = defaultdict(int)
         for record in self.records:
-            counts[record["outcome"]] += 1
+            counts[record.outcome] += 1
         return ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items()))
 
     def rate(self, key: str) -> tuple[float, float] | None:
         """Mean over repeats, and its error: across repeats if several, else within the trial."""
-        values = [r["metrics"][key] for r in self.ok if key in r["metrics"]]
+        values = [r.metrics.rate(key) for r in self.ok if r.metrics and r.metrics.rate(key)]
         if not values:
             return None
-        means = [v["mean"] for v in values]
+        means = [v.mean for v in values]
         if len(means) > 1:
             return statistics.fmean(means), statistics.stdev(means) / len(means) ** 0.5
-        return means[0], values[0]["stderr"]
+        return means[0], values[0].stderr
 
     def peak(self) -> int | None:
-        peaks = [r["metrics"].get("peak_memory_bytes") for r in self.records if r["metrics"]]
+        peaks = [r.metrics.peak_memory_bytes for r in self.records if r.metrics]
         peaks = [p for p in peaks if p]
         return max(peaks) if peaks else None
 
@@ -78,15 +80,12 @@ def _fmt_rate(value: tuple[float, float] | None, scale: float = 1.0) -> str:
     return f"{mean / scale:.3g} ± {error / scale:.2g}"
 
 
-def _group(records: list[dict]) -> dict:
+def _group(records: list[TrialRecord]) -> dict:
     """{workload: {spec_hash: {host: HostResult}}}"""
     groups = defaultdict(lambda: defaultdict(dict))
     for record in records:
-        workload, spec_hash = record_params(record).workload, record["spec_hash"]
-        entry = groups[workload][spec_hash].setdefault(
-            record["host"], HostResult(record["host"], [])
-        )
-        entry.records.append(record)
+        by_host = groups[record.params.workload][record.spec_hash]
+        by_host.setdefault(record.host, HostResult(record.host, [])).records.append(record)
     return groups
 
 
@@ -99,9 +98,9 @@ def _throughput_table(by_host: dict, emulated: dict | None = None) -> str:
     reference = next((h for h, r in sorted(by_host.items()) if process_rates(r.records)), None)
     compare = len(by_host) > 1 and reference is not None
     reference_rates = process_rates(by_host[reference].records) if compare else []
-    swapping = any(r["metrics"].get("lms_traffic") for h in by_host.values() for r in h.ok)
+    swapping = any(traffic(r.metrics) for h in by_host.values() for r in h.ok)
     for host, result in sorted(by_host.items()):
-        info = record_params(result.records[-1]).info
+        info = result.records[-1].params.info
         rows.append(
             [
                 f"{host} ⚠ emulated" if host in emulated else host,
@@ -110,7 +109,7 @@ def _throughput_table(by_host: dict, emulated: dict | None = None) -> str:
                 _fmt_rate(result.rate(info.rate_key), 1e6),
                 format_bytes(result.peak()),
                 *([traffic_text(result.ok)] if swapping else []),
-                result.records[-1]["device"] or "—",
+                result.records[-1].device or "—",
                 len(result.records),
             ]
         )
@@ -136,10 +135,10 @@ def _known(value) -> str:
     return "—" if value is None else str(value)
 
 
-def _link_text(description: dict) -> str:
+def _link_text(description: HostDescription) -> str:
     """Measured copy bandwidth at three sizes: per GPU host->device / device->host and its
     topology, else host memory (memcpy: what bounds the emulated device's swaps)."""
-    link = description.get("link")
+    link = description.link  # suite.hosts.link's table, checked by suite.records.hosts
     if not link:
         return "—"
     picks = [link["sizes_bytes"].index(s) for s in (2**20, 2**26, 2**30)]
@@ -148,78 +147,81 @@ def _link_text(description: dict) -> str:
         return " / ".join(f"{values[i]:.3g}" for i in picks)
 
     parts = []
-    for gpu, info in zip(link["gpus"], description.get("gpus") or [], strict=False):
-        topology = info.get("link") or {}
+    for gpu, info in zip(link["gpus"], description.gpus or (), strict=False):
+        topology = info.link or {}
         how = (
             f"NVLink to CPU x{topology['nvlink_to_cpu']}"
             if topology.get("nvlink_to_cpu")
             else f"PCIe {_known(topology.get('pcie_generation'))} "
             f"x{_known(topology.get('pcie_width'))}"
         )
-        parts.append(f"GPU{gpu['index']} ({how}): in {rates(gpu['host_to_device_gbps'])}, "
-                     f"out {rates(gpu['device_to_host_gbps'])}")  # fmt: skip
+        parts.append(
+            f"GPU{gpu['index']} ({how}): in {rates(gpu['host_to_device_gbps'])}, "
+            f"out {rates(gpu['device_to_host_gbps'])}"
+        )
     return "; ".join(parts) if parts else f"memcpy {rates(link['memcpy_gbps'])}"
 
 
-def emulated_hosts(records: list[dict], results_dir: Path) -> dict:
+def _newest_refs(records: list[TrialRecord]) -> dict[str, str]:
+    """Host -> the description its newest record refers to."""
+    return {r.host: r.host_ref for r in records}
+
+
+def emulated_hosts(records: list[TrialRecord], results_dir: Path) -> dict:
     """Host -> how it is emulated (qemu-user...), for the hosts whose newest description says so."""
-    refs = {r["host"]: r["host_ref"] for r in records}
     found = {}
-    for host, ref in sorted(refs.items()):
+    for host, ref in sorted(_newest_refs(records).items()):
         description = load_host(results_dir, ref)
-        if description and description.get("emulation"):
-            found[host] = description["emulation"]
+        if description and description.emulation:
+            found[host] = description.emulation
     return found
 
 
-def _hosts_table(records: list[dict], results_dir: Path) -> str:
-    fields = [
-        ("architecture", lambda d: d["architecture"]),
-        ("emulation", lambda d: d.get("emulation") or "native"),
-        ("CPU kernels", lambda d: _known(d.get("cpu_kernels"))),
-        ("CPU", lambda d: d["cpu"]["model"]),
-        (
-            "sockets / cores / threads",
-            lambda d: "{sockets} / {cores} / {threads}".format(**d["cpu"]),
-        ),
-        ("memory", lambda d: format_bytes(d["memory_bytes"])),
-        (
-            "GPUs",
-            lambda d: (
-                ", ".join(g["model"] for g in d["gpus"])
-                if d["gpus"]
-                else ("none" if d["gpus"] == [] else "unknown")
-            ),
-        ),
-        ("copy GB/s at 1 MiB / 64 MiB / 1 GiB", _link_text),
-        (
-            "driver / CUDA / cuDNN",
-            lambda d: " / ".join(
-                _known(d[k]) for k in ("driver_version", "cuda_version", "cudnn_version")
-            ),  # fmt: skip
-        ),
-        (
-            "TensorFlow / Keras",
-            lambda d: f"{_known(d['tensorflow_version'])} / {_known(d['keras_version'])}",
-        ),
-        ("Python", lambda d: _known(d["python_version"])),
-        ("image digest", lambda d: d["image_digest"] or "native"),
-        (
-            "suite commit",
-            lambda d: (
-                (d["suite"]["commit"] or "unknown")[:12]
-                + (" (modified)" if d["suite"]["dirty"] else "")
-            ),
-        ),
-    ]
-    refs = {}
-    for record in records:
-        refs.setdefault(record["host"], record["host_ref"])  # newest wins below
-        refs[record["host"]] = record["host_ref"]
+def _cpu(description: HostDescription) -> str:
+    cpu = description.cpu
+    if cpu is None:
+        return "—"
+    return " / ".join(_known(n) for n in (cpu.sockets, cpu.cores, cpu.threads))
+
+
+def _gpus(description: HostDescription) -> str:
+    if description.gpus is None:
+        return "unknown"
+    return ", ".join(g.model for g in description.gpus) or "none"
+
+
+def _suite_commit(description: HostDescription) -> str:
+    suite = description.suite
+    commit = (suite.commit if suite else None) or "unknown"
+    return commit[:12] + (" (modified)" if suite and suite.dirty else "")
+
+
+# the hosts table's rows: label -> what it shows of a description
+HOST_FIELDS = {
+    "architecture": lambda d: d.architecture,
+    "emulation": lambda d: d.emulation or "native",
+    "CPU kernels": lambda d: _known(d.cpu_kernels),
+    "CPU": lambda d: _known(d.cpu.model if d.cpu else None),
+    "sockets / cores / threads": _cpu,
+    "memory": lambda d: format_bytes(d.memory_bytes),
+    "GPUs": _gpus,
+    "copy GB/s at 1 MiB / 64 MiB / 1 GiB": _link_text,
+    "driver / CUDA / cuDNN": lambda d: " / ".join(
+        map(_known, (d.driver_version, d.cuda_version, d.cudnn_version))
+    ),
+    "TensorFlow / Keras": lambda d: f"{_known(d.tensorflow_version)} / {_known(d.keras_version)}",
+    "Python": lambda d: _known(d.python_version),
+    "image digest": lambda d: d.image_digest or "native",
+    "suite commit": _suite_commit,
+}
+
+
+def _hosts_table(records: list[TrialRecord], results_dir: Path) -> str:
+    refs = _newest_refs(records)
     hosts = sorted(refs)
     descriptions = {h: load_host(results_dir, refs[h]) for h in hosts}
     rows = []
-    for label, getter in fields:
+    for label, getter in HOST_FIELDS.items():
         values = []
         for host in hosts:
             description = descriptions[host]
@@ -235,10 +237,18 @@ def _provenance(groups: dict) -> tuple[str | None, list[str]]:
     for workload, by_hash in sorted(groups.items()):
         for spec_hash, by_host in sorted(by_hash.items()):
             records = [r for h in by_host.values() for r in h.records]
-            dates = sorted(r["started_at"][:10] for r in records)
-            images = sorted({(r.get("image") or "native")[:19] for r in records})
-            rows.append([workload, f"`{spec_hash}`", ", ".join(sorted(by_host)), len(records),
-                         f"{dates[0]} – {dates[-1]}", ", ".join(images)])  # fmt: skip
+            dates = sorted(r.started_at[:10] for r in records)
+            images = sorted({(r.image or "native")[:19] for r in records})
+            rows.append(
+                [
+                    workload,
+                    f"`{spec_hash}`",
+                    ", ".join(sorted(by_host)),
+                    len(records),
+                    f"{dates[0]} – {dates[-1]}",
+                    ", ".join(images),
+                ]
+            )
             if len(by_host) == 1:
                 (host,) = by_host
                 left_out.append(f"`{spec_hash}` ({workload}): recorded on {host} only")
@@ -254,13 +264,12 @@ def _regression(output_dir: Path) -> dict | None:
     result = load_regression(output_dir)
     if result is None:
         return None
-    rows = result["rows"]
     return {
-        "checked_at": result["checked_at"],
-        "tolerance": result["tolerance"],
-        "alpha": result["alpha"],
-        "regressions": sum(r["verdict"] == "regression" for r in rows),
-        "table": table(rows),
+        "checked_at": result.checked_at,
+        "tolerance": result.tolerance,
+        "alpha": result.alpha,
+        "regressions": len(result.regressions),
+        "table": table(result.rows),
     }
 
 
@@ -268,23 +277,21 @@ def render_report(results_dir: Path, output_dir: Path, title: str = "LMS benchma
     """Write `report.md` (and its plot) for all records under `results_dir`; return its path."""
     results_dir, output_dir = Path(results_dir), Path(output_dir)
     if not results_dir.is_dir():
-        raise SuiteError(f"results directory {results_dir} does not exist: run `inv run` first, "
-                         "or give --results")  # fmt: skip
-    records = load_all_records(results_dir)
-    searches = load_search_records(results_dir)
+        raise SuiteError(
+            f"results directory {results_dir} does not exist: run `inv run` first, "
+            "or give --results"
+        )
+    records = load_trials(results_dir)
+    searches = load_searches(results_dir)
     # a search's trials are summarised in the limits table, not one section each
-    groups = _group([r for r in records if "search" not in r["spec"]])
+    groups = _group([r for r in records if r.spec.search is None])
     emulated = emulated_hosts(records, results_dir)
     sections = []
     for workload, by_hash in sorted(groups.items()):
         for spec_hash, by_host in sorted(by_hash.items()):
-            params = record_params(next(iter(by_host.values())).records[-1])
+            params = next(iter(by_host.values())).records[-1].params
             studies = sorted(
-                {
-                    f"{r['spec']['name']}/{r['spec']['study']}"
-                    for h in by_host.values()
-                    for r in h.records
-                }
+                {f"{r.spec.name}/{r.spec.study}" for h in by_host.values() for r in h.records}
             )
             sections.append(
                 {
@@ -314,7 +321,7 @@ def render_report(results_dir: Path, output_dir: Path, title: str = "LMS benchma
         generated_at=utc_now(),
         results_dir=str(results_dir),
         record_count=len(records),
-        hosts=sorted({r["host"] for r in records}),
+        hosts=sorted({r.host for r in records}),
         emulated=emulated,
         sections=sections,
         answers=answer_tables(records, searches, emulated),

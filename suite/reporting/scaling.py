@@ -9,18 +9,18 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from suite.records import record_params
+from suite.records import TrialRecord
 from suite.reporting.answer import DASH, process_rates, rate_text
 from suite.reporting.figures import discard, finish, new_figure
 from suite.stats import ratio_interval
 
 
-def _groups(records: list[dict]) -> dict:
+def _groups(records: list[TrialRecord]) -> dict:
     """{(workload label, host): {replicas: [records]}} for configurations that ran with more
     than one replica somewhere; the key ignores gpus and nodes (same per-replica batch)."""
     by_key = {}
     for record in records:
-        params = record_params(record)
+        params = record.params
         if params.resolution is None or params.batch is None:
             continue
         base = params.replace(gpus=1, nodes=1)
@@ -28,7 +28,7 @@ def _groups(records: list[dict]) -> dict:
         label += f" {params.precision}"
         if params.lms:
             label += ", LMS"
-        key = (base.hash, label, record["host"])
+        key = (base.hash, label, record.host)
         by_key.setdefault(key, {}).setdefault(params.replicas, []).append(record)
     return {(label, host): runs for (_, label, host), runs in by_key.items() if max(runs) > 1}
 
@@ -46,7 +46,7 @@ def _efficiency(runs: dict, replicas: int) -> str:
     return f"{interval['ratio']:.0%} ({interval['low']:.0%}–{interval['high']:.0%})"
 
 
-def scaling_section(records: list[dict], output_dir: Path) -> dict | None:
+def scaling_section(records: list[TrialRecord], output_dir: Path) -> dict | None:
     groups = _groups(records)
     if not groups:
         return None
@@ -55,13 +55,24 @@ def scaling_section(records: list[dict], output_dir: Path) -> dict | None:
         for replicas in sorted(runs):
             # records from before replicas existed have only the total: one replica's
             per_replica = [rate / replicas for rate in process_rates(runs[replicas])]
-            rows.append([
-                label, host, replicas, rate_text(runs[replicas]),
-                f"{statistics.fmean(per_replica):.3g}" if per_replica else DASH,
-                _efficiency(runs, replicas),
-            ])  # fmt: skip
-    headers = ["configuration", "host", "replicas", "images/sec (total)", "per replica",
-               "scaling efficiency"]  # fmt: skip
+            rows.append(
+                [
+                    label,
+                    host,
+                    replicas,
+                    rate_text(runs[replicas]),
+                    f"{statistics.fmean(per_replica):.3g}" if per_replica else DASH,
+                    _efficiency(runs, replicas),
+                ]
+            )
+    headers = [
+        "configuration",
+        "host",
+        "replicas",
+        "images/sec (total)",
+        "per replica",
+        "scaling efficiency",
+    ]
     plot = _plot(groups, output_dir / "scaling.png")
     return {
         "table": tabulate(rows, headers, tablefmt="github", disable_numparse=True),
@@ -73,8 +84,11 @@ def _plot(groups: dict, path: Path) -> bool:
     figure, axis = new_figure()
     drawn = False
     for (label, host), runs in sorted(groups.items()):
-        points = [(n, statistics.fmean(process_rates(rs))) for n, rs in sorted(runs.items())
-                  if process_rates(rs)]  # fmt: skip
+        points = [
+            (n, statistics.fmean(process_rates(rs)))
+            for n, rs in sorted(runs.items())
+            if process_rates(rs)
+        ]
         if not points:
             continue
         line = axis.plot(*zip(*points, strict=True), "o-", label=f"{label} on {host}")[0]
@@ -86,6 +100,11 @@ def _plot(groups: dict, path: Path) -> bool:
     if not drawn:
         return discard(figure)
     axis.set_xticks(sorted({n for runs in groups.values() for n in runs}))  # whole replicas
-    return finish(figure, axis, path, "replicas (worker processes, one device each)",
-                  "images/sec, all replicas",
-                  "Data-parallel scaling (dotted: ideal from one replica)")  # fmt: skip
+    return finish(
+        figure,
+        axis,
+        path,
+        "replicas (worker processes, one device each)",
+        "images/sec, all replicas",
+        "Data-parallel scaling (dotted: ideal from one replica)",
+    )

@@ -32,7 +32,8 @@ fragments is part of the distance between a measured limit and this bound.
 
 from dataclasses import dataclass
 
-from suite.records import record_params
+from suite.records import SearchRecord, SearchTrial, TrialRecord
+from suite.reporting.lms_view import Plan, plan
 
 DASH = "—"
 
@@ -44,84 +45,54 @@ class SwapBound:
     op: str  # the TensorFlow name of the largest op
 
 
-def lms_reports(trial_records: list[dict]) -> dict[tuple[str, str], dict]:
+def lms_reports(trial_records: list[TrialRecord]) -> dict[tuple[str, str], Plan]:
     """(host, spec hash) -> the LMS report of a trial record that carries a usable one."""
     reports = {}
     for record in trial_records:
-        report = (record.get("metrics") or {}).get("lms")
+        report = plan(record.metrics)
         if _usable(report):
-            reports[(record["host"], record["spec_hash"])] = report
+            reports[(record.host, record.spec_hash)] = report
     return reports
 
 
-def _usable(report) -> bool:
+def _usable(report: Plan | None) -> bool:
     """Whether a report has what the bound needs (older records' reports may not)."""
-    if not isinstance(report, dict) or not isinstance(report.get("analysis"), dict):
-        return False
-    analysis = report["analysis"]
-    largest = floor_op(analysis)
-    numbers = (
-        report.get("budget_bytes"),
-        analysis.get("variable_bytes"),
-        analysis.get("input_bytes"),
-        largest.get("bytes") if isinstance(largest, dict) else None,
-    )
-    return all(isinstance(n, int | float) and not isinstance(n, bool) for n in numbers) and bool(
-        largest.get("name")
+    return report is not None and None not in (
+        report.budget_bytes,
+        report.variable_bytes,
+        report.input_bytes,
+        report.floor_op,
     )
 
 
-def floor_op(analysis: dict):
-    """The op that sets the floor: its footprint with the kernel's temporary where the report
-    has it (lms's `floor_op`), else TFLMSv2's largest operation (inputs + outputs)."""
-    return analysis.get("floor_op") or analysis.get("largest_op")
-
-
-def device_limit(report: dict) -> int:
-    """The memory the plan's measured peak had to stay under: the closed loop's device limit, or
-    the budget for reports without the loop."""
-    calibration = report.get("calibration")
-    if isinstance(calibration, dict) and calibration.get("device_limit_bytes"):
-        return calibration["device_limit_bytes"]
-    return report["budget_bytes"]
-
-
-def _dims(search: dict) -> int:
+def _dims(search: SearchRecord) -> int:
     """The power that turns the searched value into elements: spatial dims, or 1 for a batch."""
-    return record_params(search).info.spatial_dims if search["searched"] == "resolution" else 1
+    return search.params.info.spatial_dims if search.searched == "resolution" else 1
 
 
-def _trial_report(on: dict, reports: dict) -> tuple[dict, dict] | tuple[None, None]:
+def _trial_report(on: SearchRecord, reports: dict) -> tuple[SearchTrial, Plan] | tuple[None, None]:
     """The LMS-on trial the bound is estimated from, and its LMS report."""
-
-    def report(trial):
-        return reports.get((on["host"], trial.get("spec_hash")))
-
-    at_limit = [
-        t for t in on["trials"] if t.get("value") == on["largest_ok"] and t.get("outcome") == "ok"
-    ]
-    others = sorted(on["trials"], key=lambda t: t.get("value") or 0, reverse=True)
+    at_limit = [t for t in on.trials if t.value == on.largest_ok and t.outcome == "ok"]
+    others = sorted(on.trials, key=lambda t: t.value, reverse=True)
     for trial in at_limit + others:
-        found = report(trial)
-        if found is not None and trial.get("value"):
+        found = reports.get((on.host, trial.spec_hash))
+        if found is not None and trial.value:
             return trial, found
     return None, None
 
 
-def swap_bound(on: dict, reports: dict) -> SwapBound | None:
+def swap_bound(on: SearchRecord, reports: dict) -> SwapBound | None:
     """The swap-only bound of an LMS-on search, or None without a trial that says it."""
     trial, report = _trial_report(on, reports)
     if trial is None:
         return None
-    analysis = report["analysis"]
-    largest = floor_op(analysis)
-    growing = largest["bytes"] + analysis["input_bytes"]
-    room = device_limit(report) - analysis["variable_bytes"]
+    growing = report.floor_op.bytes + report.input_bytes
+    room = report.device_limit_bytes - report.variable_bytes
     if growing <= 0 or room <= 0:
         return None
     dims = _dims(on)
-    elements = trial["value"] ** dims * room / growing
-    return SwapBound(elements, elements ** (1 / dims), largest["name"])
+    elements = trial.value**dims * room / growing
+    return SwapBound(elements, elements ** (1 / dims), report.floor_op.name)
 
 
 def short_op_name(name: str) -> str:
@@ -133,16 +104,16 @@ def short_op_name(name: str) -> str:
     return "/".join(parts[-3:])
 
 
-def bound_text(off: dict | None, on: dict | None, reports: dict) -> str:
+def bound_text(off: SearchRecord | None, on: SearchRecord | None, reports: dict) -> str:
     """ "≈ 7.68× (443), set by conv1_1/ReluGrad": the bound in the gain's unit (and in the searched
     unit); without an LMS-off limit only the latter; "—" where there is no gain to set it beside."""
-    if not off or not on or on["largest_ok"] is None:
+    if not off or not on or on.largest_ok is None:
         return DASH
     bound = swap_bound(on, reports)
     if bound is None:
         return DASH
     where = f"set by {short_op_name(bound.op)}"
-    if off["largest_ok"] is None:
+    if off.largest_ok is None:
         return f"≈ {bound.size:.0f}, {where}"
-    ratio = bound.elements / off["largest_ok"] ** _dims(on)
+    ratio = bound.elements / off.largest_ok ** _dims(on)
     return f"≈ {ratio:.2f}× ({bound.size:.0f}), {where}"

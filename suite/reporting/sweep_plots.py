@@ -9,7 +9,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from suite.records import record_params
+from suite.records import TrialRecord
 from suite.specs import TrialParams
 
 
@@ -18,25 +18,25 @@ def _series_key(params: TrialParams) -> str:
     return params.replace(resolution=None, lms=None).hash
 
 
-def sweep_series(records: list[dict]) -> dict:
+def sweep_series(records: list[TrialRecord]) -> dict:
     """{key: [records]} of the series that have two or more resolutions."""
     series = defaultdict(list)
     for record in records:
-        if "search" not in record["spec"]:
-            series[_series_key(record_params(record))].append(record)
+        if record.spec.search is None:
+            series[_series_key(record.params)].append(record)
     return {
         key: group
         for key, group in series.items()
-        if len({record_params(r).resolution for r in group}) >= 2
+        if len({r.params.resolution for r in group}) >= 2
     }
 
 
-def switch_points(group: list[dict]) -> dict:
+def switch_points(group: list[TrialRecord]) -> dict:
     """{host: the smallest resolution whose LMS-off trial did not train}."""
     points = {}
     for record in group:
-        if not record_params(record).lms and record["outcome"] != "ok":
-            host, resolution = record["host"], record_params(record).resolution
+        if not record.params.lms and not record.ok:
+            host, resolution = record.host, record.params.resolution
             points[host] = min(points.get(host, resolution), resolution)
     return points
 
@@ -69,11 +69,19 @@ def _mark_switches(axis, switch: dict) -> None:
     transform = axis.get_xaxis_transform()  # x in data, y in axes fraction
     for index, (resolution, hosts) in enumerate(sorted(by_size.items())):
         axis.axvline(resolution, color="grey", linestyle=":", linewidth=1)
-        axis.text(resolution, 0.97 - 0.3 * (index % 3), f" LMS needed: {', '.join(sorted(hosts))}",
-                  transform=transform, rotation=90, va="top", ha="right", fontsize=8)  # fmt: skip
+        axis.text(
+            resolution,
+            0.97 - 0.3 * (index % 3),
+            f" LMS needed: {', '.join(sorted(hosts))}",
+            transform=transform,
+            rotation=90,
+            va="top",
+            ha="right",
+            fontsize=8,
+        )
 
 
-def plot_sweeps(records: list[dict], output_dir: Path) -> list[dict]:
+def plot_sweeps(records: list[TrialRecord], output_dir: Path) -> list[dict]:
     """Write one PNG per series; return [{title, file, switch}] for the report."""
     import matplotlib
 
@@ -82,22 +90,26 @@ def plot_sweeps(records: list[dict], output_dir: Path) -> list[dict]:
 
     plots = []
     for key, group in sorted(sweep_series(records).items()):
-        params = record_params(group[0])
+        params = group[0].params
         info = params.info
         lines = defaultdict(lambda: defaultdict(list))
         for record in group:
-            if record["outcome"] == "ok" and info.rate_key in record["metrics"]:
-                trial = record_params(record)
-                mode = "LMS on" if trial.lms else "LMS off"
-                rate = record["metrics"][info.rate_key]["mean"] / 1e6
-                lines[(record["host"], mode)][trial.resolution].append(rate)
+            rate = record.metrics.rate(info.rate_key) if record.ok and record.metrics else None
+            if rate:
+                mode = "LMS on" if record.params.lms else "LMS off"
+                lines[(record.host, mode)][record.params.resolution].append(rate.mean / 1e6)
         if not lines:
             continue
         figure, axis = plt.subplots(figsize=(7, 4))
         hosts = sorted({host for host, _ in lines})
         for index, host in enumerate(hosts):
-            _plot_host(axis, f"C{index}", host, lines.get((host, "LMS off"), {}),
-                       lines.get((host, "LMS on"), {}))  # fmt: skip
+            _plot_host(
+                axis,
+                f"C{index}",
+                host,
+                lines.get((host, "LMS off"), {}),
+                lines.get((host, "LMS on"), {}),
+            )
         switch = switch_points(group)
         _mark_switches(axis, switch)
         axis.set_xlabel(info.side_label)
@@ -110,7 +122,7 @@ def plot_sweeps(records: list[dict], output_dir: Path) -> list[dict]:
                 axis.plot([], [], "o", color="grey")[0],
                 axis.plot([], [], "s", color="grey", markerfacecolor="white")[0],
             ]
-            labels += ["trained without LMS", "trained with LMS"]  # fmt: skip
+            labels += ["trained without LMS", "trained with LMS"]
         axis.legend(handles, labels, fontsize=8)
         figure.tight_layout()
         name = f"sweep-{params.workload}-{key[:8]}.png"

@@ -6,7 +6,6 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
-from suite.records import record_params
 from suite.reporting.figures import new_figure
 from suite.specs.model import lms_text
 from suite.units import format_bytes
@@ -45,7 +44,7 @@ def throughput_bars(groups: dict) -> list[Bar]:
             for host, result in sorted(by_host.items()):
                 rate = result.rate("images_per_sec")
                 if rate:
-                    params = record_params(result.records[-1])
+                    params = result.records[-1].params
                     key = (_configuration(workload, params), host, f"LMS {lms_text(params.lms)}")
                     size = (workload, params.resolution or 0, params.batch or 0, params.replicas)
                     found.append((size, host, key, spec_hash, rate))
@@ -64,8 +63,10 @@ def draw_throughput(bars: list[Bar]):
     mode one colour and hatch, one legend entry."""
     modes = sorted({b.mode for b in bars}, key=lambda m: (m != "LMS off", m))
     places = list(dict.fromkeys((b.configuration, b.host) for b in bars))
-    present = {p: [m for m in modes if any((b.configuration, b.host, b.mode) == (*p, m)
-                                           for b in bars)] for p in places}  # fmt: skip
+    present = {
+        p: [m for m in modes if any((b.configuration, b.host, b.mode) == (*p, m) for b in bars)]
+        for p in places
+    }
     width = 0.8 / max(len(m) for m in present.values())
     figure, axis = new_figure((max(4.0, 0.6 * len(bars) + 0.6 * len(places)), 4.6))
     x = {}  # (place, mode) -> where its bar stands: a place's bars centred on it

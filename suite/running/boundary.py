@@ -22,28 +22,27 @@ time-out) is not, and the limit's side decides.
 
 Verdicts: "clear" (neither side near: no repeat needed), "confirmed" (near, and every process
 agrees: each one at the limit trained, none at the failing size did), "uncertain" (processes
-disagree, or near and not repeated). Search records written before this have no `boundary`:
-"not measured".
+disagree, or near and not repeated). Search records written before this have no `boundary`
+(None; also one older suites wrote without what the margin is shown from): "not measured".
 """
 
-from suite.records import BOUNDARY_VERDICTS
+from suite.records import Boundary, BoundarySide, ProcessMargin, SearchRecord, TrialRecord
 from suite.units import format_bytes
 
 NOT_MEASURED = "not measured"
-VERDICTS = BOUNDARY_VERDICTS
 
 
-def process_margin(record: dict, budget: int | None) -> dict:
+def process_margin(record: TrialRecord, budget: int | None) -> ProcessMargin:
     """One process at a boundary size (its trial record): outcome, peak, and the margin."""
-    peak = (record.get("metrics") or {}).get("peak_memory_bytes")
+    peak = record.metrics.peak_memory_bytes if record.metrics else None
     measured = peak is not None and budget is not None
-    return {
-        "repeat": record["repeat"],
-        "outcome": record["outcome"],
-        "peak_memory_bytes": peak,
-        "margin_bytes": budget - peak if measured else None,  # < 0: over the budget
-        "peak_ratio": round(peak / budget, 4) if measured else None,
-    }
+    return ProcessMargin(
+        record.repeat,
+        record.outcome,
+        peak,
+        budget - peak if measured else None,  # < 0: over the budget
+        round(peak / budget, 4) if measured else None,
+    )
 
 
 def spread_bytes(peaks: list[int], band: float) -> float:
@@ -51,20 +50,20 @@ def spread_bytes(peaks: list[int], band: float) -> float:
     return max(band * max(peaks), max(peaks) - min(peaks))
 
 
-def near_budget(processes: list[dict], budget: int | None, band: float) -> bool:
+def near_budget(processes, budget: int | None, band: float) -> bool:
     """Whether another process of this size could land on the other side of the budget."""
     if budget is None:
         return True
-    peaks = [p["peak_memory_bytes"] for p in processes if p["peak_memory_bytes"] is not None]
+    peaks = [p.peak_memory_bytes for p in processes if p.peak_memory_bytes is not None]
     if not peaks:  # trained without a peak: unknown; refused outright: far
-        return any(p["outcome"] == "ok" for p in processes)
+        return any(p.outcome == "ok" for p in processes)
     spread = spread_bytes(peaks, band)
     return any(abs(peak - budget) <= spread for peak in peaks)
 
 
-def verdict(limit: list[dict], failed: list[dict], near: bool) -> str:
-    """The verdict on a boundary from its processes (an absent side: an empty list)."""
-    agree = all(p["outcome"] == "ok" for p in limit) and all(p["outcome"] != "ok" for p in failed)
+def verdict(limit, failed, near: bool) -> str:
+    """The verdict on a boundary from its processes (an absent side: no processes)."""
+    agree = all(p.outcome == "ok" for p in limit) and all(p.outcome != "ok" for p in failed)
     if not agree:
         return "uncertain"
     if not near:
@@ -73,73 +72,56 @@ def verdict(limit: list[dict], failed: list[dict], near: bool) -> str:
 
 
 def boundary_record(
-    limit: dict | None, failed: dict | None, budget: int | None, band: float, repeats: int
-) -> dict:
-    """The search record's `boundary`: each side ({"value", "spec_hash", "processes"}, None when
-    absent), the budget, the spread band, the repeats the spec asks for, nearness, the verdict."""
+    limit: BoundarySide | None,
+    failed: BoundarySide | None,
+    budget: int | None,
+    band: float,
+    repeats: int,
+) -> Boundary:
+    """The search record's `boundary`: each side (None when absent), the budget, the spread
+    band, the repeats the spec asks for, nearness, the verdict."""
     near = is_near(limit, failed, budget, band)
-    return {
-        "limit": limit,
-        "failed": failed,
-        "budget_bytes": budget,
-        "spread": band,
-        "repeats": repeats,
-        "near": near,
-        "verdict": verdict(_processes(limit), _processes(failed), near),
-    }
+    outcome = verdict(_processes(limit), _processes(failed), near)
+    return Boundary(limit, failed, budget, band, repeats, near, outcome)
 
 
-def _processes(side: dict | None) -> list[dict]:
-    return side["processes"] if side else []
+def _processes(side: BoundarySide | None) -> tuple:
+    return side.processes if side else ()
 
 
-def is_near(limit: dict | None, failed: dict | None, budget: int | None, band: float) -> bool:
+def is_near(limit, failed, budget: int | None, band: float) -> bool:
     """Whether the boundary must be repeated: a side's peak within the spread of the budget."""
     return any(near_budget(_processes(side), budget, band) for side in (limit, failed) if side)
 
 
-def _side_text(side: dict | None) -> str:
+def _side_text(side: BoundarySide | None) -> str:
     """ "0.96", "0.95–0.97" over processes, "out of memory" without a peak, "—" when absent."""
     if side is None:
         return "—"
-    processes = side["processes"]
-    ratios = [p["peak_ratio"] for p in processes if p["peak_ratio"] is not None]
-    bare = [p for p in processes if p["peak_ratio"] is None]
-    peaks = [p["peak_memory_bytes"] for p in bare if p["peak_memory_bytes"] is not None]
+    ratios = [p.peak_ratio for p in side.processes if p.peak_ratio is not None]
+    bare = [p for p in side.processes if p.peak_ratio is None]
+    peaks = [p.peak_memory_bytes for p in bare if p.peak_memory_bytes is not None]
     parts = []
     for values in ([f"{r:.2f}" for r in sorted(ratios)], [format_bytes(p) for p in sorted(peaks)]):
         if values:  # ratios to the budget; bytes where there is no budget
             parts.append(values[0] if values[0] == values[-1] else f"{values[0]}–{values[-1]}")
-    outcomes = {p["outcome"] for p in bare if p["peak_memory_bytes"] is None}
+    outcomes = {p.outcome for p in bare if p.peak_memory_bytes is None}
     parts += sorted("no peak" if o == "ok" else o.replace("_", " ") for o in outcomes)
     return " + ".join(parts)
 
 
-def margin_text(search: dict) -> str:
+def margin_text(search: SearchRecord) -> str:
     """ "confirmed: 0.96 / 1.01": the verdict, then the peak over the budget at the limit and at
     the first size that failed (a range over processes); "not measured" for older records."""
-    boundary = search.get("boundary")
-    if not _readable(boundary):
+    boundary = search.boundary
+    if boundary is None:
         return NOT_MEASURED
+    return f"{boundary.verdict}: {_side_text(boundary.limit)} / {_side_text(boundary.failed)}"
+
+
+def is_uncertain(search: SearchRecord | None) -> bool:
     return (
-        f"{boundary['verdict']}: {_side_text(boundary['limit'])} / {_side_text(boundary['failed'])}"
+        search is not None
+        and search.boundary is not None
+        and (search.boundary.verdict == "uncertain")
     )
-
-
-def _readable(boundary) -> bool:
-    """Whether a record's `boundary` has what the margin is shown from (older records: none)."""
-    if not isinstance(boundary, dict) or boundary.get("verdict") not in VERDICTS:
-        return False
-    fields = {"outcome", "peak_memory_bytes", "peak_ratio"}
-    for side in (boundary.get("limit"), boundary.get("failed")):
-        processes = side.get("processes") if isinstance(side, dict) else []
-        if side is not None and not (
-            isinstance(processes, list)
-            and all(isinstance(p, dict) and fields <= set(p) for p in processes)
-        ):
-            return False
-    return True
-
-
-def is_uncertain(search: dict | None) -> bool:
-    return bool(search) and (search.get("boundary") or {}).get("verdict") == "uncertain"

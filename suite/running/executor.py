@@ -12,9 +12,11 @@ from pathlib import Path
 
 from suite.hosts.description import IMAGE_DIGEST_VARIABLE, capture_host_description
 from suite.records import (
-    SCHEMA_VERSION,
-    append_record,
-    load_records,
+    SpecRef,
+    TrialRecord,
+    TrialResult,
+    append_trial,
+    load_trials,
     log_file,
     results_file,
     store_host,
@@ -41,18 +43,14 @@ def format_eta(seconds: float | None) -> str:
     return f"ETA {minutes}m{secs:02d}s"
 
 
-def summary_line(record: dict) -> str:
-    if record["outcome"] != "ok":
-        error = record.get("error") or ""
-        return f"{record['outcome']}: {error.splitlines()[0] if error else ''}"
-    m = record["metrics"]
-    rate = m["images_per_sec"]
-    peak = m.get("peak_memory_bytes")
+def summary_line(record: TrialRecord) -> str:
+    if not record.ok:
+        error = record.error or ""
+        return f"{record.outcome}: {error.splitlines()[0] if error else ''}"
+    rate, peak = record.metrics.images_per_sec, record.metrics.peak_memory_bytes
     peak_text = f", peak {peak / 2**20:.0f} MiB" if peak else ""
-    return (
-        f"ok: images/sec: {rate['mean']:.2f} +/- {rate['stderr']:.2f} "
-        f"(jitter = {rate['jitter']:.2f}){peak_text}"
-    )
+    jitter = f" (jitter = {rate.jitter:.2f})" if rate.jitter is not None else ""
+    return f"ok: images/sec: {rate.mean:.2f} +/- {rate.stderr:.2f}{jitter}{peak_text}"
 
 
 class TrialExecutor:
@@ -77,7 +75,9 @@ class TrialExecutor:
         self.echo, self.extra_env, self.force = echo, extra_env, force
         self.recorded = {}
         if not force:
-            self.recorded = {(r["spec_hash"], r["repeat"]): r for r in load_records(self.path)}
+            self.recorded = {
+                (r.spec_hash, r.repeat): r for r in load_trials(results_dir, self.host)
+            }
         self._host_ref = None
         self.elapsed = []  # wall seconds of the trials run (not reused), for ETAs
         self.outcomes = {}  # outcome -> count, of the trials run
@@ -86,7 +86,7 @@ class TrialExecutor:
         self._lock = threading.RLock()  # trials may run in threads (a Slurm host's max_jobs)
         self.stopped = []  # the trials an interruption stopped, described
 
-    def done(self, trial: Trial, repeat: int = 0) -> dict | None:
+    def done(self, trial: Trial, repeat: int = 0) -> TrialRecord | None:
         return self.recorded.get((trial.hash, repeat))
 
     @property
@@ -104,8 +104,11 @@ class TrialExecutor:
     def mean_trial_s(self) -> float | None:
         return sum(self.elapsed) / len(self.elapsed) if self.elapsed else None
 
-    def run(self, trial: Trial, repeat: int = 0, spec: Spec | None = None, extra=None) -> dict:
-        """The record of `trial`: the recorded one, or a new one from running it now."""
+    def run(
+        self, trial: Trial, repeat: int = 0, spec: Spec | None = None, tag: dict | None = None
+    ) -> TrialRecord:
+        """The record of `trial`: the recorded one, or a new one from running it now. `tag`: the
+        search ({"search": hash}) or sweep ({"sweep": "switch"}) that runs it."""
         record = self.done(trial, repeat)
         if record is not None:
             return record
@@ -123,7 +126,7 @@ class TrialExecutor:
                 )
             raise
         with self._lock:
-            return self._record(trial, repeat, spec, extra, started, log_path, result)
+            return self._record(trial, repeat, spec, tag, started, log_path, result)
 
     def stop(self, signal_name: str) -> None:
         """Stop the trials running in other threads (a Slurm host's jobs): each one raises, no
@@ -136,7 +139,7 @@ class TrialExecutor:
         name = interrupt_signal(error)
         with self._lock:
             stopped = "; ".join(f"stopped {s}" for s in self.stopped) or "no trial in flight"
-            kept = sum(r.get("run") == self.run_id for r in self.recorded.values())
+            kept = sum(r.run == self.run_id for r in self.recorded.values())
         again = "rerun without --force to resume" if self.force else "rerun to resume"
         return RunInterrupted(
             name,
@@ -144,35 +147,29 @@ class TrialExecutor:
             f"this run kept in {self.path}; {again}",
         )
 
-    def _record(self, trial, repeat, spec, extra, started, log_path, result) -> dict:
+    def _record(self, trial, repeat, spec, tag, started, log_path, result: TrialResult):
         self.elapsed.append(result.wall_s)
         self.outcomes[result.outcome] = self.outcomes.get(result.outcome, 0) + 1
-        record = {
-            "schema": SCHEMA_VERSION,
-            "spec": {
-                "name": trial.spec,
-                "study": trial.study,
-                "source": spec.source if spec else None,
-                **(extra or {}),
-            },
-            "spec_hash": trial.hash,
-            "params": trial.params.to_dict(),
-            "repeat": repeat,
-            "host": self.host,
-            "host_ref": self.host_ref,
-            "outcome": result.outcome,
-            "metrics": result.metrics,
-            "error": result.error,
-            "device": result.device,
-            "started_at": started,
-            "finished_at": utc_now(),
-            "wall_s": round(result.wall_s, 3),
-            "log": str(log_path),
-            "run": self.run_id,
+        record = TrialRecord(
+            spec=SpecRef(trial.spec, trial.study, spec.source if spec else None, **(tag or {})),
+            spec_hash=trial.hash,
+            params=trial.params,
+            repeat=repeat,
+            host=self.host,
+            host_ref=self.host_ref,
+            outcome=result.outcome,
+            metrics=result.metrics,
+            error=result.error,
+            device=result.device,
+            started_at=started,
+            finished_at=utc_now(),
+            wall_s=round(result.wall_s, 3),
+            log=str(log_path),
+            run=self.run_id,
             # the image this trial ran in (inv run --hosts), null when run natively
-            "image": os.environ.get(IMAGE_DIGEST_VARIABLE),
-        }
-        append_record(self.path, record)
+            image=os.environ.get(IMAGE_DIGEST_VARIABLE),
+        )
+        append_trial(self.results_dir, record)
         self.recorded[(trial.hash, repeat)] = record
         self.echo(f"    {summary_line(record)} ({result.wall_s:.0f}s)")
         return record

@@ -15,6 +15,8 @@ import time
 
 import psutil
 
+from suite.records import MachineLoad, Spread
+
 BUSY_SHARE = 0.25  # others held a quarter of the cores: on 2 cores, half a core on average
 INTERVAL_S = 0.5
 
@@ -49,7 +51,7 @@ class LoadMonitor:
 
     with LoadMonitor() as load:
         ...  # the measured steps
-    metrics["machine_load"] = load.summary()
+    Metrics(machine_load=load.summary(), ...)  # suite.records
     """
 
     def __init__(self, interval_s: float = INTERVAL_S):
@@ -102,34 +104,28 @@ class LoadMonitor:
             self.others.append(max(0.0, machine - own))
         self._last = now
 
-    def summary(self) -> dict | None:
+    def summary(self) -> MachineLoad | None:
         """The record's `machine_load`: cores, the load average (1 min) before and after, the
         cores the machine used and those other processes used (mean and max over the samples);
         None when nothing could be read."""
         if not self.others:
             return None
         others, busy = self.others, self.busy
-        return {
-            "cores": psutil.cpu_count() or 1,
-            "load_average_1m": {"before": self.load_before, "after": self.load_after},
-            "busy_cores": {"mean": sum(busy) / len(busy), "max": max(busy)},
-            "other_cores": {"mean": sum(others) / len(others), "max": max(others)},
-            "seconds": self.seconds,
-        }
+        return MachineLoad(
+            cores=psutil.cpu_count() or 1,
+            other_cores=Spread(sum(others) / len(others), max(others)),
+            busy_cores=Spread(sum(busy) / len(busy), max(busy)),
+            load_average_1m={"before": self.load_before, "after": self.load_after},
+            seconds=self.seconds,
+        )
 
 
-def is_busy(load: dict | None) -> bool:
+def is_busy(load: MachineLoad | None) -> bool:
     """Whether other processes held `BUSY_SHARE` of the cores or more, on average, while the
     trial measured (False for records from before it was recorded)."""
-    if not isinstance(load, dict):
-        return False
-    others = (load.get("other_cores") or {}).get("mean")
-    cores = load.get("cores")
-    if not isinstance(others, int | float) or not isinstance(cores, int | float) or cores <= 0:
-        return False
-    return others >= BUSY_SHARE * cores
+    return load is not None and load.cores > 0 and load.other_cores.mean >= BUSY_SHARE * load.cores
 
 
-def busy_text(load: dict) -> str:
+def busy_text(load: MachineLoad) -> str:
     """ "others used 1.1 of 2 cores" """
-    return f"others used {load['other_cores']['mean']:.1f} of {load['cores']} cores"
+    return f"others used {load.other_cores.mean:.1f} of {load.cores} cores"

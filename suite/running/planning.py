@@ -38,15 +38,17 @@ def plan_trial(params: TrialParams, device_memory=None, plot: Path | None = None
         planner = lms.LMS(plot=str(plot) if plot else None, **options)
     except lms.ParameterError as error:
         raise SuiteError(f"{error} (give --device-memory, e.g. --device-memory 16GiB)") from None
-    model, loss_fn = build_workload(info.name, params.resolution, params.batch, params.precision,
-                                    params.classes)  # fmt: skip
+    model, loss_fn = build_workload(
+        info.name, params.resolution, params.batch, params.precision, params.classes
+    )
     step = training.make_train_step(model, loss_fn, training.make_optimizer(), params.precision)
     specs = data.batch_specs(info, params.resolution, params.batch, params.classes)
     try:
         report = planner.plan_only(step, *specs)
     except lms.NothingFitsError as error:
-        raise SuiteError(f"{info.name} {params.resolution}px batch {params.batch}: "
-                         f"{error}") from None  # fmt: skip
+        raise SuiteError(
+            f"{info.name} {params.resolution}px batch {params.batch}: {error}"
+        ) from None
     return {
         "workload": info.name,
         "resolution": params.resolution,
@@ -60,15 +62,15 @@ def plan_trial(params: TrialParams, device_memory=None, plot: Path | None = None
 def measured_attempts(results_dir: Path | None) -> dict:
     """Per spec hash, the closed loop's attempts of the newest recorded LMS trial that ran
     (`calibration` of lms's report: budget planned for, simulated and measured peaks)."""
-    from suite.records import load_all_records
+    from suite.records import load_trials
 
     if results_dir is None or not results_dir.is_dir():
         return {}
     found = {}
-    for record in load_all_records(results_dir):
-        calibration = ((record.get("metrics") or {}).get("lms") or {}).get("calibration")
-        if calibration:
-            found[record["spec_hash"]] = calibration  # records are in the order they were run
+    for record in load_trials(results_dir):
+        plan = record.metrics.lms_plan if record.metrics else None
+        if plan is not None and plan.calibration:
+            found[record.spec_hash] = plan.calibration  # records are in the order they ran
     return found
 
 
@@ -107,6 +109,7 @@ def plan_spec(
         # the trial planned: its study and its LMS as the spec runs it (an LMS-off trial is
         # planned as LMS would do it, auto-tuned, to show what LMS would change)
         trial_lms = lms_text(trial.params.lms)
-        reports.append({"spec_hash": trial.hash, "study": trial.study, "trial_lms": trial_lms,
-                        **report})  # fmt: skip
+        reports.append(
+            {"spec_hash": trial.hash, "study": trial.study, "trial_lms": trial_lms, **report}
+        )
     return reports

@@ -16,13 +16,13 @@ import sys
 import time
 from pathlib import Path
 
-from suite.records import write_atomic
+from suite.records import PredictionRecord, Probe, write_prediction
 from suite.running.bracket import bracket_search
 from suite.running.orphan_guard import child_arguments
 from suite.specs.model import TrialParams
 
 
-def _fits(params: "TrialParams", mode: str) -> dict:
+def _fits(params: "TrialParams", mode: str) -> Probe:
     import keras
 
     import lms
@@ -38,32 +38,24 @@ def _fits(params: "TrialParams", mode: str) -> dict:
     try:
         report = plan_trial(params, None if options else budget)
     except SuiteError:  # not even the closest plan: nothing LMS can do
-        return {"fits": False, "budget_bytes": budget}
+        return Probe(False, budget)
     # off: the plain peak within the device; on: within LMS's budget (with its safety ratio)
     fits = report["peak_bytes_without_lms"] <= budget if mode == "off" else bool(report["fits"])
-    return {
-        "fits": fits,
-        "budget_bytes": budget,
-        "lms_budget_bytes": report["budget_bytes"],
-        "peak_bytes_without_lms": report["peak_bytes_without_lms"],
-        "peak_bytes_with_lms": report["peak_bytes_with_lms"],
-    }
+    peaks = report["peak_bytes_without_lms"], report["peak_bytes_with_lms"]
+    return Probe(fits, budget, report["budget_bytes"], *peaks)
 
 
-def predict(candidates: list[dict], mode: str) -> dict:
+def predict(candidates: list[dict], mode: str, search_hash: str) -> PredictionRecord:
     started = time.perf_counter()
     probes = {}
 
     def probe(index: int) -> bool:
         probes[index] = _fits(TrialParams.from_dict(candidates[index]), mode)
-        return probes[index]["fits"]
+        return probes[index].fits
 
     bracket = bracket_search(len(candidates), probe, predicted=len(candidates) // 4)
-    return {
-        "largest_fit": bracket.passed,
-        "probes": {str(i): p for i, p in sorted(probes.items())},
-        "seconds": round(time.perf_counter() - started, 2),
-    }
+    seconds = round(time.perf_counter() - started, 2)
+    return PredictionRecord(search_hash, bracket.passed, dict(sorted(probes.items())), seconds)
 
 
 def main(argv: list[str]) -> int:
@@ -72,8 +64,8 @@ def main(argv: list[str]) -> int:
         argv, "python -m suite.running.predict", "request_path", "answer_path"
     )
     request = json.loads(Path(request_path).read_text())
-    answer = predict(request["candidates"], request["mode"])
-    write_atomic(answer_path, json.dumps(answer))
+    answer = predict(request["candidates"], request["mode"], request["search_hash"])
+    write_prediction(answer_path, answer)
     return 0
 
 

@@ -13,7 +13,6 @@ plot of throughput against link bandwidth (measured points where records of emul
 exist).
 """
 
-import json
 import statistics
 import sys
 import time
@@ -22,10 +21,9 @@ from pathlib import Path
 import lms
 from suite.errors import SuiteError
 from suite.lms_seam import lms_options
-from suite.records import write_atomic
-from suite.specs import Spec, TrialParams
+from suite.records import LinkProjection, Projection, write_projections
+from suite.specs import Spec, Trial, TrialParams
 
-PROJECTION_FILE = "projection.json"
 GPU_MEMORY = {"v100": "16GiB", "a100": "40GiB", "h100": "80GiB"}
 DEFAULT_LINKS = ("nvlink2", "pcie3", "pcie3-shared", "pcie4", "pcie5", "nvlink-c2c")
 
@@ -33,8 +31,9 @@ DEFAULT_LINKS = ("nvlink2", "pcie3", "pcie3-shared", "pcie4", "pcie5", "nvlink-c
 def _build(params: TrialParams):
     from suite.workloads import build_workload, training
 
-    model, loss_fn = build_workload(params.workload, params.resolution, params.batch,
-                                    params.precision, params.classes)  # fmt: skip
+    model, loss_fn = build_workload(
+        params.workload, params.resolution, params.batch, params.precision, params.classes
+    )
     return training.make_train_step(model, loss_fn, training.make_optimizer(), params.precision)
 
 
@@ -71,46 +70,51 @@ def _roofline(params: TrialParams, gpu: str):
     try:
         callable_, _ = function.prepare(*specs)
     except lms.NothingFitsError as error:
-        raise SuiteError(f"{params.workload} {params.resolution}px batch {params.batch} on "
-                         f"{gpu}: {error}") from None  # fmt: skip
+        raise SuiteError(
+            f"{params.workload} {params.resolution}px batch {params.batch} on {gpu}: {error}"
+        ) from None
     graph = callable_.graph
     profile = lms.roofline_profile(graph, lms.ROOFLINE_GPUS[gpu], params.batch)
     return profile, lms.swap_graph(graph, params.batch), None
 
 
-def project_trial(params: TrialParams, links: dict, gpu: str) -> dict:
+def project_trial(trial: Trial, spec: Spec, links: dict, gpu: str) -> Projection:
+    params = trial.params
     profile, swaps, step_seconds = _measured(params) if gpu == "host" else _roofline(params, gpu)
     moved = swaps.bytes_per_direction
     rows = []
     for name, (description, link) in links.items():
         projected = lms.project(profile, swaps, link, step_seconds)
         rows.append(
-            {
-                "link": name,
-                "description": description,
-                "bandwidth": link.bandwidth,  # host to device
-                "out_bandwidth": link.out_bandwidth or link.bandwidth,  # device to host
-                "latency": link.latency,
-                "step_seconds": projected.step_seconds,
-                "images_per_sec": params.batch / projected.step_seconds,
-                "busy_out_s": projected.busy_out,
-                "busy_in_s": projected.busy_in,
-            }
+            LinkProjection(
+                link=name,
+                description=description,
+                bandwidth=link.bandwidth,  # host to device
+                out_bandwidth=link.out_bandwidth or link.bandwidth,  # device to host
+                latency=link.latency,
+                step_seconds=projected.step_seconds,
+                images_per_sec=params.batch / projected.step_seconds,
+                busy_out_s=projected.busy_out,
+                busy_in_s=projected.busy_in,
+            )
         )
     compute = lms.project(profile, swaps, None, step_seconds).compute_seconds
-    return {
-        "workload": params.workload,
-        "resolution": params.resolution,
-        "batch": params.batch,
-        "precision": params.precision,
-        "gpu": gpu,
-        "compute_seconds": compute,
-        "images_per_sec_without_link_waits": params.batch / compute,
-        "out_bytes_per_step": moved["out"],
-        "in_bytes_per_step": moved["in"],
-        "swaps": len(swaps.transfers),
-        "links": rows,
-    }
+    return Projection(
+        spec=spec.name,
+        study=trial.study,
+        spec_hash=trial.hash,
+        workload=params.workload,
+        resolution=params.resolution,
+        batch=params.batch,
+        precision=params.precision,
+        gpu=gpu,
+        compute_seconds=compute,
+        images_per_sec_without_link_waits=params.batch / compute,
+        out_bytes_per_step=moved["out"],
+        in_bytes_per_step=moved["in"],
+        swaps=len(swaps.transfers),
+        links=tuple(rows),
+    )
 
 
 def _check_sized_for_here(trials) -> None:
@@ -146,7 +150,7 @@ def projected_trials(spec: Spec, workload: str | None = None) -> list:
 
 def project_spec(
     spec: Spec, output_dir: Path, link_names=None, gpu: str = "host", workload: str | None = None
-) -> list[dict]:
+) -> list[Projection]:
     """Projections of the LMS trials of `spec`, written to output_dir/projection.json."""
     if gpu != "host" and gpu not in lms.ROOFLINE_GPUS:
         raise SuiteError(f"--gpu {gpu!r}: allowed: host, {', '.join(lms.ROOFLINE_GPUS)}")
@@ -156,28 +160,21 @@ def project_spec(
         raise SuiteError(f"--link: {error}") from None
     trials = projected_trials(spec, workload)
     if not trials:
-        raise SuiteError(f"spec {spec.name} has no LMS trial"
-                         + (f" of workload {workload!r}" if workload else ""))  # fmt: skip
+        raise SuiteError(
+            f"spec {spec.name} has no LMS trial"
+            + (f" of workload {workload!r}" if workload else "")
+        )
     if gpu == "host":
         _check_sized_for_here(trials)
     results = []
     for number, trial in enumerate(trials, 1):
         p = trial.params
         # progress on stderr: stdout is the JSON (`inv project > projection.json`)
-        print(f"[{number}/{len(trials)}] {p.workload} {p.resolution}px batch {p.batch} "
-              f"{p.precision} on {gpu} ({trial.study})", file=sys.stderr)  # fmt: skip
-        results.append({"spec": spec.name, "study": trial.study, "spec_hash": trial.hash,
-                        **project_trial(p, links, gpu)})  # fmt: skip
-    output_dir.mkdir(parents=True, exist_ok=True)
-    write_atomic(output_dir / PROJECTION_FILE, json.dumps(results, indent=1) + "\n")
+        print(
+            f"[{number}/{len(trials)}] {p.workload} {p.resolution}px batch {p.batch} "
+            f"{p.precision} on {gpu} ({trial.study})",
+            file=sys.stderr,
+        )
+        results.append(project_trial(trial, spec, links, gpu))
+    write_projections(output_dir, results)
     return results
-
-
-def load_projection(output_dir: Path) -> list[dict] | None:
-    path = Path(output_dir) / PROJECTION_FILE
-    if not path.exists():
-        return None
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as error:
-        raise SuiteError(f"{path}: not valid JSON ({error}); run `inv project` again") from None

@@ -13,12 +13,15 @@ starts the workers (`SUITE_WORKER_INDEX`, `TF_CONFIG`), waits for all of them, a
 result: worker 0's metrics, the worst outcome of any worker, and each worker's summary.
 """
 
+import dataclasses
 import json
 import os
 import socket
 import subprocess
 import sys
 from pathlib import Path
+
+from suite.records import Metrics, TrialResult, WorkerSummary, read_result
 
 WORKER_INDEX = "SUITE_WORKER_INDEX"
 SEVERITY = ("ok", "out_of_memory", "timed_out", "crashed")  # the worst of the workers wins
@@ -66,7 +69,7 @@ def missing_devices(gpus: int, emulated: bool) -> str | None:
     return f"needs {gpus} GPUs per node; this host has {here or 'none'}"
 
 
-def launch(params_path: str, result_path: str, replicas: int) -> dict:
+def launch(params_path: str, result_path: str, replicas: int) -> TrialResult:
     """Run `replicas` workers of the trial in `params_path`; return the merged result."""
     ports = free_ports(replicas)
     processes, results = [], []
@@ -77,39 +80,29 @@ def launch(params_path: str, result_path: str, replicas: int) -> dict:
         command = [sys.executable, "-m", "suite.running.trial_worker", params_path, worker_result]
         processes.append(subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL))
     codes = [p.wait() for p in processes]
-    return merge(
-        [json.loads(r.read_text()) if r.exists() else None for r in results],
-        codes,
-    )
+    return merge([read_result(r) for r in results], codes)
 
 
-def merge(results: list[dict | None], codes: list[int]) -> dict:
+def merge(results: list[TrialResult | None], codes: list[int]) -> TrialResult:
     """One trial result from its workers': worker 0's metrics and device, the worst outcome,
     every worker's error, and `workers` (each one's outcome, median step time, peak, loss)."""
     summaries = []
     for index, (result, code) in enumerate(zip(results, codes, strict=True)):
         if result is None:
             error = f"worker {index} exited with code {code} without a result"
-            result = {"outcome": "crashed", "metrics": None, "device": None, "error": error}
-        metrics = result.get("metrics") or {}
+            result = TrialResult("crashed", error=error)
+        metrics = result.metrics or Metrics()
+        median = metrics.step_time_s.median if metrics.step_time_s else None
         summaries.append(
-            {
-                "outcome": result["outcome"],
-                "error": result.get("error"),
-                "step_time_s": (metrics.get("step_time_s") or {}).get("median"),
-                "peak_memory_bytes": metrics.get("peak_memory_bytes"),
-                "final_loss": metrics.get("final_loss"),
-            }
+            WorkerSummary(
+                result.outcome, result.error, median, metrics.peak_memory_bytes, metrics.final_loss
+            )
         )
-    worst = max(summaries, key=lambda s: SEVERITY.index(s["outcome"]))
-    first = results[0] or {}
-    metrics = dict(first.get("metrics") or {}) if results[0] else None
-    if metrics is not None:
-        metrics["workers"] = summaries
-    errors = [f"worker {i}: {s['error']}" for i, s in enumerate(summaries) if s["error"]]
-    return {
-        "outcome": worst["outcome"],
-        "device": first.get("device"),
-        "metrics": metrics,
-        "error": "; ".join(errors)[:4000] if errors else None,
-    }
+    worst = max(summaries, key=lambda s: SEVERITY.index(s.outcome))
+    first = results[0]
+    metrics = None
+    if first is not None:
+        metrics = dataclasses.replace(first.metrics or Metrics(), workers=tuple(summaries))
+    errors = [f"worker {i}: {s.error}" for i, s in enumerate(summaries) if s.error]
+    error = "; ".join(errors)[:4000] if errors else None
+    return TrialResult(worst.outcome, metrics, error, first.device if first else None)

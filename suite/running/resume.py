@@ -32,7 +32,7 @@ def spec_key(spec: Spec) -> str:
                 for s in spec.switch_sweeps
                 for r in s.resolutions
                 for mode in ("off", "on")
-            ),  # fmt: skip
+            ),
             "searches": sorted(s.hash(mode) for s in spec.searches for mode in s.modes),
         }
     )
@@ -69,8 +69,12 @@ class UnfinishedRun:
         if run is not None:
             return run, True
         run = new_run_id()
-        marker = {"run": run, "spec": self.spec.name, "source": self.spec.source,
-                  "started_at": utc_now()}  # fmt: skip
+        marker = {
+            "run": run,
+            "spec": self.spec.name,
+            "source": self.spec.source,
+            "started_at": utc_now(),
+        }
         write_atomic(self.path, json.dumps(marker, indent=1))
         return run, False
 

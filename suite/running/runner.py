@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from suite.errors import SuiteError
+from suite.records import SearchRecord
 from suite.running.boundary import margin_text
 from suite.running.executor import TrialExecutor, default_host_name, format_eta
 from suite.running.interrupts import RunInterrupted, interruptible
@@ -34,7 +35,7 @@ class RunSummary:
     planned: int
     skipped: int
     outcomes: dict = field(default_factory=dict)  # of the trials run now
-    searches: list = field(default_factory=list)
+    searches: list[SearchRecord] = field(default_factory=list)
 
 
 def summary_lines(summary: RunSummary) -> list[str]:
@@ -42,9 +43,9 @@ def summary_lines(summary: RunSummary) -> list[str]:
     lines = [f"records: {summary.results} ({summary.outcomes or 'nothing new'})"]
     for search in summary.searches:
         lines.append(
-            f"limit {search['spec']['study']} LMS {search['mode']}: {search['searched']} "
-            f"{search['largest_ok']} trains, {search['smallest_failed'] or 'none'} does not "
-            f"(peak/budget {margin_text(search)}; {len(search['trials'])} trials)"
+            f"limit {search.spec.study} LMS {search.mode}: {search.searched} "
+            f"{search.largest_ok} trains, {search.smallest_failed or 'none'} does not "
+            f"(peak/budget {margin_text(search)}; {len(search.trials)} trials)"
         )
     return lines
 

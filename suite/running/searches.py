@@ -18,39 +18,46 @@ Resume: a recorded search is not redone; an interrupted one redoes only what is 
 finished trials, repeats included, and its prediction are reused from the host's records).
 """
 
+import dataclasses
 import json
 import os
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from suite.environment import child_environment
 from suite.records import (
-    SCHEMA_VERSION,
-    append_record,
+    Boundary,
+    BoundarySide,
+    DamagedRecord,
+    PredictionRecord,
+    SearchPrediction,
+    SearchRecord,
+    SearchTrial,
+    SpecRef,
+    TrialRecord,
+    append_prediction,
+    append_search,
     load_predictions,
     load_searches,
     log_file,
-    predictions_file,
-    searches_file,
+    read_prediction,
     utc_now,
-    validate_prediction,
-    validate_search_record,
 )
 from suite.running.boundary import boundary_record, is_near, margin_text, process_margin
 from suite.running.bracket import bracket_search
 from suite.running.executor import TrialExecutor, format_eta
-from suite.specs import Search, Spec
+from suite.specs import Search, Spec, Trial
 
 
-def predict_boundary(search: Search, mode: str, executor: TrialExecutor) -> dict:
+def predict_boundary(search: Search, mode: str, executor: TrialExecutor) -> PredictionRecord:
     """The simulator's boundary for this search (cached in the host's prediction records)."""
     search_hash = search.hash(mode)
-    path = predictions_file(executor.results_dir, executor.host)
     if not executor.force:
         for record in load_predictions(executor.results_dir, executor.host):
-            if record["search_hash"] == search_hash:
+            if record.search_hash == search_hash:
                 return record
     candidates = [search.trial(value, mode).params.to_dict() for value in search.candidates]
     log_path = log_file(executor.results_dir, executor.host, f"predict-{search_hash}")
@@ -58,7 +65,9 @@ def predict_boundary(search: Search, mode: str, executor: TrialExecutor) -> dict
     env = child_environment(executor.extra_env)
     with tempfile.TemporaryDirectory(prefix="suite-predict-") as tmp:
         request, answer = Path(tmp) / "request.json", Path(tmp) / "answer.json"
-        request.write_text(json.dumps({"candidates": candidates, "mode": mode}))
+        request.write_text(
+            json.dumps({"candidates": candidates, "mode": mode, "search_hash": search_hash})
+        )
         with open(log_path, "w") as log:
             try:
                 completed = subprocess.run(
@@ -81,21 +90,23 @@ def predict_boundary(search: Search, mode: str, executor: TrialExecutor) -> dict
         if failed:
             tail = log_path.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
             # not cached: a failed prediction is retried by a resumed search
-            return {"search_hash": search_hash, "largest_fit": None, "error": tail[0][:300]}
-        answer_data = json.loads(answer.read_text())
-    record = {"search_hash": search_hash, "recorded_at": utc_now(), **answer_data}
-    append_record(path, record, validate_prediction)
+            return PredictionRecord(search_hash, None, error=tail[0][:300])
+        try:
+            record = read_prediction(answer)
+        except DamagedRecord as error:  # not cached either
+            return PredictionRecord(search_hash, None, error=str(error)[:300])
+    record = dataclasses.replace(record, recorded_at=utc_now())
+    append_prediction(executor.results_dir, executor.host, record)
     return record
 
 
-def run_search(search: Search, mode: str, spec: Spec, executor: TrialExecutor) -> dict:
+def run_search(search: Search, mode: str, spec: Spec, executor: TrialExecutor) -> SearchRecord:
     """Run (or resume, or reuse) the `mode` search of `search`; return its search record."""
     echo = executor.echo
     search_hash = search.hash(mode)
-    path = searches_file(executor.results_dir, executor.host)
     if not executor.force:
         for record in load_searches(executor.results_dir, executor.host):
-            if record["search_hash"] == search_hash:
+            if record.search_hash == search_hash:
                 echo(f"search {search.study} ({search.describe(mode)}): recorded [{search_hash}]")
                 return record
     values = search.candidates
@@ -105,14 +116,14 @@ def run_search(search: Search, mode: str, spec: Spec, executor: TrialExecutor) -
         f"{values[0]}..{values[-1]} step {search.step} ({len(values)} candidates)"
     )
     prediction = predict_boundary(search, mode, executor)
-    predicted = prediction.get("largest_fit")
+    predicted = prediction.largest_fit
     if predicted is None:
-        echo(f"    no prediction ({prediction.get('error')}): searching from {values[0]}")
+        echo(f"    no prediction ({prediction.error}): searching from {values[0]}")
     else:
         shown = values[predicted] if predicted >= 0 else f"nothing (below {values[0]})"
         echo(
             f"    simulator: largest that fits {shown} "
-            f"({len(prediction.get('probes', {}))} sizes traced, {prediction.get('seconds')} s)"
+            f"({len(prediction.probes)} sizes traced, {prediction.seconds} s)"
         )
     trials, records = [], {}
 
@@ -121,7 +132,7 @@ def run_search(search: Search, mode: str, spec: Spec, executor: TrialExecutor) -
         record, reused = _run(executor, trial, 0, spec, search_hash)
         records[index] = record
         trials.append(_trial_entry(values[index], trial, record, reused))
-        return record["outcome"] == "ok"
+        return record.ok
 
     def on_probe(bracket, index):
         low = values[bracket.passed] if bracket.passed >= 0 else "-"
@@ -137,40 +148,39 @@ def run_search(search: Search, mode: str, spec: Spec, executor: TrialExecutor) -
     largest = values[bracket.passed] if bracket.passed >= 0 else None
     smallest = values[bracket.failed] if bracket.failed < len(values) else None
     boundary = confirm_boundary(search, mode, spec, executor, (largest, smallest), trials)
-    record = {
-        "schema": SCHEMA_VERSION,
-        "kind": search.kind,
-        "search_hash": search_hash,
-        "limit_key": search.limit_key,
-        "mode": mode,
-        "spec": {"name": spec.name, "study": search.study, "source": spec.source},
-        "params": search.params.to_dict(),
-        "lms": search.lms if mode == "on" else None,
-        "searched": search.searched,
-        "range": [search.start, search.stop, search.step],
-        "largest_ok": largest,
-        "smallest_failed": smallest,
-        "failed_outcome": records[bracket.failed]["outcome"] if smallest is not None else None,
-        "stop_reached": bracket.passed == len(values) - 1,
-        "trials": trials,
-        "trials_run": sum(1 for t in trials if not t["reused"]),
-        "boundary": boundary,
-        "prediction": {
-            "largest_fit": values[predicted] if predicted is not None and predicted >= 0 else None,
-            "nothing_fits": predicted == -1,
-            "seconds": prediction.get("seconds"),
-            "error": prediction.get("error"),
-        },
-        "host": executor.host,
-        "host_ref": executor.host_ref,
-        "started_at": started,
-        "finished_at": utc_now(),
-    }
-    append_record(path, record, validate_search_record)
-    beyond = f"fails at {smallest} ({record['failed_outcome']})" if smallest else "stop reached"
+    record = SearchRecord(
+        kind=search.kind,
+        search_hash=search_hash,
+        limit_key=search.limit_key,
+        mode=mode,
+        spec=SpecRef(spec.name, search.study, spec.source),
+        params=search.params,
+        lms=search.lms if mode == "on" else None,
+        searched=search.searched,
+        range=(search.start, search.stop, search.step),
+        largest_ok=largest,
+        smallest_failed=smallest,
+        failed_outcome=records[bracket.failed].outcome if smallest is not None else None,
+        stop_reached=bracket.passed == len(values) - 1,
+        trials=tuple(trials),
+        trials_run=sum(1 for t in trials if not t.reused),
+        boundary=boundary,
+        prediction=SearchPrediction(
+            values[predicted] if predicted is not None and predicted >= 0 else None,
+            predicted == -1,
+            prediction.seconds,
+            prediction.error,
+        ),
+        host=executor.host,
+        host_ref=executor.host_ref,
+        started_at=started,
+        finished_at=utc_now(),
+    )
+    append_search(executor.results_dir, record)
+    beyond = f"fails at {smallest} ({record.failed_outcome})" if smallest else "stop reached"
     echo(
         f"    {search.searched} limit, LMS {mode}: trains at {largest}, {beyond}; peak/budget "
-        f"{margin_text(record)}; {len(trials)} trials ({record['trials_run']} run now)"
+        f"{margin_text(record)}; {len(trials)} trials ({record.trials_run} run now)"
     )
     return record
 
@@ -182,23 +192,26 @@ def _run(executor: TrialExecutor, trial, repeat: int, spec: Spec, search_hash: s
     return executor.run(trial, repeat, spec, {"search": search_hash}), reused
 
 
-def _trial_entry(value: int, trial, record: dict, reused: bool) -> dict:
+def _trial_entry(value: int, trial, record: TrialRecord, reused: bool) -> SearchTrial:
     """A search record's line for one trial process."""
-    metrics = record.get("metrics") or {}
-    return {
-        "value": value,
-        "spec_hash": trial.hash,
-        "repeat": record["repeat"],
-        "outcome": record["outcome"],
-        "reused": reused,
-        "peak_memory_bytes": metrics.get("peak_memory_bytes"),
-        "images_per_sec": (metrics.get("images_per_sec") or {}).get("mean"),
-    }
+    metrics = record.metrics
+    peak = metrics.peak_memory_bytes if metrics else None
+    rate = metrics.images_per_sec.mean if metrics and metrics.images_per_sec else None
+    return SearchTrial(value, trial.hash, record.repeat, record.outcome, reused, peak, rate)
+
+
+@dataclass
+class _Side:
+    """A boundary size being weighed: its value, its trial, and the records of its processes."""
+
+    value: int
+    trial: Trial
+    records: list[TrialRecord]
 
 
 def confirm_boundary(
     search: Search, mode: str, spec: Spec, executor: TrialExecutor, sizes: tuple, trials: list
-) -> dict:
+) -> Boundary:
     """The boundary of a bracketed search (`sizes`: the largest value that trained, the smallest
     that did not, None where absent), with its margin and verdict (`suite.running.boundary`).
 
@@ -214,31 +227,35 @@ def confirm_boundary(
             continue
         trial = search.trial(value, mode)
         known = [executor.done(trial, r) for r in range(search.boundary_repeats + 1)]
-        sides[name] = {"value": value, "trial": trial, "records": [r for r in known if r]}
+        sides[name] = _Side(value, trial, [r for r in known if r])
 
-    def side(name):
-        if name not in sides:
+    def side(name) -> BoundarySide | None:
+        found = sides.get(name)
+        if found is None:
             return None
-        found = sides[name]
-        processes = [process_margin(r, budget) for r in found["records"]]
-        return {"value": found["value"], "spec_hash": found["trial"].hash, "processes": processes}
+        processes = tuple(process_margin(r, budget) for r in found.records)
+        return BoundarySide(found.value, found.trial.hash, processes)
 
     for found in sides.values():  # repeats recorded earlier stand behind the limit too
-        for record in found["records"][1:]:
-            trials.append(_trial_entry(found["value"], found["trial"], record, True))
+        for record in found.records[1:]:
+            trials.append(_trial_entry(found.value, found.trial, record, True))
     if search.boundary_repeats and is_near(side("limit"), side("failed"), budget, band):
-        shown = " and ".join(str(found["value"]) for found in sides.values())
-        echo(f"    a peak within the between-process spread of the budget: {search.searched} "
-             f"{shown} in {search.boundary_repeats} more processes each")  # fmt: skip
+        shown = " and ".join(str(found.value) for found in sides.values())
+        echo(
+            f"    a peak within the between-process spread of the budget: {search.searched} "
+            f"{shown} in {search.boundary_repeats} more processes each"
+        )
         for repeat in range(1, search.boundary_repeats + 1):
             for found in sides.values():
-                if executor.done(found["trial"], repeat) is not None:
+                if executor.done(found.trial, repeat) is not None:
                     continue
-                echo(f"[search {search.study} LMS {mode} boundary {repeat}/"
-                     f"{search.boundary_repeats}] {search.searched} {found['value']}")  # fmt: skip
-                record, _ = _run(executor, found["trial"], repeat, spec, search_hash)
-                found["records"].append(record)
-                trials.append(_trial_entry(found["value"], found["trial"], record, False))
+                echo(
+                    f"[search {search.study} LMS {mode} boundary {repeat}/"
+                    f"{search.boundary_repeats}] {search.searched} {found.value}"
+                )
+                record, _ = _run(executor, found.trial, repeat, spec, search_hash)
+                found.records.append(record)
+                trials.append(_trial_entry(found.value, found.trial, record, False))
     for found in sides.values():
-        found["records"].sort(key=lambda r: r["repeat"])
+        found.records.sort(key=lambda r: r.repeat)
     return boundary_record(side("limit"), side("failed"), budget, band, search.boundary_repeats)

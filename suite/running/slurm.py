@@ -28,6 +28,7 @@ it runs. A job's directory (`workdir`/jobs/ID: parameters, result, heartbeat) is
 trial's result is read; the job's log is the trial's log, kept under results/logs.
 """
 
+import dataclasses
 import json
 import math
 import re
@@ -43,10 +44,11 @@ from pathlib import Path
 
 from suite.environment import child_environment
 from suite.errors import SuiteError
+from suite.records import Metrics, TrialResult, read_result
 from suite.running.heartbeat import Heartbeat, watch_script
 from suite.running.interrupts import RunInterrupted
 from suite.running.replicas import merge
-from suite.running.trial import TrialResult, TrialStopped, interrupt_signal
+from suite.running.trial import TrialStopped, interrupt_signal
 from suite.specs.model import TrialParams
 
 KNOWN_KEYS = {"scheduler", "partition", "account", "time_limit", "python", "workdir", "max_jobs"}
@@ -252,27 +254,23 @@ class SlurmHost:
             where = f"slurm job {never.job} was cancelled" if never.job else "sbatch refused it"
             error = (f"{where}: the cluster cannot run {params.nodes} node(s) x {params.gpus} "
                      f"task(s) as asked ({never.reason})")  # fmt: skip
-            return TrialResult("skipped", {"slurm_job": never.job} if never.job else None, error,
-                               None, time.perf_counter() - started, None)  # fmt: skip
+            metrics = Metrics(slurm_job=never.job) if never.job else None
+            return TrialResult("skipped", metrics, error, None, time.perf_counter() - started)
         wall = time.perf_counter() - started
         if tasks > 1:
             workers = [Path(f"{result_file}.worker{i}") for i in range(tasks)]
-            found = [json.loads(p.read_text()) if p.exists() else None for p in workers]
+            found = [read_result(p) for p in workers]
             result = merge(found, [code] * tasks) if any(found) else None
         else:
-            result = json.loads(result_file.read_text()) if result_file.exists() else None
+            result = read_result(result_file)
         if result is not None:  # the trial's own account of how it ended
-            metrics = result["metrics"]
-            if metrics is not None:
-                metrics["slurm_job"] = job
-            error = result["error"]
-            if result["outcome"] != "ok":
-                error = f"slurm job {job}: {error}"
-            return TrialResult(result["outcome"], metrics, error, result["device"], wall, code)
+            metrics = result.metrics and dataclasses.replace(result.metrics, slurm_job=job)
+            error = result.error if result.ok else f"slurm job {job}: {result.error}"
+            return dataclasses.replace(result, metrics=metrics, error=error, wall_s=wall)
         state, reason = self.job_state(job)  # no result: Slurm's account
         error = f"slurm job {job} ended {state} (reason: {reason}; exit code {code})"
-        return TrialResult(STATE_OUTCOMES.get(state, "crashed"), {"slurm_job": job}, error, None,
-                           wall, code)  # fmt: skip
+        outcome = STATE_OUTCOMES.get(state, "crashed")
+        return TrialResult(outcome, Metrics(slurm_job=job), error, None, wall)
 
     def describe(self, results_dir: Path) -> dict:
         """The description of a node of the cluster, captured by a job there."""

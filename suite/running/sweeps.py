@@ -31,7 +31,7 @@ def run_switch_sweep(sweep: SwitchSweep, spec: Spec, executor: TrialExecutor) ->
                 f"{'recorded' if reused else eta}"
             )
             record = executor.run(trial, repeat, spec, tag)
-            if mode == "off" and record["outcome"] != "ok":
+            if mode == "off" and not record.ok:
                 switched_at = resolution
                 echo(f"    LMS becomes necessary at {resolution}px: running it with LMS on")
                 mode = "on"

@@ -14,6 +14,7 @@ suite/running/orphan_guard.py), removes the scratch directory and ends.
 """
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -21,10 +22,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from suite.environment import child_environment
+from suite.records import TrialResult, read_result
 from suite.running.interrupts import RunInterrupted
 from suite.specs.model import TrialParams
 
@@ -41,16 +42,6 @@ class TrialStopped(RunInterrupted):
 def interrupt_signal(error: BaseException) -> str:
     """The signal behind an interruption: RunInterrupted names it; KeyboardInterrupt is SIGINT."""
     return getattr(error, "signal_name", "SIGINT")
-
-
-@dataclass
-class TrialResult:
-    outcome: str
-    metrics: dict | None
-    error: str | None
-    device: str | None
-    wall_s: float
-    returncode: int | None
 
 
 def _tail(path: Path, lines: int = 15) -> str:
@@ -108,40 +99,21 @@ def run_trial(
             returncode = process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             _kill_group(process)
-            return TrialResult(
-                "timed_out",
-                None,
-                f"no result after {timeout_s:g}s; killed",
-                None,
-                time.perf_counter() - started,
-                None,
-            )
+            error = f"no result after {timeout_s:g}s; killed"
+            return TrialResult("timed_out", error=error, wall_s=time.perf_counter() - started)
         except BaseException as error:  # the run is stopping: the trial must not go on alone
             _kill_group(process)
             if isinstance(error, RunInterrupted | KeyboardInterrupt):
                 raise TrialStopped(interrupt_signal(error)) from None
             raise
         wall = time.perf_counter() - started
-        if result_file.exists():
-            result = json.loads(result_file.read_text())
-            return TrialResult(
-                result["outcome"],
-                result["metrics"],
-                result["error"],
-                result["device"],
-                wall,
-                returncode,
-            )
+        result = read_result(result_file)
+        if result is not None:
+            return dataclasses.replace(result, wall_s=wall)
     how = (
         f"killed by {_signal_name(returncode)}"
         if returncode < 0
         else f"exited with code {returncode}"
     )
-    return TrialResult(
-        "crashed",
-        None,
-        f"trial process {how} without a result; log tail:\n{_tail(log_path)}",
-        None,
-        wall,
-        returncode,
-    )
+    error = f"trial process {how} without a result; log tail:\n{_tail(log_path)}"
+    return TrialResult("crashed", error=error, wall_s=wall)

@@ -20,14 +20,10 @@ import time
 import traceback
 from typing import TYPE_CHECKING
 
+from suite.records import MachineSpeed, Metrics, Rate, StepTimes, TrialResult, write_result
+
 if TYPE_CHECKING:
     from suite.specs.model import TrialParams
-
-
-def _write_json(path: str, payload: dict) -> None:
-    from suite.records import write_atomic
-
-    write_atomic(path, json.dumps(payload))
 
 
 def _log(message: str) -> None:
@@ -52,16 +48,18 @@ def _replica_strategy(tf, params: "TrialParams", index: int):
     if under_slurm():  # the cluster from Slurm's tasks; it gives each task its GPUs
         # without GPUs it still needs a positive count per task: one per task, never applied
         resolver = tf.distribute.cluster_resolver.SlurmClusterResolver(
-            port_base=SLURM_PORT_BASE, gpus_per_node=len(gpus) or params.gpus, gpus_per_task=1,
+            port_base=SLURM_PORT_BASE,
+            gpus_per_node=len(gpus) or params.gpus,
+            gpus_per_task=1,
             auto_set_gpu=bool(gpus),
-        )  # fmt: skip
+        )
         return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
     if gpus:  # GPU only: worker i computes on GPU i of the node
         tf.config.set_visible_devices(gpus[index % len(gpus)], "GPU")
     return tf.distribute.MultiWorkerMirroredStrategy()  # its cluster: TF_CONFIG
 
 
-def run(params: "TrialParams") -> dict:
+def run(params: "TrialParams") -> TrialResult:
     import keras
     import tensorflow as tf
 
@@ -81,8 +79,9 @@ def run(params: "TrialParams") -> dict:
 
     started = time.perf_counter()
     with strategy.scope() if strategy else contextlib.nullcontext():
-        model, loss_fn = build_workload(info.name, resolution, batch, params.precision,
-                                        params.classes)  # fmt: skip
+        model, loss_fn = build_workload(
+            info.name, resolution, batch, params.precision, params.classes
+        )
         optimizer = training.make_optimizer()
     planner = lms_seam.make_planner(params)
     train_step = training.make_train_step(
@@ -116,8 +115,10 @@ def run(params: "TrialParams") -> dict:
         train_step = planner.wrap(train_step)
     build_seconds = time.perf_counter() - started
     layer = next(layer for layer in model.layers if layer.trainable_weights)
-    _log(f"built {info.name} in {build_seconds:.1f}s on {device} (computes in "
-         f"{layer.compute_dtype}, variables {layer.variable_dtype})")  # fmt: skip
+    _log(
+        f"built {info.name} in {build_seconds:.1f}s on {device} (computes in "
+        f"{layer.compute_dtype}, variables {layer.variable_dtype})"
+    )
 
     total = params.warmup_steps + params.steps
 
@@ -127,79 +128,65 @@ def run(params: "TrialParams") -> dict:
 
     speed_before = training.machine_speed(device)
     load = LoadMonitor()  # what other processes took of the cores while the steps ran
+
+    def ended(outcome: str, error: str | None = None, **measured) -> TrialResult:
+        """The one place a result is built: the memory budget and the machine's load always."""
+        metrics = Metrics(memory_budget_bytes=budget, machine_load=load.summary(), **measured)
+        return TrialResult(outcome, metrics, error, device)
+
     try:
         with load:
             result = training.measure(
-                train_step, next_batch, params.warmup_steps, params.steps, device, budget,
-                on_step, wait_for_loop=params.replicas == 1,  # workers must all run as many steps
-            )  # fmt: skip
+                train_step,
+                next_batch,
+                params.warmup_steps,
+                params.steps,
+                device,
+                budget,
+                on_step,
+                wait_for_loop=params.replicas == 1,  # workers must all run as many steps
+            )
     except lms.NothingFitsError as error:  # LMS cannot make it fit: it would not train
-        return {
-            "outcome": "out_of_memory",
-            "device": device,
-            "error": f"LMS: {error}",
-            "metrics": {
-                "peak_memory_bytes": None,
-                "memory_budget_bytes": budget,
-                "machine_load": load.summary(),
-            },
-        }
+        return ended("out_of_memory", f"LMS: {error}")
     except tf.errors.ResourceExhaustedError as error:
-        return {
-            "outcome": "out_of_memory",
-            "device": device,
-            "error": str(error).splitlines()[0][:500],
-            "metrics": {
-                "peak_memory_bytes": None,
-                "memory_budget_bytes": budget,
-                "machine_load": load.summary(),
-            },
-        }
+        return ended("out_of_memory", str(error).splitlines()[0][:500])
     speed_after = training.machine_speed(device)
     if planner is not None and device.startswith("GPU"):  # GPU only: time the swap copies
         train_step.profile(*next_batch())
-    memory = {
-        "peak_memory_bytes": result.peak_bytes,
-        "memory_budget_bytes": budget,
-        # cores, load average, the cores the machine and other processes used (machine_load.py)
-        "machine_load": load.summary(),
-    }
-    if planner is not None:
-        memory["lms"] = planner.report and planner.report.to_dict()  # the plan beside the peak
-        # bytes, swaps and seconds in swap ops per measured step (lms.LMSFunction.traffic)
-        traffic = train_step.traffic()
-        memory["lms_traffic"] = traffic and traffic.to_dict()
-    if result.over_budget:
-        return {
-            "outcome": "out_of_memory",
-            "device": device,
-            "metrics": memory,
-            "error": f"measured peak {result.peak_bytes} B exceeds the memory budget "
-            f"{budget} B (emulated device)",
-        }
-    metrics = stats.throughput_metrics(
-        result.step_seconds, params.global_batch, info.elements_per_sample(resolution),
-        info.rate_key,
-    )  # fmt: skip
-    metrics["replicas"] = params.replicas
-    metrics["nodes"] = params.nodes
-    metrics["images_per_sec_per_replica"] = stats.summarize_rates(result.step_seconds, batch)
-    metrics.update(memory)
-    metrics.update(
-        {
-            "step_times_s": result.step_seconds,
-            "warmup_times_s": result.warmup_seconds,
-            "build_s": build_seconds,
-            "final_loss": result.final_loss,
-            # runs/s of a fixed product chain before and after the steps (training.machine_speed)
-            "machine_speed": {
-                "before": speed_before,
-                "after": speed_after,
-                "mean": (speed_before + speed_after) / 2,
-            },  # fmt: skip
-        }
+    # the plan beside the measured peak, and the bytes, swaps and seconds in swap ops per
+    # measured step (lms.LMSFunction.traffic)
+    plan = (
+        {} if planner is None else {"lms_plan": planner.report, "lms_traffic": train_step.traffic()}
     )
-    return {"outcome": "ok", "device": device, "metrics": metrics, "error": None}
+    if result.over_budget:
+        error = (
+            f"measured peak {result.peak_bytes} B exceeds the memory budget {budget} B "
+            "(emulated device)"
+        )
+        return ended("out_of_memory", error, peak_memory_bytes=result.peak_bytes, **plan)
+    rates = stats.throughput_metrics(
+        result.step_seconds,
+        params.global_batch,
+        info.elements_per_sample(resolution),
+        info.rate_key,
+    )
+    return ended(
+        "ok",
+        images_per_sec=Rate(**rates["images_per_sec"]),
+        **{info.rate_key: Rate(**rates[info.rate_key])},
+        step_time_s=StepTimes(**rates["step_time_s"]),
+        replicas=params.replicas,
+        nodes=params.nodes,
+        images_per_sec_per_replica=Rate(**stats.summarize_rates(result.step_seconds, batch)),
+        peak_memory_bytes=result.peak_bytes,
+        **plan,
+        step_times_s=tuple(result.step_seconds),
+        warmup_times_s=tuple(result.warmup_seconds),
+        build_s=build_seconds,
+        final_loss=result.final_loss,
+        # runs/s of a fixed product chain before and after the steps (training.machine_speed)
+        machine_speed=MachineSpeed(speed_before, speed_after, (speed_before + speed_after) / 2),
+    )
 
 
 def main(argv: list[str]) -> int:
@@ -219,7 +206,7 @@ def main(argv: list[str]) -> int:
         if params.replicas > 1 and worker_index() is None:  # the launcher of the workers
             missing = missing_devices(params.gpus, params.memory_budget_bytes is not None)
             if missing:
-                result = {"outcome": "skipped", "device": None, "metrics": None, "error": missing}
+                result = TrialResult("skipped", error=missing)
             else:
                 result = launch(params_path, result_path, params.replicas)
         else:
@@ -227,14 +214,9 @@ def main(argv: list[str]) -> int:
         code = 0
     except Exception as error:  # any failure of the workload is a recorded result
         traceback.print_exc()
-        result = {
-            "outcome": "crashed",
-            "device": None,
-            "metrics": None,
-            "error": f"{type(error).__name__}: {error}"[:2000],
-        }
+        result = TrialResult("crashed", error=f"{type(error).__name__}: {error}"[:2000])
         code = 1
-    _write_json(result_path, result)
+    write_result(result_path, result)
     return code
 
 

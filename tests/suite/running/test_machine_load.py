@@ -7,6 +7,7 @@ import time
 
 import psutil
 
+from suite.records import MachineLoad, Spread
 from suite.running.machine_load import LoadMonitor, busy_text, is_busy
 
 BURN = "import time\nend = time.time() + {seconds}\nwhile time.time() < end: pass\n"
@@ -24,8 +25,10 @@ def test_another_process_burning_a_core_counts_as_others():
     code = BURN.format(seconds=30)
     started = subprocess.run(
         ["sh", "-c", f'{sys.executable} -c "$0" >/dev/null 2>&1 & echo $!', code],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     burner = psutil.Process(int(started.stdout))
     try:
         assert burner not in psutil.Process().children(recursive=True)
@@ -35,9 +38,9 @@ def test_another_process_burning_a_core_counts_as_others():
     finally:
         burner.kill()
     summary = load.summary()
-    assert summary["other_cores"]["mean"] >= 0.5  # the burner's core (noise only adds)
+    assert summary.other_cores.mean >= 0.5  # the burner's core (noise only adds)
     assert len(load.others) >= 5
-    assert is_busy(summary) == (summary["other_cores"]["mean"] >= 0.25 * summary["cores"])
+    assert is_busy(summary) == (summary.other_cores.mean >= 0.25 * summary.cores)
 
 
 def test_the_trials_own_cpu_is_not_counted_as_others():
@@ -46,8 +49,8 @@ def test_the_trials_own_cpu_is_not_counted_as_others():
     with LoadMonitor(interval_s=0.2) as load:
         _burn(2.0)
     summary = load.summary()
-    assert summary["busy_cores"]["mean"] - summary["other_cores"]["mean"] >= 0.5
-    assert summary["load_average_1m"]["before"] is not None and summary["seconds"] >= 2.0
+    assert summary.busy_cores.mean - summary.other_cores.mean >= 0.5
+    assert summary.load_average_1m["before"] is not None and summary.seconds >= 2.0
 
 
 def test_the_trials_own_children_count_as_its_own():
@@ -61,13 +64,14 @@ def test_the_trials_own_children_count_as_its_own():
         worker.kill()
         worker.wait()
     summary = load.summary()
-    assert summary["busy_cores"]["mean"] - summary["other_cores"]["mean"] >= 0.5
+    assert summary.busy_cores.mean - summary.other_cores.mean >= 0.5
 
 
 def test_old_records_and_odd_values_are_not_busy():
-    assert not is_busy(None) and not is_busy({}) and not is_busy({"cores": 2})
-    busy = {"cores": 2, "other_cores": {"mean": 0.9, "max": 1.4}}
-    assert is_busy(busy) and not is_busy({"cores": 2, "other_cores": {"mean": 0.2, "max": 1}})
+    assert not is_busy(None)  # a record from before the load was measured
+    busy = MachineLoad(2, Spread(0.9, 1.4))
+    assert is_busy(busy) and not is_busy(MachineLoad(2, Spread(0.2, 1.0)))
+    assert not is_busy(MachineLoad(0, Spread(0.9, 1.4)))
     assert busy_text(busy) == "others used 0.9 of 2 cores"
 
 
