@@ -13,6 +13,7 @@ each in a thread; the other hosts (Slurm) run in the main thread after this mach
 import contextlib
 import threading
 import time
+from dataclasses import replace
 
 from suite.dispatch.base import Host, SpecRun
 from suite.dispatch.kinds import choose_hosts
@@ -29,6 +30,13 @@ def parse_round(value) -> int | None:
 def dispatch(job: SpecRun, hosts: list[Host], round_: int | None = None) -> tuple[int, int]:
     """Run `job` on `hosts`; (hosts whose run apart failed, hosts that run apart). `round_`: only
     that round (inside a container of an interleaved run)."""
+    say, printing, lock = job.echo, threading.Lock(), threading.Lock()
+
+    def echo(line: str) -> None:  # hosts apart print from their threads
+        with printing:
+            say(line)
+
+    job = replace(job, echo=echo)  # this run's own: its run id is set below
     kinds = {}  # each kind's hosts, in the order named
     for host in hosts:
         kinds.setdefault(type(host), []).append(host)
@@ -42,7 +50,7 @@ def dispatch(job: SpecRun, hosts: list[Host], round_: int | None = None) -> tupl
         job.run_id, _ = markers[0].begin(fresh=job.force)
     else:
         markers = []
-    lock, outcomes = threading.Lock(), {}
+    outcomes = {}
 
     def ran(host: Host, outcome: HostOutcome | None) -> None:
         if outcome is not None:
