@@ -84,7 +84,7 @@ def run(
     places = choose_hosts(
         hosts, c.suite.get("hosts"), c.suite.image, c.suite.get("built"), native, label=host
     )
-    job = SpecRun(loaded, overrides, results, force, run_id)
+    job = SpecRun(loaded, results, overrides, force, run_id)
     failed, hosts_run = dispatch(job, places, round_=parse_round(round))
     if failed:
         raise Exit(f"error: {failed} of {hosts_run} hosts failed", code=1)

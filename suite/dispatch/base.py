@@ -26,8 +26,8 @@ class SpecRun:
     has one spec hash wherever it runs, recorded into `results` as one run (`run_id`)."""
 
     spec: Spec
+    results: Path
     overrides: dict = field(default_factory=dict)  # resolution, batch, steps, precision
-    results: Path = Path("results")
     force: bool = False
     run_id: str | None = None  # None: each host that records itself continues its own run
     echo: Callable[[str], None] = print

@@ -64,7 +64,7 @@ def lines():
 
 @pytest.fixture
 def job(tmp_path, lines):
-    return SpecRun(parse_spec(SPEC, str(tmp_path / "tiny.toml")), {}, tmp_path, echo=lines.append)
+    return SpecRun(parse_spec(SPEC, str(tmp_path / "tiny.toml")), tmp_path, echo=lines.append)
 
 
 def test_places_on_this_machine_take_turns_by_rounds_and_their_rounds_make_one_outcome(job, lines):
