@@ -48,8 +48,8 @@ def _user_errors(function):
         "steps": "override every trial's timed steps (changes the spec hash)",
         "precision": "override every trial's precision: fp32, fp16 or bf16 (changes the hash)",
         "force": "re-run trials that are already recorded",
-        "hosts": "run in containers on these Docker hosts at once (names from invoke.yaml "
-        "suite.hosts, or ssh://user@host); default: natively on this machine, or after "
+        "hosts": "run on these hosts at once: names from invoke.yaml suite.hosts (Docker engines, "
+        "Slurm clusters) or ssh://user@host; default: natively on this machine, or after "
         "`inv build` in the same invocation, the invoke.yaml hosts of the images it built",
         "native": "also run natively on this machine (with --hosts or after build)",
         "round": "only every trial's N-th process, and sweeps and searches with N = 1 (how runs "
@@ -58,22 +58,34 @@ def _user_errors(function):
     },
 )
 @_user_errors
-def run(c, spec=None, results=None, host=None, resolution=None, batch=None, steps=None,
-        precision=None, force=False, hosts=None, native=False, round=None,
-        run_id=None):  # fmt: skip
+def run(
+    c,
+    spec=None,
+    results=None,
+    host=None,
+    resolution=None,
+    batch=None,
+    steps=None,
+    precision=None,
+    force=False,
+    hosts=None,
+    native=False,
+    round=None,
+    run_id=None,
+):
     """Run a spec: natively here, or in the images `inv build` just built (`invoke build run`),
     or on the Docker hosts given."""
-    from suite.running.dispatch import dispatch, parse_round
+    from suite.dispatch import SpecRun, choose_hosts, dispatch, parse_round
     from suite.specs import load_spec
 
     overrides = {"resolution": resolution, "batch": batch, "steps": steps, "precision": precision}
     loaded = load_spec(spec or c.suite.spec, overrides)  # validated here, before any host
     results = writable_directory(Path(results or c.suite.results), "--results")
-    failed, hosts_run = dispatch(
-        loaded, overrides, results, host=host, force=force, hosts=hosts,
-        native=native, configured=c.suite.get("hosts"), default_image=c.suite.image,
-        built=c.suite.get("built"), round_=parse_round(round), run_id=run_id,
-    )  # fmt: skip
+    places = choose_hosts(
+        hosts, c.suite.get("hosts"), c.suite.image, c.suite.get("built"), native, label=host
+    )
+    job = SpecRun(loaded, results, overrides, force, run_id)
+    failed, hosts_run = dispatch(job, places, round_=parse_round(round))
     if failed:
         raise Exit(f"error: {failed} of {hosts_run} hosts failed", code=1)
 

@@ -15,6 +15,7 @@ LAYERS = [
     ("suite.records",),
     ("suite.hosts",),
     ("suite.running",),
+    ("suite.dispatch",),
     ("suite.reporting",),
 ]
 

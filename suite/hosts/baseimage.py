@@ -36,9 +36,11 @@ ARCHES = {  # suite name -> (Debian architecture, docker platform, qemu binary)
     "aarch64": ("arm64", "linux/arm64", "qemu-aarch64"),
 }
 # what a failed download of a mirror that is being synced (or a flaky network) says: worth a retry
-TRANSIENT = re.compile(r"Hash Sum mismatch|unexpected size|Mirror sync in progress|"
-                       r"Couldn't download|Failed getting release|Invalid Release|"
-                       r"Connection (timed out|refused|reset)|Temporary failure")  # fmt: skip
+TRANSIENT = re.compile(
+    r"Hash Sum mismatch|unexpected size|Mirror sync in progress|"
+    r"Couldn't download|Failed getting release|Invalid Release|"
+    r"Connection (timed out|refused|reset)|Temporary failure"
+)
 ATTEMPTS, RETRY_PAUSE_S, HEARTBEAT_S = 3, 20, 30
 RECIPE_LABEL = "org.lms-suite.base-recipe"
 HOST_SOURCES = Path("/etc/apt/sources.list.d/debian.sources")
@@ -94,8 +96,9 @@ def _run_talking(command: list[str], echo, what: str, log: Path | None = None) -
         echo(f"    $ {' '.join(command)}" + (f"  (attempt {attempt}/{ATTEMPTS})" * (attempt > 1)))
         started = time.monotonic()
         lines, counts = [], {}
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                   text=True, bufsize=1)  # fmt: skip
+        process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+        )
         queue = Queue()
         threading.Thread(target=_pump, args=(process.stdout, queue), daemon=True).start()
         while True:
@@ -161,8 +164,12 @@ def make_base_image(client, arch: str, echo=print, force: bool = False) -> str:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="lms-base-") as tmp:
         root = Path(tmp) / "rootfs"
-        command = ["debootstrap", "--variant=minbase", f"--arch={debian_arch}",
-                   f"--include={','.join(INCLUDE)}"]  # fmt: skip
+        command = [
+            "debootstrap",
+            "--variant=minbase",
+            f"--arch={debian_arch}",
+            f"--include={','.join(INCLUDE)}",
+        ]
         if qemu:
             command.append("--foreign")
         echo(f"base {tag}: debootstrap {SUITE} {debian_arch} (a few minutes under emulation)")
@@ -170,8 +177,12 @@ def make_base_image(client, arch: str, echo=print, force: bool = False) -> str:
         _run_talking([*command, SUITE, str(root), MIRROR], echo, "debootstrap", log)
         if qemu:
             shutil.copy(f"/usr/bin/{qemu}-static", root / "usr" / "bin")
-            _run_talking(["chroot", str(root), "/debootstrap/debootstrap", "--second-stage"],
-                         echo, "debootstrap --second-stage (under qemu)", log)  # fmt: skip
+            _run_talking(
+                ["chroot", str(root), "/debootstrap/debootstrap", "--second-stage"],
+                echo,
+                "debootstrap --second-stage (under qemu)",
+                log,
+            )
             (root / "usr" / "bin" / f"{qemu}-static").unlink()
         if HOST_SOURCES.exists():  # the mirrors (and suites) this machine uses
             (root / "etc/apt/sources.list").unlink(missing_ok=True)

@@ -1,4 +1,5 @@
-"""`inv run --hosts A,B`: one spec on several Docker hosts at once, through the docker SDK.
+"""`inv run --hosts A,B`: one spec on several Docker hosts at once, through the docker SDK. A host
+here is a `DockerHost` (suite/dispatch/docker.py: its name, engine URL, image, gpus, client()).
 
 Per host, in its own thread: connect (a local socket or `ssh://user@host`, whose host key must
 already be in ~/.ssh/known_hosts: the SDK's paramiko transport rejects unknown keys), check the
@@ -21,7 +22,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlparse
+from typing import TYPE_CHECKING
 
 from suite.errors import SuiteError
 from suite.hosts.description import IMAGE_DIGEST_VARIABLE
@@ -34,7 +35,9 @@ from suite.hosts.volumes import (
     sweep_volumes,
     tar_files,
 )
-from suite.records import check_host_name
+
+if TYPE_CHECKING:  # the host kind, a later layer, whose objects these functions are handed
+    from suite.dispatch.docker import DockerHost
 
 CONTAINER_USER = "1000:1000"  # the image's `lms` user
 # The container's command runs under this `sh -c` script, PID 1: the run reads nothing, a
@@ -52,71 +55,9 @@ wait "$run"
 STOP_SECONDS = 120  # how long an interrupted run waits for its hosts to copy out and clean up
 
 
-@dataclass
-class DockerHost:
-    name: str
-    url: str  # "local", unix://..., tcp://..., ssh://user@host[:port]
-    image: str
-    gpus: bool = False
-
-    @classmethod
-    def from_config(cls, name: str, settings: dict | None, default_image: str) -> "DockerHost":
-        settings = dict(settings or {})
-        if name.startswith("ssh://"):  # a bare URL on the command line
-            settings.setdefault("url", name)
-            name = name[len("ssh://") :].split("@")[-1].split(":")[0]
-        unknown = set(settings) - {"url", "image", "gpus"}
-        if unknown:
-            raise SuiteError(f"invoke.yaml suite.hosts.{name}: unknown settings {sorted(unknown)}; "
-                             "allowed: url, image, gpus")  # fmt: skip
-        check_host_name(name)
-        return cls(name, settings.get("url", "local"), settings.get("image", default_image),
-                   bool(settings.get("gpus", False)))  # fmt: skip
-
-    @property
-    def on_this_machine(self) -> bool:
-        """Its daemon runs here (the local socket, or SSH or TCP to loopback): its trials share
-        this machine's cores with anything else run here, so runs here are interleaved."""
-        if self.url == "local" or self.url.startswith("unix://"):
-            return True
-        return urlparse(self.url).hostname in ("localhost", "127.0.0.1", "::1")
-
-    def client(self):
-        import docker
-
-        if self.url == "local":
-            return docker.from_env(timeout=120)
-        return docker.DockerClient(base_url=self.url, timeout=120)
-
-
-def choose_hosts(names: str, configured: dict, default_image: str) -> list[DockerHost]:
-    """The hosts of `inv run --hosts a,b,...`: names in invoke.yaml suite.hosts, or ssh:// URLs."""
-    chosen = []
-    for name in [h.strip() for h in names.split(",") if h.strip()]:
-        if name not in configured and not name.startswith("ssh://"):
-            known = ", ".join(configured) or "none"
-            raise SuiteError(f"host {name!r} is not in invoke.yaml suite.hosts (known: {known}) "
-                             "and is not an ssh:// URL")  # fmt: skip
-        chosen.append(DockerHost.from_config(name, configured.get(name), default_image))
-    if not chosen:
-        raise SuiteError(f"--hosts {names!r} names no host")
-    return chosen
-
-
-def hosts_for_images(configured: dict, default_image: str, built: list[str]) -> list[DockerHost]:
-    """`inv build run`: the hosts of invoke.yaml whose image was just built (those that can run
-    it: a host's image is its own `image`, else suite.image)."""
-    hosts = [DockerHost.from_config(name, settings, default_image)
-             for name, settings in configured.items()]  # fmt: skip
-    chosen = [host for host in hosts if host.image in built]
-    if not chosen:
-        raise SuiteError(f"no host in invoke.yaml suite.hosts runs the image(s) just built "
-                         f"({', '.join(built)}); set suite.hosts.<name>.image")  # fmt: skip
-    return chosen
-
-
-def run_arguments(overrides: dict, force: bool, round_: int | None = None,
-                  run_id: str | None = None) -> list[str]:  # fmt: skip
+def run_arguments(
+    overrides: dict, force: bool, round_: int | None = None, run_id: str | None = None
+) -> list[str]:
     """`inv run`'s arguments inside each container: the same overrides, so the same hashes;
     `round_` r: only every trial's r-th process (interleaving places that share a machine);
     `run_id`: the run the records belong to (the rounds make one run, a resumed run continues)."""
@@ -190,17 +131,6 @@ class ContainerRuns:
         with self._changed:
             return self._changed.wait_for(lambda: self._active == 0, timeout)
 
-    def summary(self, results_dir: Path) -> str:
-        """What an interrupted run stopped and kept, for its one line."""
-        stopped = [o.host for o in self.outcomes if o.stopped]
-        what = (
-            f"stopped the containers on {', '.join(stopped)}"
-            if stopped
-            else "no container was running"
-        )
-        kept = sum(o.records for o in self.outcomes)
-        return f"{what}; {kept} new records from containers kept in {results_dir}"
-
 
 def _close(attached) -> None:
     """Close an attach socket (a socket's file object locally, a paramiko channel over SSH)."""
@@ -210,7 +140,7 @@ def _close(attached) -> None:
                 part.close()
 
 
-def _connect(host: DockerHost):
+def _connect(host: "DockerHost"):
     """The host's client and its image; a clear reason when either is missing."""
     import docker
 
@@ -224,21 +154,24 @@ def _connect(host: DockerHost):
         return client, client.images.get(host.image)
     except docker.errors.ImageNotFound:
         client.close()
-        raise SuiteError(f"image {host.image} is not on {host.url}: build it there "
-                         "(inv build) or set suite.hosts.<name>.image") from None  # fmt: skip
+        raise SuiteError(
+            f"image {host.image} is not on {host.url}: build it there "
+            "(inv build) or set suite.hosts.<name>.image"
+        ) from None
 
 
-def _create_container(client, host: DockerHost, image, volume, run_args: list[str], labels):
+def _create_container(client, host: "DockerHost", image, volume, run_args: list[str], labels):
     """The suite's own `inv run` under the tether, non-root, without a network, /results on
     `volume`."""
     import docker
 
     requests = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
+    spec = f"{CONTAINER_RESULTS}/spec.toml"
     return client.containers.create(
         image.id,
         entrypoint=["sh", "-c", TETHER, "tether", *(image.attrs["Config"]["Entrypoint"] or [])],
-        command=["run", "--spec", f"{CONTAINER_RESULTS}/spec.toml",
-                 "--results", CONTAINER_RESULTS, "--host", host.name, *run_args],
+        command=["run", "--spec", spec, "--results", CONTAINER_RESULTS, "--host", host.name]
+        + run_args,
         stdin_open=True,  # the tether (the SDK adds StdinOnce: stdin closes when we are gone)
         network_mode="none",
         user=CONTAINER_USER,
@@ -248,13 +181,13 @@ def _create_container(client, host: DockerHost, image, volume, run_args: list[st
         environment={IMAGE_DIGEST_VARIABLE: image.id, "PYTHONUNBUFFERED": "1"},
         device_requests=requests if host.gpus else None,
         labels=labels,
-    )  # fmt: skip
+    )
 
 
 class _HostRun:
     """One host's container from creation to removal (`run_on_host`)."""
 
-    def __init__(self, host: DockerHost, results_dir: Path, runs: ContainerRuns, echo):
+    def __init__(self, host: "DockerHost", results_dir: Path, runs: ContainerRuns, echo):
         self.host, self.results_dir, self.runs, self.echo = host, Path(results_dir), runs, echo
         self.outcome = HostOutcome(host.name, False)
         self.client = self.container = self.volume = None
@@ -265,13 +198,16 @@ class _HostRun:
         host, outcome = self.host, self.outcome
         self.client, image = _connect(host)
         outcome.image_id = image.id
-        outcome.records += sweep_volumes(self.client, host.name, image.id, self.results_dir,
-                                         self.echo)  # fmt: skip
+        outcome.records += sweep_volumes(
+            self.client, host.name, image.id, self.results_dir, self.echo
+        )
         labels = run_labels(host.name, self.results_dir)
         self.volume = self.client.volumes.create(
-            name=f"lms-results-{host.name}-{uuid.uuid4().hex[:8]}", labels=labels)  # fmt: skip
-        container = self.container = _create_container(self.client, host, image, self.volume,
-                                                       run_args, labels)  # fmt: skip
+            name=f"lms-results-{host.name}-{uuid.uuid4().hex[:8]}", labels=labels
+        )
+        container = self.container = _create_container(
+            self.client, host, image, self.volume, run_args, labels
+        )
         seeds = seed_files(self.results_dir, host.name, spec_text)
         container.put_archive(CONTAINER_RESULTS, tar_files(seeds))
         # its own connection: over SSH every request path takes a session of the connection
@@ -305,8 +241,10 @@ class _HostRun:
                 self.outcome.records += copy_out(self.container, self.results_dir, self.host.name)
                 self.copied = True
         if self.container is not None and not self.copied:
-            self.echo(f"[{self.host.name}] volume {self.volume.name} kept: its records could "
-                      "not be copied out; the next run on this host takes them")  # fmt: skip
+            self.echo(
+                f"[{self.host.name}] volume {self.volume.name} kept: its records could "
+                "not be copied out; the next run on this host takes them"
+            )
         else:
             self._remove()
         for client in (self.tether, self.client):
@@ -319,12 +257,20 @@ class _HostRun:
                 if thing is not None:
                     thing.remove(force=True)
         except Exception as error:
-            self.echo(f"[{self.host.name}] volume {self.volume.name} left ({type(error).__name__}: "
-                      f"{error}); the next run on this host removes it")  # fmt: skip
+            self.echo(
+                f"[{self.host.name}] volume {self.volume.name} left ({type(error).__name__}: "
+                f"{error}); the next run on this host removes it"
+            )
 
 
-def run_on_host(host: DockerHost, spec_text: str, run_args: list[str], results_dir: Path,
-                echo, runs: ContainerRuns | None = None) -> HostOutcome:  # fmt: skip
+def run_on_host(
+    host: "DockerHost",
+    spec_text: str,
+    run_args: list[str],
+    results_dir: Path,
+    echo,
+    runs: ContainerRuns | None = None,
+) -> HostOutcome:
     """Run the spec on one host; never raises for the host's own failures. Records are copied
     out as they finish; the container and volume are removed once what finished is out."""
     runs = runs if runs is not None else ContainerRuns()
@@ -349,9 +295,14 @@ def outcome_line(outcome: HostOutcome) -> str:
     return f"host {outcome.host}: {state} ({outcome.records} new records, {outcome.seconds:.0f}s)"
 
 
-def run_on_hosts(hosts: list[DockerHost], spec_path: Path, run_args: list[str],
-                 results_dir: Path, echo=print,
-                 runs: ContainerRuns | None = None) -> list[HostOutcome]:  # fmt: skip
+def run_on_hosts(
+    hosts: list["DockerHost"],
+    spec_path: Path,
+    run_args: list[str],
+    results_dir: Path,
+    echo=print,
+    runs: ContainerRuns | None = None,
+) -> list[HostOutcome]:
     """Run on every host concurrently; the outcomes in the order of `hosts`. If this thread is
     interrupted meanwhile, every container is stopped and its records copied out first."""
     runs = runs if runs is not None else ContainerRuns()
@@ -365,8 +316,9 @@ def run_on_hosts(hosts: list[DockerHost], spec_path: Path, run_args: list[str],
     outcomes = [None] * len(hosts)
 
     def work(index, host):
-        outcomes[index] = run_on_host(host, spec_text, run_args, Path(results_dir), locked_echo,
-                                      runs)  # fmt: skip
+        outcomes[index] = run_on_host(
+            host, spec_text, run_args, Path(results_dir), locked_echo, runs
+        )
 
     threads = [threading.Thread(target=work, args=(i, h)) for i, h in enumerate(hosts)]
     for thread in threads:

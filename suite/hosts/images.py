@@ -130,9 +130,11 @@ def local_docker(timeout: int):
         client.ping()
     except docker.errors.DockerException:
         where = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
-        raise SuiteError(f"no Docker engine answers at {where}: install and start one with "
-                         "`bash scripts/docker.sh` (Debian's docker.io; see README "
-                         "\"Prerequisites\")") from None  # fmt: skip
+        raise SuiteError(
+            f"no Docker engine answers at {where}: install and start one with "
+            "`bash scripts/docker.sh` (Debian's docker.io; see README "
+            '"Prerequisites")'
+        ) from None
     return client
 
 
@@ -142,8 +144,10 @@ def build_images(arch: str, base: str, extras: str, echo=print) -> list[dict]:
     if arch == "native":  # what this machine runs without emulation
         arch = platform.machine()
         if arch not in ARCHES:
-            raise SuiteError(f"this machine is {arch}; the suite builds images for "
-                             f"{', '.join(ARCHES)} (give --arch)")  # fmt: skip
+            raise SuiteError(
+                f"this machine is {arch}; the suite builds images for "
+                f"{', '.join(ARCHES)} (give --arch)"
+            )
     arches = list(ARCHES) if arch == "all" else [arch]
     client = local_docker(timeout=600)
     return [
@@ -153,8 +157,10 @@ def build_images(arch: str, base: str, extras: str, echo=print) -> list[dict]:
 
 
 def facts_line(facts: dict) -> str:
-    return (f"image {facts['tag']} {facts['id']} {facts['size_bytes'] / 2**30:.2f} GiB "
-            f"in {facts['seconds']:.0f}s")  # fmt: skip
+    return (
+        f"image {facts['tag']} {facts['id']} {facts['size_bytes'] / 2**30:.2f} GiB "
+        f"in {facts['seconds']:.0f}s"
+    )
 
 
 def build_image(client, arch: str, base: str, extras: str, echo=print) -> dict:
@@ -164,8 +170,10 @@ def build_image(client, arch: str, base: str, extras: str, echo=print) -> dict:
     if extras not in ("cpu", "gpu", "none"):
         raise SuiteError(f"--extras {extras!r}: choose cpu, gpu or none")
     if arch == "ppc64le" and extras != "none":
-        raise SuiteError("ppc64le: PyPI has no TensorFlow for ppc64le; use --extras none (and a "
-                         "--base with Open-CE's TensorFlow for a runnable image)")  # fmt: skip
+        raise SuiteError(
+            "ppc64le: PyPI has no TensorFlow for ppc64le; use --extras none (and a "
+            "--base with Open-CE's TensorFlow for a runnable image)"
+        )
     base_image = make_base_image(client, arch, echo) if base == "local" else base
     tag = image_tag(arch, extras)
     started = time.monotonic()
@@ -191,10 +199,17 @@ def build_image(client, arch: str, base: str, extras: str, echo=print) -> dict:
                 said += chunk["stream"].strip().splitlines()
             if "error" in chunk:  # one line: the step's own errors (apt's E:, pip's ERROR:)
                 why = [x for x in said[-60:] if x.startswith(("E:", "ERROR:", "error:"))][-2:]
-                raise SuiteError(f"build of {tag} failed: {chunk['error'].strip()}"
-                                 + "".join(f" | {x[:200]}" for x in why))  # fmt: skip
+                raise SuiteError(
+                    f"build of {tag} failed: {chunk['error'].strip()}"
+                    + "".join(f" | {x[:200]}" for x in why)
+                )
     image = client.images.get(tag)
     seconds = time.monotonic() - started
     echo(f"built {tag}: {image.id} ({image.attrs['Size'] / 2**30:.2f} GiB) in {seconds:.0f}s")
-    return {"tag": tag, "id": image.id, "size_bytes": image.attrs["Size"], "seconds": seconds,
-            "labels": image.labels}  # fmt: skip
+    return {
+        "tag": tag,
+        "id": image.id,
+        "size_bytes": image.attrs["Size"],
+        "seconds": seconds,
+        "labels": image.labels,
+    }

@@ -70,8 +70,8 @@ def measure_gpu_copies(index: int, sizes=SIZES) -> dict:
 
 def gpu_topology(pynvml, handle, handles) -> dict:
     """GPU only: how GPU `handle` reaches the CPU, from NVML; None where NVML cannot say."""
-    topology = {"pcie_generation": None, "pcie_width": None, "nvlink_links": None,
-                "nvlink_to_cpu": None, "gpus_sharing_pcie_switch": None}  # fmt: skip
+    names = ("pcie_generation", "pcie_width", "nvlink_links", "nvlink_to_cpu")
+    topology = dict.fromkeys((*names, "gpus_sharing_pcie_switch"))
     try:
         topology["pcie_generation"] = pynvml.nvmlDeviceGetCurrPcieLinkGeneration(handle)
         topology["pcie_width"] = pynvml.nvmlDeviceGetCurrPcieLinkWidth(handle)

@@ -44,8 +44,11 @@ def run_labels(host: str, results_dir: Path) -> dict[str, str]:
 
 
 def _record_files(results_dir: Path, host: str) -> tuple[Path, ...]:
-    return (results_file(results_dir, host), searches_file(results_dir, host),
-            predictions_file(results_dir, host))  # fmt: skip
+    return (
+        results_file(results_dir, host),
+        searches_file(results_dir, host),
+        predictions_file(results_dir, host),
+    )
 
 
 def tar_files(files: dict[str, bytes]) -> bytes:
@@ -136,11 +139,13 @@ class RecordsWatch:
     copy, which `run_on_host` makes after the container ended."""
 
     def __init__(self, container, results_dir: Path, host: str, seconds: float = POLL_SECONDS):
-        self.container, self.results_dir, self.host, self.seconds = (
-            container, Path(results_dir), host, seconds)  # fmt: skip
+        self.container, self.host, self.seconds = container, host, seconds
+        self.results_dir = Path(results_dir)
         self.records = 0
-        self._paths = [f"{CONTAINER_RESULTS}/{p.relative_to(self.results_dir)}"
-                       for p in _record_files(self.results_dir, host)]  # fmt: skip
+        self._paths = [
+            f"{CONTAINER_RESULTS}/{p.relative_to(self.results_dir)}"
+            for p in _record_files(self.results_dir, host)
+        ]
         self._sizes = None
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._watch, name=f"records-{host}", daemon=True)
@@ -179,9 +184,14 @@ def sweep_volumes(client, host: str, image_id: str, results_dir: Path, echo) -> 
         if any(c.status in ("running", "restarting", "paused") for c in users):
             echo(f"[{host}] volume {volume.name} is in use by a running container: left alone")
             continue
-        reader = users[0] if users else client.containers.create(
-            image_id, volumes={volume.name: {"bind": CONTAINER_RESULTS, "mode": "ro"}},
-            network_mode="none", labels=run_labels(host, results_dir))  # fmt: skip
+        if users:
+            reader = users[0]
+        else:
+            mount = {volume.name: {"bind": CONTAINER_RESULTS, "mode": "ro"}}
+            labels = run_labels(host, results_dir)
+            reader = client.containers.create(
+                image_id, volumes=mount, network_mode="none", labels=labels
+            )
         added = copy_out(reader, results_dir, host)
         for container in {*users, reader}:
             container.remove(force=True)

@@ -67,7 +67,7 @@ class TrialExecutor:
         place=None,
     ):
         """`place`: where trials run other than in a process here, e.g. a Slurm host
-        (suite.running.slurm): its run_trial() and describe(results_dir)."""
+        (suite.dispatch.slurm): its run_trial() and describe(results_dir)."""
         self.place = place
         self.results_dir = Path(results_dir)
         self.host = host or default_host_name()

@@ -1,7 +1,7 @@
 """A heartbeat file: proof, readable from another machine, that the run waiting for a job lives.
 
 A Slurm job outlives the `inv run` that submitted it unless told otherwise: SIGINT and SIGTERM
-cancel it (suite/running/slurm.py), but a SIGKILL of the run leaves it training until its time
+cancel it (suite/dispatch/slurm.py), but a SIGKILL of the run leaves it training until its time
 limit. The run touches a file in the job's directory (on the filesystem the nodes share) every
 `EVERY_S` seconds while it waits; the job script (`watch_script`) ends the job when the file has
 not changed for `STALE_S` seconds. Why a file and not the submitter's pid: the job may run on

@@ -31,9 +31,12 @@ ORPHANED_EXIT_CODE = 125  # nobody reads it (the parent is gone); it marks the l
 
 
 def _end(parent: int, scratch: Path | None) -> None:
-    print(f"trial process {os.getpid()}: the run that started it (pid {parent}) is gone; "
-          f"ending it{f' and removing {scratch}' if scratch else ''}", file=sys.stderr,
-          flush=True)  # fmt: skip
+    print(
+        f"trial process {os.getpid()}: the run that started it (pid {parent}) is gone; "
+        f"ending it{f' and removing {scratch}' if scratch else ''}",
+        file=sys.stderr,
+        flush=True,
+    )
     children = psutil.Process().children(recursive=True)
     for child in children:
         with contextlib.suppress(psutil.NoSuchProcess):

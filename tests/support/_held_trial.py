@@ -71,8 +71,8 @@ class HeldTrial:
         (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
         self.tmpdir = tmp_path / "tmp"  # the run's TMPDIR: its trials' scratch directories
         self.tmpdir.mkdir()
-        self.env = {**os.environ, "PYTHONPATH": str(site), "SUITE_TEST_HOLD": str(self.hold),
-                    "TMPDIR": str(self.tmpdir)}  # fmt: skip
+        held = {"SUITE_TEST_HOLD": str(self.hold), "TMPDIR": str(self.tmpdir)}
+        self.env = {**os.environ, "PYTHONPATH": str(site), **held}
 
     def wait_reached(self, count: int = 1, process=None, timeout: float = 600) -> None:
         """Wait until `count` held trials are in `measure` (failing early if `process`, the run,
@@ -82,8 +82,10 @@ class HeldTrial:
             if self.reached.exists() and len(self.reached.read_text().split()) >= count:
                 return
             if process is not None and process.poll() is not None:
-                raise AssertionError(f"the run ended (rc {process.returncode}) before a trial "
-                                     f"was held: {process.communicate()}")  # fmt: skip
+                raise AssertionError(
+                    f"the run ended (rc {process.returncode}) before a trial "
+                    f"was held: {process.communicate()}"
+                )
             time.sleep(0.2)
         raise AssertionError(f"no held trial after {timeout}s")
 

@@ -7,22 +7,9 @@ from pathlib import Path
 import docker
 import pytest
 from sshd import start_sshd
+from tiny_specs import TINY
 
 from suite.hosts.images import build_image
-
-TINY = """
-name = "tiny"
-[defaults]
-steps = 2
-warmup_steps = 1
-timeout = 300
-[[study]]
-name = "g"
-kind = "throughput"
-workload = "googlenet"
-resolution = 32
-batch = 1
-"""
 
 
 @pytest.fixture(scope="module")

@@ -1,14 +1,12 @@
-"""A Slurm cluster as a host, against a real one-node Slurm (scripts/slurm.sh: munge, slurmctld,
+"""`inv run --hosts cluster` against a real one-node Slurm (scripts/slurm.sh: munge, slurmctld,
 slurmd on this machine; `inv test` starts it): trials become jobs, a two-replica trial gets its
-cluster from Slurm, and jobs that fail or are cancelled are recorded with Slurm's reason. A run
-stopped by SIGINT or SIGTERM cancels its jobs; after a SIGKILL they end by themselves; a rerun
-resumes the same run."""
+cluster from Slurm, `max_jobs` trials are queued at once. A run stopped by SIGINT or SIGTERM
+cancels its jobs; after a SIGKILL they end by themselves; a rerun resumes the same run.
+(suite/dispatch/slurm.py's own cases: tests/suite/dispatch/test_slurm.py.)"""
 
 import signal
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -16,11 +14,10 @@ from _held_trial import TWO, HeldTrial, wait_until
 
 from suite.records import TrialRecord, load, load_host, load_trials, results_file
 from suite.running.heartbeat import STALE_S
-from suite.running.slurm import SlurmHost
 from suite.specs import parse_spec
 
 pytestmark = pytest.mark.slurm
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 TINY = """
 name = "tiny-slurm"
@@ -45,16 +42,22 @@ memory_budget = "1GiB"
 """
 
 
+def inv(config, *args) -> list[str]:
+    """The command line of `./inv -f CONFIG ARGS...`."""
+    return [str(ROOT / "inv"), "-f", str(config), *map(str, args)]
+
+
 def test_inv_run_on_a_slurm_host_records_jobs_and_two_replicas(tmp_path):
     spec = tmp_path / "tiny.toml"
     spec.write_text(TINY)
     config = tmp_path / "hosts.yaml"
     config.write_text("suite:\n  hosts:\n    cluster: {scheduler: slurm, partition: debug}\n")
     completed = subprocess.run(
-        [str(ROOT / "inv"), "-f", str(config), "run", "--spec", str(spec), "--hosts", "cluster",
-         "--results", str(tmp_path / "r")],
-        capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
+        inv(config, "run", "--spec", spec, "--hosts", "cluster", "--results", tmp_path / "r"),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     output = completed.stdout + completed.stderr
     assert completed.returncode == 0, output
     assert "running tiny-slurm as Slurm jobs on cluster" in output
@@ -72,69 +75,16 @@ def test_inv_run_on_a_slurm_host_records_jobs_and_two_replicas(tmp_path):
     assert description.architecture and description.link["memcpy_gbps"]
 
 
-def _tiny_params():
-    from suite.specs import parse_spec
-
-    return parse_spec(TINY, "tiny.toml").trials[0].params
-
-
-def test_a_job_that_fails_is_recorded_with_slurms_reason(tmp_path):
-    host = SlurmHost("cluster", partition="debug", python="/nonexistent/python")
-    result = host.run_trial(_tiny_params(), 120, tmp_path / "logs" / "cluster" / "a.log")
-    assert result.outcome == "crashed"
-    assert result.metrics.slurm_job.isdigit()
-    assert f"slurm job {result.metrics.slurm_job} ended FAILED" in result.error
-    assert "NonZeroExitCode" in result.error
-
-
-def test_a_cancelled_job_is_recorded_as_cancelled(tmp_path):
-    host = SlurmHost("cluster", partition="debug")
-    params = _tiny_params().replace(resolution=512, batch=16, steps=1000)  # minutes of work
-
-    def cancel_when_running():
-        for _ in range(600):
-            running = subprocess.run(["squeue", "-h", "-t", "R", "-n", f"lms-{params.hash}",
-                                      "-o", "%i"], capture_output=True, text=True)  # fmt: skip
-            if running.stdout.strip():
-                time.sleep(2)  # let the trial process start
-                subprocess.run(["scancel", running.stdout.split()[0]], check=True)
-                return
-            time.sleep(0.2)
-
-    canceller = threading.Thread(target=cancel_when_running)
-    canceller.start()
-    result = host.run_trial(params, 600, tmp_path / "logs" / "cluster" / "b.log")
-    canceller.join()
-    assert result.outcome == "crashed"
-    assert "ended CANCELLED" in result.error, result.error
-
-
-def test_a_trial_the_cluster_cannot_hold_is_skipped_and_its_job_cancelled(tmp_path):
-    # a two-node trial on the one-node partition: sbatch accepts it and it would wait forever
-    # (PartitionConfig, then PartitionNodeLimit); the host cancels it and records why
-    host = SlurmHost("cluster", partition="debug")
-    params = _tiny_params().replace(nodes=2)
-    result = host.run_trial(params, 120, tmp_path / "logs" / "cluster" / "c.log")
-    assert result.outcome == "skipped", result.error
-    assert "2 node(s) x 1 task(s)" in result.error
-    assert "(PartitionNodeLimit)" in result.error or "(PartitionConfig)" in result.error
-    job = result.metrics.slurm_job
-    assert host.job_state(job)[0] in ("CANCELLED", "UNKNOWN")
-    queued = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True,
-                            text=True)  # fmt: skip
-    assert "PENDING" not in queued.stdout
-
-
 def test_max_jobs_submits_a_specs_trials_at_once(tmp_path):
     spec = tmp_path / "tiny.toml"
-    spec.write_text(TINY.split("[[study]]")[0] + "repeats = 2\n" + "[[study]]" +
-                    TINY.split("[[study]]")[1])  # fmt: skip
+    spec.write_text(
+        TINY.split("[[study]]")[0] + "repeats = 2\n" + "[[study]]" + TINY.split("[[study]]")[1]
+    )
     config = tmp_path / "hosts.yaml"
     config.write_text(
         "suite:\n  hosts:\n    cluster: {scheduler: slurm, partition: debug, max_jobs: 2}\n"
     )
-    run = [str(ROOT / "inv"), "-f", str(config), "run", "--spec", str(spec), "--hosts",
-           "cluster", "--results", str(tmp_path / "r")]  # fmt: skip
+    run = inv(config, "run", "--spec", spec, "--hosts", "cluster", "--results", tmp_path / "r")
     completed = subprocess.run(run, capture_output=True, text=True, timeout=900)
     assert completed.returncode == 0, completed.stdout + completed.stderr
     first, second = sorted(load_trials(tmp_path / "r", "cluster"), key=lambda r: r.repeat)
@@ -146,18 +96,14 @@ def test_max_jobs_submits_a_specs_trials_at_once(tmp_path):
     assert "2 already recorded" in again.stdout and "0 to run" in again.stdout, again.stdout
 
 
-def test_max_jobs_must_be_a_positive_integer():
-    from suite.errors import SuiteError
-
-    for bad in (0, "2", True):
-        with pytest.raises(SuiteError, match=r"suite.hosts.cluster.max_jobs: .*integer >= 1"):
-            SlurmHost.from_config("cluster", {"scheduler": "slurm", "max_jobs": bad})
-
-
 def _queued(trial) -> list[str]:
     """The ids of the jobs of `trial` still in the queue (any state)."""
-    listed = subprocess.run(["squeue", "-h", "-n", f"lms-{trial.hash}", "-o", "%i"],
-                            capture_output=True, text=True, check=True)  # fmt: skip
+    listed = subprocess.run(
+        ["squeue", "-h", "-n", f"lms-{trial.hash}", "-o", "%i"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return listed.stdout.split()
 
 
@@ -167,12 +113,27 @@ def _start_held_run(tmp_path, held_resolutions, max_jobs=1):
     spec = tmp_path / "two.toml"
     spec.write_text(TWO)
     config = tmp_path / "hosts.yaml"
-    config.write_text("suite:\n  hosts:\n    cluster: {scheduler: slurm, partition: debug, "
-                      f"max_jobs: {max_jobs}}}\n")  # fmt: skip
-    command = [sys.executable, "-m", "invoke", "-f", str(config), "run", "--spec", str(spec),
-               "--hosts", "cluster", "--results", str(tmp_path / "r")]  # fmt: skip
-    run = subprocess.Popen(command, cwd=ROOT, env=held.env, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True)  # fmt: skip
+    config.write_text(
+        "suite:\n  hosts:\n    cluster: {scheduler: slurm, partition: debug, "
+        f"max_jobs: {max_jobs}}}\n"
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "invoke",
+        "-f",
+        str(config),
+        "run",
+        "--spec",
+        str(spec),
+        "--hosts",
+        "cluster",
+        "--results",
+        str(tmp_path / "r"),
+    ]
+    run = subprocess.Popen(
+        command, cwd=ROOT, env=held.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     held.wait_reached(len(held_resolutions), process=run)
     return held, command, run, parse_spec(TWO, str(spec)).trials
 
@@ -180,8 +141,9 @@ def _start_held_run(tmp_path, held_resolutions, max_jobs=1):
 def _rerun_resumes(held, command, tmp_path, kept: list[dict], trials) -> None:
     """After release, the rerun runs only what has no record, in the run that was stopped."""
     held.release()
-    rerun = subprocess.run(command, cwd=ROOT, env=held.env, capture_output=True, text=True,
-                           timeout=900)  # fmt: skip
+    rerun = subprocess.run(
+        command, cwd=ROOT, env=held.env, capture_output=True, text=True, timeout=900
+    )
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     assert f"{len(kept)} already recorded" in rerun.stdout
     records = load_trials(tmp_path / "r", "cluster")

@@ -42,12 +42,14 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from suite.dispatch.base import Host, SpecRun
 from suite.environment import child_environment
 from suite.errors import SuiteError
 from suite.records import Metrics, TrialResult, read_result
 from suite.running.heartbeat import Heartbeat, watch_script
 from suite.running.interrupts import RunInterrupted
 from suite.running.replicas import merge
+from suite.running.runner import run_spec, summary_lines
 from suite.running.trial import TrialStopped, interrupt_signal
 from suite.specs.model import TrialParams
 
@@ -65,8 +67,10 @@ NEVER_STARTS_REASONS = {"PartitionNodeLimit", "PartitionTimeLimit", "PartitionCo
                         "QOSNotAllowed", "QOSMaxNodePerJobLimit", "QOSMaxCpuPerJobLimit",
                         "QOSMaxGRESPerJob", "QOSMaxWallDurationPerJobLimit"}  # fmt: skip
 # sbatch's words when it refuses outright what no node of the partition has
-NEVER_FITS_TEXTS = ("Requested node configuration is not available",
-                    "Node count specification invalid")  # fmt: skip
+NEVER_FITS_TEXTS = (
+    "Requested node configuration is not available",
+    "Node count specification invalid",
+)
 POLL_FIRST_S, POLL_MAX_S = 0.5, 10.0  # how often a job's state is read: sooner at first
 CANCEL_WAIT_S = 30.0  # the longest an interrupted run waits for its cancelled jobs to leave
 
@@ -80,7 +84,8 @@ class JobNeverStarts(Exception):
 
 
 @dataclass
-class SlurmHost:
+class SlurmHost(Host):
+    kind = "slurm"
     name: str
     partition: str | None = None
     account: str | None = None
@@ -90,8 +95,9 @@ class SlurmHost:
     max_jobs: int = 1  # a spec's trials (not its sweeps' or searches') submitted at once
     # the run's state, not configuration: the jobs waited for, and whether the run is stopping
     _jobs: set = field(default_factory=set, init=False, repr=False, compare=False)
-    _stopping: threading.Event = field(default_factory=threading.Event, init=False,
-                                       repr=False, compare=False)  # fmt: skip
+    _stopping: threading.Event = field(
+        default_factory=threading.Event, init=False, repr=False, compare=False
+    )
     _stop_signal: str = field(default="SIGINT", init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -100,21 +106,32 @@ class SlurmHost:
             or not isinstance(self.max_jobs, int)
             or self.max_jobs < 1
         ):
-            raise SuiteError(f"invoke.yaml suite.hosts.{self.name}.max_jobs: {self.max_jobs!r}; "
-                             "an integer >= 1 (trials submitted at once)")  # fmt: skip
+            raise SuiteError(
+                f"invoke.yaml suite.hosts.{self.name}.max_jobs: {self.max_jobs!r}; "
+                "an integer >= 1 (trials submitted at once)"
+            )
 
     @classmethod
-    def from_config(cls, name: str, settings: dict) -> "SlurmHost":
+    def from_config(cls, name: str, settings: dict, default_image: str = "") -> "SlurmHost":
+        """`default_image` is not used: the nodes run the suite's environment at `python`."""
         unknown = sorted(set(settings) - KNOWN_KEYS)
         if unknown:
-            raise SuiteError(f"invoke.yaml suite.hosts.{name}: unknown key(s) {unknown}; a Slurm "
-                             f"host takes {', '.join(sorted(KNOWN_KEYS))}")  # fmt: skip
+            raise SuiteError(
+                f"invoke.yaml suite.hosts.{name}: unknown key(s) {unknown}; a Slurm "
+                f"host takes {', '.join(sorted(KNOWN_KEYS))}"
+            )
         values = {k: settings[k] for k in KNOWN_KEYS - {"scheduler"} if settings.get(k) is not None}
         return cls(name, **values)
 
+    def run(self, job: SpecRun, round_: int | None = None) -> None:
+        """The spec through this process's runner, each trial process a job on the cluster."""
+        job.echo(f"running {job.spec.name} as Slurm jobs on {self.name}")
+        where = {"run_id": job.run_id, "round_": round_, "place": self}
+        summary = run_spec(job.spec, job.results, self.name, job.force, job.echo, **where)
+        job.echo("\n".join(summary_lines(summary)))
+
     def _sbatch_options(self, minutes: int, nodes: int = 1, tasks_per_node: int = 1) -> list:
-        options = [f"--nodes={nodes}", f"--ntasks-per-node={tasks_per_node}",
-                   f"--time={minutes}"]  # fmt: skip
+        options = [f"--nodes={nodes}", f"--ntasks-per-node={tasks_per_node}", f"--time={minutes}"]
         options += [f"--partition={self.partition}"] if self.partition else []
         options += [f"--account={self.account}"] if self.account else []
         return options
@@ -124,8 +141,9 @@ class SlurmHost:
         output.parent.mkdir(parents=True, exist_ok=True)
         command = ["sbatch", "--parsable", f"--output={output}", *options]
         try:
-            completed = subprocess.run(command, input=script, capture_output=True, text=True,
-                                       env=env)  # fmt: skip
+            completed = subprocess.run(
+                command, input=script, capture_output=True, text=True, env=env
+            )
         except FileNotFoundError:
             hint = "install Slurm's client commands (on this machine: bash scripts/slurm.sh)"
             raise SuiteError(f"host {self.name}: sbatch not found: {hint}") from None
@@ -146,8 +164,9 @@ class SlurmHost:
 
     @staticmethod
     def _job_fields(job: str) -> dict:
-        completed = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True,
-                                   text=True)  # fmt: skip
+        completed = subprocess.run(
+            ["scontrol", "show", "job", "-o", job], capture_output=True, text=True
+        )
         fields = dict(re.findall(r"(\w+)=(\S*)", completed.stdout))
         if not fields:
             fields["error"] = completed.stderr.strip()
@@ -177,8 +196,9 @@ class SlurmHost:
         subprocess.run(["scancel", job], capture_output=True)
         deadline = time.monotonic() + CANCEL_WAIT_S
         while time.monotonic() < deadline:
-            queued = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True,
-                                    text=True)  # fmt: skip
+            queued = subprocess.run(
+                ["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True
+            )
             if not queued.stdout.strip():
                 return
             time.sleep(0.5)
@@ -220,8 +240,9 @@ class SlurmHost:
         gone (the heartbeat in `scratch` stops: suite/running/heartbeat.py)."""
         return "#!/bin/bash\n" + watch_script(command, scratch / "heartbeat", scratch)
 
-    def run_trial(self, params: TrialParams, timeout_s: float, log_path: Path,
-                  extra_env: dict | None = None) -> TrialResult:  # fmt: skip
+    def run_trial(
+        self, params: TrialParams, timeout_s: float, log_path: Path, extra_env: dict | None = None
+    ) -> TrialResult:
         """One trial process as a job; the same TrialResult a local process gives."""
         if self._stopping.is_set():  # a thread that had not submitted its job when stopped
             raise TrialStopped(self._stop_signal, "no job submitted")
@@ -231,8 +252,14 @@ class SlurmHost:
         finally:  # read or abandoned: parameters, result and heartbeat are no longer needed
             shutil.rmtree(scratch, ignore_errors=True)
 
-    def _run_job(self, params: TrialParams, timeout_s: float, log_path: Path,
-                 extra_env: dict | None, scratch: Path) -> TrialResult:  # fmt: skip
+    def _run_job(
+        self,
+        params: TrialParams,
+        timeout_s: float,
+        log_path: Path,
+        extra_env: dict | None,
+        scratch: Path,
+    ) -> TrialResult:
         started = time.perf_counter()
         params_file, result_file = scratch / "params.json", scratch / "result.json"
         params_file.write_text(json.dumps(params.to_dict()))
@@ -240,8 +267,10 @@ class SlurmHost:
         target = shlex.quote(str(result_file))
         if tasks > 1:  # each task writes its worker's result (merged below)
             target += ".worker$SLURM_PROCID"
-        worker = (f"{shlex.quote(self.python)} -m suite.running.trial_worker "
-                  f"{shlex.quote(str(params_file))} {target}")  # fmt: skip
+        worker = (
+            f"{shlex.quote(self.python)} -m suite.running.trial_worker "
+            f"{shlex.quote(str(params_file))} {target}"
+        )
         script = self._script(f"srun --kill-on-bad-exit=0 bash -c {shlex.quote(worker)}", scratch)
         minutes = max(1, math.ceil(timeout_s / 60))
         options = self._sbatch_options(minutes, params.nodes, params.gpus)
@@ -252,8 +281,10 @@ class SlurmHost:
                 code = self._wait(job)
         except JobNeverStarts as never:
             where = f"slurm job {never.job} was cancelled" if never.job else "sbatch refused it"
-            error = (f"{where}: the cluster cannot run {params.nodes} node(s) x {params.gpus} "
-                     f"task(s) as asked ({never.reason})")  # fmt: skip
+            error = (
+                f"{where}: the cluster cannot run {params.nodes} node(s) x {params.gpus} "
+                f"task(s) as asked ({never.reason})"
+            )
             metrics = Metrics(slurm_job=never.job) if never.job else None
             return TrialResult("skipped", metrics, error, None, time.perf_counter() - started)
         wall = time.perf_counter() - started
@@ -276,13 +307,15 @@ class SlurmHost:
         """The description of a node of the cluster, captured by a job there."""
         scratch = self._scratch(Path(results_dir))
         output = scratch / "description.json"
-        code = ("import json, sys; from suite.hosts.description import describe_host; "
-                f"open({str(output)!r}, 'w').write(json.dumps(describe_host()))")  # fmt: skip
+        code = (
+            "import json, sys; from suite.hosts.description import describe_host; "
+            f"open({str(output)!r}, 'w').write(json.dumps(describe_host()))"
+        )
         script = self._script(f"srun {shlex.quote(self.python)} -c {shlex.quote(code)}", scratch)
         try:
             with Heartbeat(scratch / "heartbeat"):
-                job = self._submit(script, self._sbatch_options(5), child_environment(),
-                                   scratch / "description.log")  # fmt: skip
+                options, log = self._sbatch_options(5), scratch / "description.log"
+                job = self._submit(script, options, child_environment(), log)
                 self._wait(job)
         except (RunInterrupted, KeyboardInterrupt):
             shutil.rmtree(scratch, ignore_errors=True)
@@ -294,17 +327,10 @@ class SlurmHost:
             ) from None
         if not output.exists():
             state, reason = self.job_state(job)
-            raise SuiteError(f"host {self.name}: the description job {job} ended {state} "
-                             f"({reason}); log: {scratch / 'description.log'}")  # fmt: skip
+            raise SuiteError(
+                f"host {self.name}: the description job {job} ended {state} "
+                f"({reason}); log: {scratch / 'description.log'}"
+            )
         description = json.loads(output.read_text())
         shutil.rmtree(scratch, ignore_errors=True)  # kept above only for its log
         return description
-
-
-def slurm_hosts(names: list[str], configured: dict) -> list[SlurmHost]:
-    """The hosts among `names` that invoke.yaml marks `scheduler: slurm`."""
-    return [
-        SlurmHost.from_config(name, configured[name])
-        for name in names
-        if (configured.get(name) or {}).get("scheduler") == "slurm"
-    ]

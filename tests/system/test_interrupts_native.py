@@ -21,7 +21,7 @@ from suite.running.runner import run_spec
 from suite.specs import parse_spec
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -42,10 +42,11 @@ def test_a_signal_stops_the_trial_in_flight_and_a_rerun_resumes_the_same_run(
     spec_file.write_text(TWO)
     first, second = parse_spec(TWO, str(spec_file)).trials
     results = tmp_path / "results"
-    command = [sys.executable, "-m", "invoke", "run", "--spec", str(spec_file), "--results",
-               str(results), "--host", "h1"]  # fmt: skip
-    run = subprocess.Popen(command, cwd=ROOT, env=held.env, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True)  # fmt: skip
+    arguments = ["run", "--spec", spec_file, "--results", results, "--host", "h1"]
+    command = [sys.executable, "-m", "invoke", *map(str, arguments)]
+    run = subprocess.Popen(
+        command, cwd=ROOT, env=held.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     held.wait_reached(process=run)
     (trial,) = held.trial_processes()
     assert len(held.scratch()) == 1
@@ -66,8 +67,9 @@ def test_a_signal_stops_the_trial_in_flight_and_a_rerun_resumes_the_same_run(
             f"[{second.hash}]; 1 record of this run kept in {path}; rerun to resume"
         )
     held.release()
-    rerun = subprocess.run(command, cwd=ROOT, env=held.env, capture_output=True, text=True,
-                           timeout=600)  # fmt: skip
+    rerun = subprocess.run(
+        command, cwd=ROOT, env=held.env, capture_output=True, text=True, timeout=600
+    )
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     assert f"resuming run {kept.run}" in rerun.stdout
     assert "1 already recorded" in rerun.stdout and "1 to run" in rerun.stdout
@@ -112,10 +114,13 @@ def test_a_process_whose_parent_is_killed_ends_its_children_and_removes_its_scra
     scratch.mkdir()
     (scratch / "params.json").write_text("{}")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    parent_code = ("import os, subprocess, sys; subprocess.run([sys.executable, '-c', "
-                   f"{GUARDED!r}, str(os.getpid()), {str(scratch)!r}])")  # fmt: skip
-    parent = subprocess.Popen([sys.executable, "-c", parent_code], stdout=subprocess.PIPE,
-                              text=True, env=env)  # fmt: skip
+    parent_code = (
+        "import os, subprocess, sys; subprocess.run([sys.executable, '-c', "
+        f"{GUARDED!r}, str(os.getpid()), {str(scratch)!r}])"
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", parent_code], stdout=subprocess.PIPE, text=True, env=env
+    )
     guarded, sleeper = (psutil.Process(int(pid)) for pid in parent.stdout.readline().split())
     assert guarded.ppid() == parent.pid and scratch.exists()
     parent.kill()
@@ -127,11 +132,13 @@ def test_a_process_whose_parent_is_killed_ends_its_children_and_removes_its_scra
 def test_a_process_armed_after_its_parent_died_ends_at_once(tmp_path):
     scratch = tmp_path / "trial-y"
     scratch.mkdir()
-    code = ("from pathlib import Path; from suite.running.orphan_guard import exit_with_parent; "
-            f"exit_with_parent(os.getppid() + 1, Path({str(scratch)!r}))")  # fmt: skip
-    completed = subprocess.run([sys.executable, "-c", f"import os; {code}"], capture_output=True,
-                               text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                               timeout=60)  # fmt: skip
+    code = (
+        "from pathlib import Path; from suite.running.orphan_guard import exit_with_parent; "
+        f"exit_with_parent(os.getppid() + 1, Path({str(scratch)!r}))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-c", f"import os; {code}"]
+    completed = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
     assert completed.returncode == ORPHANED_EXIT_CODE, completed.stderr
     assert "is gone; ending it and removing" in completed.stderr
     assert not scratch.exists()
@@ -145,10 +152,11 @@ def test_a_limit_searchs_simulator_child_ends_when_its_search_is_gone(tmp_path):
     scratch.mkdir()
     request = scratch / "request.json"
     request.write_text('{"candidates": [], "mode": "off"}')
-    command = [sys.executable, "-m", "suite.running.predict", str(request),
-               str(scratch / "answer.json"), f"--parent={os.getpid() + 1}"]  # fmt: skip
+    answer, parent = str(scratch / "answer.json"), f"--parent={os.getpid() + 1}"
+    command = [sys.executable, "-m", "suite.running.predict", str(request), answer, parent]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    completed = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env,
-                               timeout=120)  # fmt: skip
+    completed = subprocess.run(
+        command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=120
+    )
     assert completed.returncode == ORPHANED_EXIT_CODE, completed.stderr
     assert not scratch.exists()

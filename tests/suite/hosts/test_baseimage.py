@@ -28,12 +28,13 @@ def script(tmp_path, body: str) -> list[str]:
 
 def test_phases_are_echoed_once_each_and_a_quiet_step_says_what_it_does(tmp_path):
     log = tmp_path / "debootstrap.log"
-    command = script(tmp_path, f"""
+    body = f"""
 for p in a b c; do echo "I: Retrieving $p 1.0"; echo "I: Validating $p 1.0"; done
 echo "I: Configuring required packages..."
 echo "Setting up libc6:arm64 (2.36-9) ..." >> {log}
 sleep 1
-""")  # fmt: skip
+"""
+    command = script(tmp_path, body)
     lines = []
     baseimage._run_talking(command, lines.append, "debootstrap", log)
     said = "\n".join(lines)
@@ -45,10 +46,11 @@ sleep 1
 
 def test_a_mirror_mid_sync_is_retried(tmp_path):
     marker = tmp_path / "tried"
-    command = script(tmp_path, f"""
+    body = f"""
 if [ ! -e {marker} ]; then touch {marker}; echo "{MISMATCH}"; exit 1; fi
 echo "I: Retrieving InRelease"
-""")  # fmt: skip
+"""
+    command = script(tmp_path, body)
     lines = []
     baseimage._run_talking(command, lines.append, "debootstrap")
     assert any("the mirror failed" in line for line in lines)

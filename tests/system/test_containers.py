@@ -16,15 +16,16 @@ import docker
 import pytest
 from sshd import start_sshd
 
+from suite.dispatch.docker import DockerHost
 from suite.hosts.baseimage import base_tag, make_base_image
-from suite.hosts.docker import DockerHost, run_on_hosts
+from suite.hosts.docker import run_on_hosts
 from suite.hosts.images import build_image, suite_commit
 from suite.records import TrialRecord, load, load_host, load_trials
 from suite.specs import find_spec, load_spec
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 pytest_plugins = ["docker_fixtures"]  # client, image, ssh_host, tiny_spec
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # Two hosts at once on two cores: the mechanism, not the mission (the default spec takes minutes);
@@ -55,6 +56,17 @@ VERSIONS = (
 )
 
 
+DESCRIBE = (
+    "uname -m; python3 -c 'import json; from suite.hosts.description import describe_host; "
+    "print(json.dumps(describe_host()))'"
+)
+
+
+def inv(*args) -> list[str]:
+    """The command line of `./inv ARGS...`."""
+    return [str(ROOT / "inv"), *map(str, args)]
+
+
 def test_the_image_builds_from_the_local_base_which_is_then_cached(client, image):
     lines = []
     make_base_image(client, "x86_64", echo=lines.append)
@@ -62,9 +74,12 @@ def test_the_image_builds_from_the_local_base_which_is_then_cached(client, image
     assert lines == [f"base {base_tag('x86_64')}: cached ({cached_id})"]
     # runs as non-root without network; the CA bundle of the build stays out of the image
     output = client.containers.run(
-        image["id"], entrypoint=["sh", "-c", f'id -u; ls /tmp/build 2>&1; python -c "{VERSIONS}"'],
-        network_mode="none", remove=True, environment={"TF_CPP_MIN_LOG_LEVEL": "3"},
-    ).decode()  # fmt: skip
+        image["id"],
+        entrypoint=["sh", "-c", f'id -u; ls /tmp/build 2>&1; python -c "{VERSIONS}"'],
+        network_mode="none",
+        remove=True,
+        environment={"TF_CPP_MIN_LOG_LEVEL": "3"},
+    ).decode()
     assert output.splitlines()[0] == "1000" and "No such file" in output
     # the labels say what is inside: measured in the image, not copied from the pins
     inside = json.loads(output.splitlines()[-1])
@@ -167,14 +182,14 @@ def test_inv_run_hosts_from_invoke_yaml_isolated_and_a_failing_host_loses_nothin
         f"    stranger: {{url: '{stranger.url}'}}\n"
         "    noimage: {url: local, image: 'lms-suite:does-not-exist'}\n"
     )
-    command = [str(ROOT / "inv"), "-f", str(config), "run", "--spec", str(spec),
-               "--results", str(tmp_path / "r")]  # fmt: skip
+    command = inv("-f", config, "run", "--spec", spec, "--results", tmp_path / "r")
     env = {**os.environ, "HOME": str(ssh_host.home)}
     try:
         with ContainerWatch(client, "local") as watch:
             hosts = ["--hosts", "local,closed,stranger,noimage"]
-            completed = subprocess.run([*command, *hosts], capture_output=True, text=True,
-                                       env=env, timeout=900)  # fmt: skip
+            completed = subprocess.run(
+                [*command, *hosts], capture_output=True, text=True, env=env, timeout=900
+            )
     finally:
         stranger.stop()
     output = completed.stdout + completed.stderr
@@ -184,13 +199,13 @@ def test_inv_run_hosts_from_invoke_yaml_isolated_and_a_failing_host_loses_nothin
     assert "host stranger: FAILED:" in output and "known_hosts" in output
     assert "host noimage: FAILED: image lms-suite:does-not-exist is not on local" in output
     (seen,) = watch.seen.values()
-    assert seen == {"network_mode": "none", "user": "1000:1000", "uid": "1000",
-                    "interfaces": ["lo"]}, seen  # fmt: skip
+    expected = {"network_mode": "none", "user": "1000:1000", "uid": "1000", "interfaces": ["lo"]}
+    assert seen == expected, seen
     (first,) = load_trials(tmp_path / "r", "local")
     assert first.image == image["id"] and first.outcome == "ok"
 
-    forced = subprocess.run([*command, "--hosts", "local", "--force"], capture_output=True,
-                            text=True, env=env, timeout=900)  # fmt: skip
+    again = [*command, "--hosts", "local", "--force"]
+    forced = subprocess.run(again, capture_output=True, text=True, env=env, timeout=900)
     assert forced.returncode == 0, forced.stdout + forced.stderr
     records = load_trials(tmp_path / "r", "local")
     assert len(records) == 2 and records[0] == first and records[1].run != first.run
@@ -201,13 +216,11 @@ def test_the_ppc64le_base_is_a_ppc64le_system_under_emulation(client):
     tag = make_base_image(client, "ppc64le")
     assert client.images.get(tag).attrs["Architecture"] == "ppc64le"
     root = str(find_spec("smoke").parents[2])
+    mount = ["-v", f"{root}:/suite:ro", "-e", "PYTHONPATH=/suite"]
+    command = ["docker", "run", "--rm", "--network", "none", "--platform", "linux/ppc64le"]
     completed = subprocess.run(
-        ["docker", "run", "--rm", "--network", "none", "--platform", "linux/ppc64le",
-         "-v", f"{root}:/suite:ro", "-e", "PYTHONPATH=/suite", tag, "sh", "-c",
-         "uname -m; python3 -c 'import json; from suite.hosts.description import describe_host; "
-         "print(json.dumps(describe_host()))'"],
-        capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
+        [*command, *mount, tag, "sh", "-c", DESCRIBE], capture_output=True, text=True, timeout=900
+    )
     assert completed.returncode == 0, completed.stderr[-2000:]
     machine, description = completed.stdout.splitlines()[0], completed.stdout.splitlines()[-1]
     assert machine == "ppc64le"
@@ -232,12 +245,9 @@ def test_an_aarch64_image_trains_beside_x86_64_and_the_report_flags_it(
     assert client.images.get(arm_image["tag"]).attrs["Architecture"] == "arm64"
     assert labels["base"] == base_tag("aarch64")
     spec = tiny_spec
-    completed = subprocess.run(
-        [str(ROOT / "inv"), "run", "--spec", str(spec), "--hosts", "local,local-arm64",
-         "--results", str(tmp_path / "r"), "report", "--results", str(tmp_path / "r"),
-         "--output", str(tmp_path / "report")],
-        capture_output=True, text=True, timeout=1800,
-    )  # fmt: skip
+    run = ["run", "--spec", spec, "--hosts", "local,local-arm64", "--results", tmp_path / "r"]
+    report = ["report", "--results", tmp_path / "r", "--output", tmp_path / "report"]
+    completed = subprocess.run(inv(*run, *report), capture_output=True, text=True, timeout=1800)
     output = completed.stdout + completed.stderr
     assert completed.returncode == 0, output[-3000:]
     (native,) = load_trials(tmp_path / "r", "local")
@@ -262,10 +272,20 @@ def test_invoke_build_run_runs_the_spec_in_the_image_it_built(image, tiny_spec, 
     spec = tiny_spec
     spec.write_text(spec.read_text().replace("timeout = 300", "timeout = 300\nrepeats = 2"))
     completed = subprocess.run(
-        [sys.executable, "-m", "invoke", "build", "--arch", "x86_64", "run", "--spec",
-         str(spec), "--results", str(tmp_path / "r"), "--native"],
-        cwd=ROOT, capture_output=True, text=True, timeout=1800,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "invoke",
+            "build",
+            "--arch",
+            "x86_64",
+            *map(str, ["run", "--spec", spec, "--results", tmp_path / "r", "--native"]),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
     assert f"in containers on local ({image['tag']})" in completed.stdout
     assert "round 2/2: this machine, local in turn" in completed.stdout
@@ -273,18 +293,7 @@ def test_invoke_build_run_runs_the_spec_in_the_image_it_built(image, tiny_spec, 
     records.sort(key=lambda r: r.started_at + str(r.image is not None))
     # the same trial, one hash, natively and in the image just built; repeats alternate places
     assert len({r.spec_hash for r in records}) == 1
-    assert [(r.image is not None, r.repeat) for r in records] == [
-        (False, 0), (True, 0), (False, 1), (True, 1)]  # fmt: skip
+    alternating = [(False, 0), (True, 0), (False, 1), (True, 1)]
+    assert [(r.image is not None, r.repeat) for r in records] == alternating
     assert {r.image for r in records} == {None, image["id"]}
     assert len({r.run for r in records}) == 1  # the rounds make one run
-
-
-def test_a_build_no_host_can_run_is_one_clear_error():
-    from suite.errors import SuiteError
-    from suite.hosts.docker import hosts_for_images
-
-    configured = {"local": {"url": "local"}, "power9": {"url": "ssh://b@p9", "image": "x:ppc"}}
-    chosen = hosts_for_images(configured, "lms-suite:x86_64-cpu", ["x:ppc"])
-    assert [h.name for h in chosen] == ["power9"]
-    with pytest.raises(SuiteError, match="no host in invoke.yaml suite.hosts runs the image"):
-        hosts_for_images(configured, "lms-suite:x86_64-cpu", ["lms-suite:ppc64le-none"])

@@ -19,7 +19,7 @@ from suite.records import TrialRecord, load_trials
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 pytest_plugins = ["docker_fixtures"]  # client, image, ssh_host, tiny_spec
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 REPEATS = 3
 
 
@@ -49,17 +49,18 @@ class Run:
         self.tmp = tmp_path / "tmp"  # the run's temporary files: none may be left
         self.tmp.mkdir()
         self.env = {**os.environ, "TMPDIR": str(self.tmp), **({"HOME": str(home)} if home else {})}
-        self.command = [sys.executable, "-m", "invoke", "run", "--spec", str(self.spec),
-                        "--hosts", url, "--results", str(self.results)]  # fmt: skip
+        arguments = ["run", "--spec", self.spec, "--hosts", url, "--results", self.results]
+        self.command = [sys.executable, "-m", "invoke", *map(str, arguments)]
         self.labels = [f"{k}={v}" for k, v in run_labels(self.host, self.results).items()]
 
     def start(self, output) -> subprocess.Popen:
-        return subprocess.Popen(self.command, cwd=ROOT, env=self.env, stdout=output,
-                                stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        where = {"cwd": ROOT, "env": self.env, "start_new_session": True}
+        return subprocess.Popen(self.command, stdout=output, stderr=subprocess.STDOUT, **where)
 
     def complete(self) -> subprocess.CompletedProcess:
-        return subprocess.run(self.command, cwd=ROOT, env=self.env, capture_output=True,
-                              text=True, timeout=900)  # fmt: skip
+        return subprocess.run(
+            self.command, cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=900
+        )
 
     def records(self) -> list[TrialRecord]:
         return load_trials(self.results, self.host)
@@ -172,8 +173,9 @@ def test_after_sigkill_over_ssh_the_remote_container_stops_by_itself_and_is_swep
         added = sweep_volumes(remote, run.host, image["id"], run.results, lines.append)
     finally:
         remote.close()
-    assert lines == [f"[127.0.0.1] swept volume {volume.name} an interrupted run left: "
-                     f"{added} new records"]  # fmt: skip
+    assert lines == [
+        f"[127.0.0.1] swept volume {volume.name} an interrupted run left: {added} new records"
+    ]
     records = run.records()
     assert len(records) == kept + added < REPEATS
     assert len({r.repeat for r in records}) == len(records)  # nothing twice
