@@ -232,8 +232,9 @@ def models(c, resolution=None, batch=None, precision=None, workload=None):
     from suite.workloads.summary import models_table
 
     settings = c.suite.models
-    print(models_table(workload, resolution, batch or settings.batch,
-                       precision or settings.precision))  # fmt: skip
+    print(
+        models_table(workload, resolution, batch or settings.batch, precision or settings.precision)
+    )
 
 
 @task(
@@ -250,8 +251,16 @@ def models(c, resolution=None, batch=None, precision=None, workload=None):
     }
 )
 @_user_errors
-def plan(c, spec=None, workload=None, resolution=None, batch=None, precision=None,
-         device_memory=None, output=None):  # fmt: skip
+def plan(
+    c,
+    spec=None,
+    workload=None,
+    resolution=None,
+    batch=None,
+    precision=None,
+    device_memory=None,
+    output=None,
+):
     """Print LMS's plans (JSON) for a spec's trials and plot each one's memory, without running."""
     from suite.specs import load_spec
     from suite.units import parse_size
@@ -281,8 +290,17 @@ def plan(c, spec=None, workload=None, resolution=None, batch=None, precision=Non
     }
 )
 @_user_errors
-def project(c, spec=None, link=None, gpu="host", workload=None, resolution=None, batch=None,
-            precision=None, output=None):  # fmt: skip
+def project(
+    c,
+    spec=None,
+    link=None,
+    gpu="host",
+    workload=None,
+    resolution=None,
+    batch=None,
+    precision=None,
+    output=None,
+):
     """Project the LMS trials' images/sec on named CPU-GPU links (JSON; a section of the report)."""
     from suite.specs import load_spec
 

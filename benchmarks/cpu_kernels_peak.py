@@ -25,7 +25,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import lms  # noqa: E402
 from suite.running.trial import run_trial  # noqa: E402
 from suite.specs.loader import load_spec  # noqa: E402
 
@@ -53,10 +52,10 @@ def main() -> None:
                     if result.outcome != "ok":
                         print(f"{kernels:6} LMS {mode:3}: {result.outcome}", flush=True)
                         continue
-                    measured[mode] = result.metrics["peak_memory_bytes"]
+                    measured[mode] = result.metrics.peak_memory_bytes
                     if mode != "on":
                         continue
-                    report = lms.PlanReport.from_dict(result.metrics["lms"])
+                    report = result.metrics.lms_plan
                     simulated = {"on": report.peak_bytes_with_lms}
                     simulated["off"] = report.peak_bytes_without_lms
                     for shown in ("off", "on"):

@@ -163,9 +163,20 @@ def main() -> None:
                     resident_share(on, trials),
                 ]
             )
-    headers = ["workload", "search", "LMS off", "LMS on", "gain", "swap-only bound",
-               "trials off/on", "stepping would need", "rate at limit off", "rate at limit on",
-               "LMS on stopped by", "variables / budget"]  # fmt: skip
+    headers = [
+        "workload",
+        "search",
+        "LMS off",
+        "LMS on",
+        "gain",
+        "swap-only bound",
+        "trials off/on",
+        "stepping would need",
+        "rate at limit off",
+        "rate at limit on",
+        "LMS on stopped by",
+        "variables / budget",
+    ]
     print(tabulate(rows, headers, tablefmt="github", disable_numparse=True))
     if counts:
         used = sorted(c[0] for c in counts)

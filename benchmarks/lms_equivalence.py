@@ -67,17 +67,21 @@ def main() -> None:
     for name in args.case or CASES:
         runs = []
         for _ in range(args.processes):
-            code = f"import json, sys; sys.path.insert(0, {str(ROOT)!r}); " \
-                   f"from benchmarks.lms_equivalence import measure; " \
-                   f"print(json.dumps(measure({name!r})))"  # fmt: skip
+            code = (
+                f"import json, sys; sys.path.insert(0, {str(ROOT)!r}); "
+                f"from benchmarks.lms_equivalence import measure; "
+                f"print(json.dumps(measure({name!r})))"
+            )
             done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
             if done.returncode:
                 sys.exit(f"{name}: {done.stderr[-2000:]}")
             runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
         used = [r["used"] for r in runs]
-        print(f"| {name} | {max(used):.1%} ({', '.join(f'{u:.1%}' for u in used)}) "
-              f"| {max(r['relative'] for r in runs):.2e} | {max(r['noise'] for r in runs):.2e} |",
-              flush=True)  # fmt: skip
+        print(
+            f"| {name} | {max(used):.1%} ({', '.join(f'{u:.1%}' for u in used)}) "
+            f"| {max(r['relative'] for r in runs):.2e} | {max(r['noise'] for r in runs):.2e} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -39,9 +39,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4000)
     args = parser.parse_args()
     for mode in ("plain", "lms"):
-        code = (f"import json, sys; sys.path.insert(0, {str(ROOT)!r}); "
-                "from benchmarks.lms_host_memory import measure; "
-                f"print(json.dumps(measure({mode!r}, {args.steps})))")  # fmt: skip
+        code = (
+            f"import json, sys; sys.path.insert(0, {str(ROOT)!r}); "
+            "from benchmarks.lms_host_memory import measure; "
+            f"print(json.dumps(measure({mode!r}, {args.steps})))"
+        )
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         if done.returncode:
             sys.exit(f"{mode}: {done.stderr[-2000:]}")

@@ -220,17 +220,39 @@ def print_tables(results: list) -> None:
     from tabulate import tabulate
 
     rows, broken = promises_table(results)
-    headers = ["case", "kernels", "process", "plain MiB", "device MiB", "sim MiB",
-               "measured MiB (steps)", "measured / device", "corrections", "loop", "s"]  # fmt: skip
+    headers = [
+        "case",
+        "kernels",
+        "process",
+        "plain MiB",
+        "device MiB",
+        "sim MiB",
+        "measured MiB (steps)",
+        "measured / device",
+        "corrections",
+        "loop",
+        "s",
+    ]
     print(tabulate(rows, headers, tablefmt="github"))
     ratios = [r["measured"] / r["device_memory"] for r in results if r.get("measured")]
     if ratios:
-        print(f"worst measured / device memory: {max(ratios):.3f}; runs over the device: "
-              f"{len(broken)} of {len(ratios)} measured; refused: "
-              f"{sum('refused' in r for r in results)}")  # fmt: skip
+        print(
+            f"worst measured / device memory: {max(ratios):.3f}; runs over the device: "
+            f"{len(broken)} of {len(ratios)} measured; refused: "
+            f"{sum('refused' in r for r in results)}"
+        )
     rows, summary = simulator_error_table(results)
-    headers = ["case", "kernels", "processes", "plain sim/meas median", "worst",
-               "plain spread", "plan sim/meas median", "worst", "plan spread"]  # fmt: skip
+    headers = [
+        "case",
+        "kernels",
+        "processes",
+        "plain sim/meas median",
+        "worst",
+        "plain spread",
+        "plan sim/meas median",
+        "worst",
+        "plan spread",
+    ]
     print(tabulate(rows, headers, tablefmt="github"))
     for name, (median, worst) in summary.items():
         print(f"simulated / measured, {name}: median {median:.3f}, furthest from 1 {worst:.3f}")
@@ -291,8 +313,13 @@ def main() -> None:
                 for h in (host, baseline)
             ]
             host_rows.append([case, *growth, host["store_bytes"] if host else None])
-        print(tabulate(host_rows, ["case", f"RSS growth MiB (100->{args.host_steps})",
-                                   "same, plain", "store bytes"], tablefmt="github"))  # fmt: skip
+        print(
+            tabulate(
+                host_rows,
+                ["case", f"RSS growth MiB (100->{args.host_steps})", "same, plain", "store bytes"],
+                tablefmt="github",
+            )
+        )
 
 
 if __name__ == "__main__":

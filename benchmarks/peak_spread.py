@@ -52,18 +52,25 @@ def main() -> None:
                 result = run_trial(params, 900, Path(scratch, "trial.log"))
                 if result.outcome != "ok":
                     sys.exit(f"{resolution}px: {result.outcome}: {result.error}")
-                peaks[resolution].append(result.metrics["peak_memory_bytes"] / 2**20)
-                print(f"run {run + 1}/{args.runs} {resolution}px: {peaks[resolution][-1]:.1f} MiB",
-                      file=sys.stderr, flush=True)  # fmt: skip
+                peaks[resolution].append(result.metrics.peak_memory_bytes / 2**20)
+                print(
+                    f"run {run + 1}/{args.runs} {resolution}px: {peaks[resolution][-1]:.1f} MiB",
+                    file=sys.stderr,
+                    flush=True,
+                )
     print(f"{args.workload} batch {args.batch}, {args.runs} processes per size (MiB):")
     for resolution, values in peaks.items():
-        print(f"  {resolution}px: min {min(values):.1f}  median {statistics.median(values):.1f}  "
-              f"max {max(values):.1f}")  # fmt: skip
+        print(
+            f"  {resolution}px: min {min(values):.1f}  median {statistics.median(values):.1f}  "
+            f"max {max(values):.1f}"
+        )
     for low, high in zip(resolutions, resolutions[1:], strict=False):
         top, bottom = max(peaks[low]), min(peaks[high])
         middle = (top + bottom) / 2
-        print(f"  between {low}px and {high}px: budget {middle:.0f} MiB leaves {middle - top:.1f} "
-              f"MiB above {low}px and {bottom - middle:.1f} MiB below {high}px")  # fmt: skip
+        print(
+            f"  between {low}px and {high}px: budget {middle:.0f} MiB leaves {middle - top:.1f} "
+            f"MiB above {low}px and {bottom - middle:.1f} MiB below {high}px"
+        )
 
 
 if __name__ == "__main__":

@@ -89,7 +89,7 @@ def run_suite(params: dict, log: Path) -> float:
     result = run_trial(TrialParams.from_dict(params), 3600, log)
     if result.outcome != "ok":
         raise SystemExit(f"suite trial failed: {result.outcome}: {result.error}")
-    return result.metrics["images_per_sec"]["total"]
+    return result.metrics.images_per_sec.total
 
 
 def main() -> None:

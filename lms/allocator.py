@@ -1,5 +1,5 @@
 """Which chunk TensorFlow's BFC allocator gives each request, so that the simulator counts what the
-allocator counts (DESIGN.md §2.3).
+allocator counts (docs/lms.md).
 
 TensorFlow's device allocators (GPU, and the CPU with TF_CPU_ALLOCATOR_USE_BFC=true, the emulated
 device) are best-fit with coalescing: requests are rounded up to 256 bytes and served from the

@@ -41,7 +41,7 @@ ALIAS_OPS = frozenset(
 # Outputs that are not new device buffers of the step: variable reads alias the variable, inputs
 # and captures are held by the caller, constants are tiny and made once.
 NO_BUFFER_OPS = frozenset({"Const", "ReadVariableOp", "VarHandleOp", "Placeholder", "HostConst"})
-# Never swapped (DESIGN.md §2.2): besides the above, shape arithmetic and host-side values.
+# Never swapped (docs/lms.md): besides the above, shape arithmetic and host-side values.
 NEVER_SWAP_OPS = NO_BUFFER_OPS | ALIAS_OPS | frozenset({"Shape", "ShapeN", "Size", "Rank"})
 NON_DATA_DTYPES = (tf.resource, tf.variant, tf.string)
 # (op type, input position) reads that oneDNN's CPU kernels need from the forward op itself: a max

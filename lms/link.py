@@ -114,7 +114,7 @@ class Link:
 
 
 # Named CPU-GPU links, per direction, at the bandwidths public measurements give (pinned host
-# memory; DESIGN.md section 6), not the nominal peaks: host to device, then device to host where
+# memory; docs/lms.md "The link"), not the nominal peaks: host to device, then device to host where
 # it differs. Latencies are typical one-way figures (an assumption: at the megabytes swapped,
 # bandwidth decides).
 LINKS = {

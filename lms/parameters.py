@@ -42,7 +42,7 @@ def parse_serialization(items) -> tuple[tuple[int, int | None], ...]:
 
 @dataclass(frozen=True)
 class Parameters:
-    """What to swap and when (DESIGN.md §2.2 / TFLMSv2).
+    """What to swap and when (docs/lms.md, TFLMSv2).
 
     swapout_threshold: swap a tensor out when a consumer is more than this many levels after its
         producer; that consumer reads it back from a swap-in.

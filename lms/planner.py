@@ -1,4 +1,4 @@
-"""Plan swaps from an analysis and a parameter set (DESIGN.md §2.2).
+"""Plan swaps from an analysis and a parameter set (docs/lms.md).
 
 A tensor is swapped out when a consumer sits more than `swapout_threshold` levels after its
 producer. Its far consumers are grouped (`swapin_groupby`); each group reads one swap-in. The

@@ -1,4 +1,4 @@
-"""Put a plan into the step's graph and make a callable of it (DESIGN.md §2.5).
+"""Put a plan into the step's graph and make a callable of it (docs/lms.md).
 
 For each swap: one swap-out reading the tensor right after its producer; per group of far readers
 one swap-in, held back by a control dependency on the trigger, and the readers rerouted to it.

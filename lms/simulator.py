@@ -1,4 +1,4 @@
-"""Simulate device and host memory over one step, with or without a swap plan (DESIGN.md §2.3).
+"""Simulate device and host memory over one step, with or without a swap plan (docs/lms.md).
 
 Execution is modelled one op at a time in topological-level order, with the next op's outputs
 allocated while the current op runs (two ops in flight; not within serialized levels). Identity

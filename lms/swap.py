@@ -2,7 +2,7 @@
 
 - `DeviceCopy` (GPU): the swap-out is a copy placed on the host device, the swap-in a copy back to
   the compute device. Only a GPU can exercise this path: on a CPU both copies are the same memory.
-- `HostStore` (the emulated device, DESIGN.md §2): the swap-out hands the tensor to a Python-side
+- `HostStore` (the emulated device, docs/lms.md): the swap-out hands the tensor to a Python-side
   store outside TensorFlow's allocator (a `tf.numpy_function`) and returns an int64 handle; the
   swap-in brings the array back and copies it into a buffer of TensorFlow's allocator, as a GPU's
   swap-in fills device memory. The allocator's measured peak really drops, so CPU tests and CI

@@ -1,4 +1,4 @@
-"""Auto-tune LMS parameters with binary searches over simulations (DESIGN.md §2.4).
+"""Auto-tune LMS parameters with binary searches over simulations (docs/lms.md).
 
 TFLMSv2's order: the largest `swapout_threshold` that fits (fewest swaps), raising `sync_mode`
 when none does; then the largest `swapin_ahead` that still fits (earliest swap-ins, most overlap);

@@ -1,5 +1,5 @@
 """The regression gate of scheduled runs: `inv baseline` accepts results, `inv regress` compares
-the newest run against them (DESIGN.md §4).
+the newest run against them (docs/statistics.md).
 
 A baseline (suite.reporting.baseline) holds, per host and spec hash, each trial process of an
 accepted run: its images/sec and the machine's speed around it (`training.machine_speed`). The unit

@@ -95,8 +95,9 @@ def plan_spec(
     trials = [t for t in spec.plannable_trials() if workload in (None, t.params.workload)]
     if not trials:
         choices = sorted({t.params.workload for t in spec.plannable_trials()})
-        raise SuiteError(f"spec {spec.name} has no trial of workload {workload!r}; it has: "
-                         f"{', '.join(choices)}")  # fmt: skip
+        raise SuiteError(
+            f"spec {spec.name} has no trial of workload {workload!r}; it has: {', '.join(choices)}"
+        )
     memory = None if device_memory is None else parse_size("--device-memory", device_memory)
     output_dir.mkdir(parents=True, exist_ok=True)
     measured = measured_attempts(results_dir) if device_memory is None else {}

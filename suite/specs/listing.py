@@ -29,8 +29,10 @@ def run_counts(spec: Spec) -> str:
     if spec.trials:
         processes = sum(t.repeats for t in spec.trials)
         configurations = _plural(len(spec.trials), "configuration")
-        parts.append(f"{_plural(processes, 'trial')} ({configurations} "
-                     f"{_repeats([t.repeats for t in spec.trials])})")  # fmt: skip
+        parts.append(
+            f"{_plural(processes, 'trial')} ({configurations} "
+            f"{_repeats([t.repeats for t in spec.trials])})"
+        )
     if spec.switch_sweeps:
         sweeps = spec.switch_sweeps
         processes = sum(len(s.resolutions) * s.repeats for s in sweeps)
@@ -61,7 +63,12 @@ def describe_specs() -> list[str]:
             lines.append("")
         lines.append(f"{name}: {run_counts(spec)}")
         for paragraph in spec.description.split("\n\n"):
-            lines += textwrap.wrap(" ".join(paragraph.split()), WIDTH, initial_indent="    ",
-                                   subsequent_indent="    ", break_on_hyphens=False)  # fmt: skip
+            lines += textwrap.wrap(
+                " ".join(paragraph.split()),
+                WIDTH,
+                initial_indent="    ",
+                subsequent_indent="    ",
+                break_on_hyphens=False,
+            )
         lines += [f"  {study}" for study in spec.study_lines()]
     return lines

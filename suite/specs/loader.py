@@ -159,9 +159,11 @@ def parse_spec(text: str, source: str, overrides: dict | None = None) -> Spec:
                 check.fail(f"{where}.{key}", None, f"required in a {kind} study")
         for key in SEARCH_DEFAULTS:
             if key in study and kind not in SEARCH_KINDS:
-                check.fail(f"{where}.{key}", study[key],
-                           f"absent in a {kind} study (only {' and '.join(SEARCH_KINDS)} "
-                           "studies take it)")  # fmt: skip
+                check.fail(
+                    f"{where}.{key}",
+                    study[key],
+                    f"absent in a {kind} study (only {' and '.join(SEARCH_KINDS)} studies take it)",
+                )
         study = _apply_overrides(study, kind, workload, overrides)
         modes, default_mode = LMS_MODES[kind]
         lms_mode = check.choice(f"{where}.lms_mode", study.get("lms_mode", default_mode), modes)
@@ -186,8 +188,11 @@ def _add_study(spec, check, where, study, study_name, kind, workload, resolved, 
         replicas = resolved["gpus"] * resolved["nodes"]
         if resolved["batch_scope"] == "global":  # trials hold the batch per replica
             if batch % replicas:
-                check.fail(f"{where}.batch", batch, f"a multiple of the {replicas} replicas "
-                           "(batch_scope 'global')")  # fmt: skip
+                check.fail(
+                    f"{where}.batch",
+                    batch,
+                    f"a multiple of the {replicas} replicas (batch_scope 'global')",
+                )
             batch //= replicas
     if kind in RUNNABLE_KINDS:
         if kind == "throughput":
@@ -208,7 +213,7 @@ def _add_study(spec, check, where, study, study_name, kind, workload, resolved, 
                     lms_on,
                     repeats,
                     timeout,
-                )  # fmt: skip
+                )
             )
             return
         for resolution in resolutions:
@@ -249,7 +254,7 @@ def _add_study(spec, check, where, study, study_name, kind, workload, resolved, 
             resolved["timeout"],
             resolved["boundary_repeats"],
             resolved["boundary_spread"],
-        )  # fmt: skip
+        )
     )
 
 
@@ -281,8 +286,9 @@ def _apply_overrides(study: dict, kind: str, workload: str, overrides: dict) -> 
     max-batch one)."""
     study = dict(study)
     if "resolution" in overrides and kind != "max-resolution":
-        value = Checker("command line").resolution("--resolution", overrides["resolution"],
-                                                    workload)  # fmt: skip
+        value = Checker("command line").resolution(
+            "--resolution", overrides["resolution"], workload
+        )
         study["resolutions" if kind == "sweep" else "resolution"] = (
             [value] if kind == "sweep" else value
         )

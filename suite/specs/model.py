@@ -75,8 +75,9 @@ class TrialParams:
         missing = sorted(names - {"lms", "gpus", "nodes"} - set(values))
         unknown = sorted(set(values) - names)
         if missing or unknown:
-            raise ValueError(f"trial parameters: missing {missing or 'none'}, unknown "
-                             f"{unknown or 'none'}")  # fmt: skip
+            raise ValueError(
+                f"trial parameters: missing {missing or 'none'}, unknown {unknown or 'none'}"
+            )
         return cls(**values)
 
     @property
@@ -239,8 +240,10 @@ class Spec:
         for search in self.searches:
             p = search.params
             fixed = f"batch {p.batch}" if search.searched == "resolution" else f"{p.resolution}px"
-            what[search.study] = (f"largest {search.searched} of {p.workload} {fixed} "
-                                  f"{p.precision} in {search.start}..{search.stop}")  # fmt: skip
+            what[search.study] = (
+                f"largest {search.searched} of {p.workload} {fixed} "
+                f"{p.precision} in {search.start}..{search.stop}"
+            )
             modes[search.study] = {
                 "off" if m == "off" else lms_text(search.lms) for m in search.modes
             }

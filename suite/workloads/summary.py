@@ -54,9 +54,26 @@ def models_table(workload: str | None, resolution, batch, precision: str) -> str
         size = size or WORKLOADS[name].reference_resolution
         s = model_summary(name, size, batch, precision)
         largest = s["largest_activation"]
-        rows.append([name, size, s["batch"], s["precision"], f"{s['parameters']:,}",
-                     largest["layer"], "x".join(map(str, largest["shape"])),
-                     format_bytes(largest["bytes"])])  # fmt: skip
-    headers = ["workload", "resolution", "batch", "precision", "parameters",
-               "largest activation", "shape", "size"]  # fmt: skip
+        rows.append(
+            [
+                name,
+                size,
+                s["batch"],
+                s["precision"],
+                f"{s['parameters']:,}",
+                largest["layer"],
+                "x".join(map(str, largest["shape"])),
+                format_bytes(largest["bytes"]),
+            ]
+        )
+    headers = [
+        "workload",
+        "resolution",
+        "batch",
+        "precision",
+        "parameters",
+        "largest activation",
+        "shape",
+        "size",
+    ]
     return tabulate(rows, headers, tablefmt="simple")

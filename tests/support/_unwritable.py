@@ -30,11 +30,15 @@ def unwritable(directory: Path):
     immutable = False
     try:
         if _can_write(directory) and shutil.which("chattr"):  # root: chmod does not stop it
-            immutable = subprocess.run(["chattr", "+i", str(directory)],
-                                       capture_output=True).returncode == 0  # fmt: skip
+            immutable = (
+                subprocess.run(["chattr", "+i", str(directory)], capture_output=True).returncode
+                == 0
+            )
         if _can_write(directory):
-            pytest.skip(f"{directory} stays writable for this user (root) with chmod 0555, "
-                        "and chattr +i fails here: no unwritable directory to test")  # fmt: skip
+            pytest.skip(
+                f"{directory} stays writable for this user (root) with chmod 0555, "
+                "and chattr +i fails here: no unwritable directory to test"
+            )
         yield directory
     finally:
         if immutable:

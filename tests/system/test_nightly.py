@@ -12,7 +12,7 @@ import pytest
 from suite.records import load_trials
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 SPEC = """
 name = "nightly"
@@ -56,8 +56,14 @@ if sys.argv[1:2] and sys.argv[1].endswith("params.json"):
 
 
 def night(env):
-    completed = subprocess.run([str(ROOT / "scheduled" / "nightly.sh")], cwd=ROOT, env=env,
-                               capture_output=True, text=True, timeout=1800)  # fmt: skip
+    completed = subprocess.run(
+        [str(ROOT / "scheduled" / "nightly.sh")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     return completed.returncode, completed.stdout[-4000:] + completed.stderr[-4000:]
 
 

@@ -12,7 +12,7 @@ from report_cases import HOST, record, write_record
 
 from suite.records import results_file, store_host
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TINY = """name = "tiny"
 [defaults]
 steps = 2
@@ -117,22 +117,39 @@ def test_specs_lists_every_shipped_spec_with_its_studies():
         "smoke: 12 trials (4 configurations x 3 repeats), 4 limit searches (2 studies x LMS "
         in ("\n".join(lines))
     )
-    assert any(line.startswith("resnet50-sweep: 8 trials in 1 switch sweep (8 resolutions x 1 "
-                               "repeat, +1 where LMS becomes necessary), 2 limit searches")
-               for line in lines)  # fmt: skip
+    assert any(
+        line.startswith(
+            "resnet50-sweep: 8 trials in 1 switch sweep (8 resolutions x 1 "
+            "repeat, +1 where LMS becomes necessary), 2 limit searches"
+        )
+        for line in lines
+    )
     # which studies use LMS, and how
     assert "  lms-everything: googlenet 2240px batch 15 fp16 — LMS on (swapout_threshold 1, " in (
         "\n".join(lines)
     )
     assert "  lms-auto: googlenet 2240px batch 15 fp16 — LMS on (auto-tuned)" in lines
-    assert any(line.startswith("  sweep: resnet50 500-4000px batch 1 fp32 — LMS off, then on")
-               for line in lines)  # fmt: skip
+    assert any(
+        line.startswith("  sweep: resnet50 500-4000px batch 1 fp32 — LMS off, then on")
+        for line in lines
+    )
     assert any(" — LMS off and on (auto-tuned)" in line for line in lines)
 
 
 def test_plan_prints_the_plan_and_plots_it_without_training(tmp_path):
-    completed = inv("plan", "--spec", "smoke", "--workload", "googlenet", "--resolution", "96",
-                    "--device-memory", "100MiB", "--output", str(tmp_path))  # fmt: skip
+    completed = inv(
+        "plan",
+        "--spec",
+        "smoke",
+        "--workload",
+        "googlenet",
+        "--resolution",
+        "96",
+        "--device-memory",
+        "100MiB",
+        "--output",
+        str(tmp_path),
+    )
     assert completed.returncode == 0, completed.stderr
     # smoke's GoogLeNet throughput study: LMS off (planned auto-tuned: what LMS would do) and on
     # (TFLMSv2's everything swapped, as written in the spec)
@@ -153,7 +170,10 @@ def test_plan_prints_the_plan_and_plots_it_without_training(tmp_path):
     assert Path(report["plot"]).read_bytes().startswith(b"\x89PNG")
     # one plot per plan, named for which: LMS off and LMS on do not overwrite each other
     assert (report["study"], report["trial_lms"], swap_all["trial_lms"][:3]) == (
-        "googlenet-throughput", "off", "on ")  # fmt: skip
+        "googlenet-throughput",
+        "off",
+        "on ",
+    )
     assert (
         Path(report["plot"]).name == "plan-smoke-googlenet-throughput-googlenet-96px-b4-lms-off.png"
     )
@@ -173,8 +193,18 @@ def test_plan_prints_the_plan_and_plots_it_without_training(tmp_path):
 
 
 def test_project_prints_throughput_per_link_and_the_report_plots_it(tmp_path):
-    common = ["--spec", "smoke", "--workload", "googlenet", "--resolution", "64", "--batch", "2",
-              "--output", str(tmp_path)]  # fmt: skip
+    common = [
+        "--spec",
+        "smoke",
+        "--workload",
+        "googlenet",
+        "--resolution",
+        "64",
+        "--batch",
+        "2",
+        "--output",
+        str(tmp_path),
+    ]
     roofline = inv("project", *common, "--gpu", "v100", "--link", "pcie3,nvlink2")
     assert roofline.returncode == 0, roofline.stderr
     (estimate,) = json.loads(roofline.stdout)  # stdout is the JSON alone: progress on stderr
@@ -218,12 +248,18 @@ def test_a_virtualenv_left_broken_by_a_failed_setup_is_made_again(tmp_path):
     (broken / "bin" / "python").write_text("#!/bin/sh\nexit 1\n")
     (broken / "bin" / "python").chmod(0o755)
     env = {**os.environ, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(tmp_path)}
-    completed = subprocess.run(["bash", str(ROOT / "scripts" / "venv.sh"), str(broken), "dev"],
-                               capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
+    completed = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "venv.sh"), str(broken), "dev"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert "is incomplete (no working python or pip in it): making it again" in completed.stderr
     assert completed.returncode != 0  # nothing to install from
-    pip = subprocess.run([str(broken / "bin" / "python"), "-m", "pip", "--version"],
-                         capture_output=True, text=True)  # fmt: skip
+    pip = subprocess.run(
+        [str(broken / "bin" / "python"), "-m", "pip", "--version"], capture_output=True, text=True
+    )
     assert pip.returncode == 0 and not list(broken.glob(".installed-*"))
 
 
@@ -235,8 +271,14 @@ def test_newcomer_errors_are_one_line(tmp_path):
         f"error: results directory {missing} does not exist: run `inv run` first, or give --results"
     )
     env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no.sock"}
-    build = subprocess.run([sys.executable, "-m", "invoke", "build", "--arch", "x86_64"], cwd=ROOT,
-                           capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+    build = subprocess.run(
+        [sys.executable, "-m", "invoke", "build", "--arch", "x86_64"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert build.returncode == 2 and len(build.stderr.strip().splitlines()) == 1
     assert f"no Docker engine answers at unix://{tmp_path}/no.sock" in build.stderr
     assert "bash scripts/docker.sh" in build.stderr
@@ -292,8 +334,12 @@ def test_progress_reaches_a_pipe_line_by_line_while_the_run_goes_on(tmp_path):
     with open(tmp_path / "stderr", "w") as errors:
         process = subprocess.Popen(
             [str(ROOT / "inv"), "run", "--spec", str(spec), "--results", str(results)],
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=errors, text=True, env=env,
-        )  # fmt: skip
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            text=True,
+            env=env,
+        )
         try:
             lines = []
             for line in process.stdout:

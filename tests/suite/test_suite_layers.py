@@ -1,10 +1,10 @@
-"""The suite's folders are its layers (README "Layout"): a module imports from its own layer or
+"""The suite's folders are its layers (docs/architecture.md): a module imports from its own layer or
 the layers before it, never from a later one, and no two modules import each other."""
 
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # in order: each may import from itself and from those before it
 LAYERS = [
