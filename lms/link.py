@@ -49,10 +49,24 @@ def _parse_quantity(value, name, pattern, units, what, allow_zero):
     return amount
 
 
+# A bare number below this is a bandwidth written without its unit ("16" meant 16GB/s): no
+# CPU-GPU link moves less than a megabyte a second.
+SLOWEST_LINK = 1e6
+
+
 def parse_bandwidth(value, name: str = "bandwidth") -> float:
-    """Bytes per second of "16GB/s", "12.5 GiB/s" or a positive number of bytes per second."""
+    """Bytes per second of "16GB/s", "12.5 GiB/s" or a number of bytes per second (1e6 or more:
+    a smaller bare number is a unit forgotten, refused with a hint)."""
     what = "a bandwidth like '16GB/s' or '900MiB/s' (or bytes per second as a number)"
-    return _parse_quantity(value, name, _BANDWIDTH, _BYTES, what, False)
+    amount = _parse_quantity(value, name, _BANDWIDTH, _BYTES, what, False)
+    if not isinstance(value, str) and amount < SLOWEST_LINK:
+        error = ParameterError(
+            f"{name} {value!r} has no unit and is below 1 MB/s as bytes per second: "
+            f"write e.g. {value:g}GB/s"
+        )
+        error.hint = f"{value:g}GB/s"
+        raise error
+    return amount
 
 
 def parse_duration(value, name: str = "latency") -> float:

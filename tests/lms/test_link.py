@@ -304,3 +304,13 @@ def test_the_roofline_times_an_op_by_its_flops_or_its_bytes():
     assert times["MatMul"] == pytest.approx(1e-6 + 2 * 1024**3 / 1e12)
     assert times["Relu"] == pytest.approx(1e-6 + 2 * 4 * 1024**2 / 1e11)
     assert times["Placeholder"] == 0.0
+
+
+def test_a_bandwidth_without_its_unit_is_refused_with_a_hint():
+    from lms.errors import ParameterError
+
+    with pytest.raises(ParameterError, match=r"link.bandwidth 16 has no unit .* write e.g. 16GB/s"):
+        Link.of({"bandwidth": 16}, "link")
+    with pytest.raises(ParameterError, match="must be a bandwidth like '16GB/s'"):
+        Link.of({"bandwidth": "16"}, "link")
+    assert Link.of({"bandwidth": 16e9}).bandwidth == Link.of({"bandwidth": "16GB/s"}).bandwidth
