@@ -190,4 +190,7 @@ def test_readme_lms_example_runs(tmp_path):
         [sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=ROOT
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip().splitlines()[-1] == "True", done.stdout
+    peaks, traffic = done.stdout.strip().splitlines()[-2:]
+    without, with_lms, swapped = map(int, peaks.split())
+    assert with_lms < without and swapped > 0, done.stdout  # it planned swaps, as it says
+    assert traffic.startswith("SwapTraffic(source='host-store'"), done.stdout
