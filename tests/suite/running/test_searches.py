@@ -163,15 +163,15 @@ def test_search_finds_the_boundary_that_stepping_finds_and_lms_goes_beyond(stepp
     assert row[8].strip() == f"clear: {ratios[0]} / {ratios[1]}", row
     assert row[9].strip().startswith(f"{on.boundary.verdict}: "), row
     # the swap-only bound beside it, from the LMS report of the trial at the LMS-on limit
-    analysis, budget = plan["analysis"], plan["calibration"]["device_limit_bytes"]
-    assert budget > plan["budget_bytes"]  # the device less the reserve, not the safety's budget
-    floor = analysis["floor_op"]  # the op's own buffers and its kernel's temporary
-    assert floor["bytes"] > floor["temporary_bytes"] >= 0
-    growing = floor["bytes"] + analysis["input_bytes"]
-    pixels = on.largest_ok**2 * (budget - analysis["variable_bytes"]) / growing
+    analysis, budget = plan.analysis, plan.calibration["device_limit_bytes"]
+    assert budget > plan.budget_bytes  # the device less the reserve, not the safety's budget
+    floor = analysis.floor_op  # the op's own buffers and its kernel's temporary
+    assert floor.bytes > floor.temporary_bytes >= 0
+    growing = floor.bytes + analysis.input_bytes
+    pixels = on.largest_ok**2 * (budget - analysis.variable_bytes) / growing
     bound, op = row[7].strip().split(", set by ")
     assert bound == f"≈ {pixels / BOUNDARY**2:.2f}× ({pixels**0.5:.0f})", row
-    assert floor["name"].endswith(op) and "/" in op, row
+    assert floor.name.endswith(op) and "/" in op, row
 
 
 def test_search_reuses_trials_already_recorded(stepped):
