@@ -5,6 +5,8 @@ not even through an import inside a function (only `if TYPE_CHECKING:` imports a
 import ast
 from pathlib import Path
 
+from layers import import_cycles
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # in order: each may import from itself and from those before it
@@ -81,27 +83,6 @@ def upward(found: dict) -> list:
     ]
 
 
-def cycles(found: dict) -> list:
-    def targets(name):
-        return {t for t in found.get(name, ()) if t in found and t != name}
-
-    seen, state = [], {}
-
-    def visit(name, path):
-        state[name] = "open"
-        for target in sorted(targets(name)):
-            if state.get(target) == "open":
-                seen.append(path[path.index(target) :] + [target])
-            elif target not in state:
-                visit(target, path + [target])
-        state[name] = "done"
-
-    for name in found:
-        if name not in state:
-            visit(name, [name])
-    return seen
-
-
 def test_every_module_has_a_layer():
     assert [m for m in modules() if m != "lms" and _layer(m) is None] == []
 
@@ -110,8 +91,8 @@ def test_no_module_imports_from_a_later_layer():
     assert upward(modules()) == []
 
 
-def test_no_import_cycles():
-    assert cycles(modules()) == []
+def test_no_import_import_cycles():
+    assert import_cycles(modules()) == []
 
 
 def test_the_package_imports_its_exports_only_for_type_checkers():
@@ -127,4 +108,4 @@ def test_a_function_local_import_that_closes_a_cycle_is_caught():
     back = graph + "\n\ndef _body(analysis):\n    from lms.simulator import simulate\n"
     found = modules({"lms.graph": back})
     assert ("lms.graph", "lms.simulator") in upward(found)
-    assert any(c[0] == "lms.graph" and "lms.simulator" in c for c in cycles(found))
+    assert any(c[0] == "lms.graph" and "lms.simulator" in c for c in import_cycles(found))

@@ -5,29 +5,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from spec_cases import BASE, spec_with
 
 from suite.errors import SpecError, SuiteError
 from suite.specs import available_specs, load_spec, parse_spec
 
 ROOT = Path(__file__).resolve().parents[3]
-
-
-BASE = """
-name = "t"
-[defaults]
-steps = 5
-[[study]]
-name = "a"
-kind = "throughput"
-workload = "googlenet"
-resolution = 64
-batch = 2
-"""
-
-
-def spec_with(study_extra="", defaults_extra="", top_extra=""):
-    text = BASE.replace("[defaults]\n", f"{top_extra}\n[defaults]\n{defaults_extra}\n")
-    return text + study_extra
 
 
 def test_shipped_specs_load():

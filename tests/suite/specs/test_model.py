@@ -2,26 +2,10 @@
 workload parameter and by nothing else."""
 
 import pytest
+from spec_cases import BASE, spec_with
 
 from suite.specs import load_spec, parse_spec, trial_hash
 from suite.specs.model import lms_text
-
-BASE = """
-name = "t"
-[defaults]
-steps = 5
-[[study]]
-name = "a"
-kind = "throughput"
-workload = "googlenet"
-resolution = 64
-batch = 2
-"""
-
-
-def spec_with(study_extra="", defaults_extra="", top_extra=""):
-    text = BASE.replace("[defaults]\n", f"{top_extra}\n[defaults]\n{defaults_extra}\n")
-    return text + study_extra
 
 
 def test_an_emulated_link_enters_the_hash_in_one_spelling():
