@@ -158,12 +158,18 @@ def report(c, results=None, output=None):
 )
 @_user_errors
 def publish(c, reports=None, to=None):
-    """Copy the rendered report into a dated directory and update the index (newest first)."""
+    """Publish the rendered report as a static site: a dated page (and its Markdown) per run,
+    the index newest first."""
     from suite.reporting.publish import publish as publish_report
 
     reports = readable_directory(Path(reports or c.suite.reports), "--reports")
-    target = publish_report(reports, writable_directory(Path(to or c.suite.publish), "--to"))
-    print(f"published: {target} (index: {target.parent / 'index.md'})")
+    done = publish_report(reports, writable_directory(Path(to or c.suite.publish), "--to"))
+    print(f"published: {done.folder} (site: {done.index})")
+    if done.missing:
+        print(
+            f"published without {len(done.missing)} plot(s) the report refers to: "
+            f"{', '.join(done.missing)} (not in {reports})"
+        )
 
 
 @task(
