@@ -175,17 +175,34 @@ def history(c, results=None, output=None, baseline=None):
     help={
         "reports": "directory of the rendered report (default: invoke.yaml suite.reports)",
         "to": "publish directory (default: invoke.yaml suite.publish)",
+        "results": "results directory the history is built from (default: invoke.yaml "
+        "suite.results, if it exists)",
+        "baseline": "baseline file the history also checks each run against (default: "
+        "invoke.yaml suite.baseline, if it exists)",
     }
 )
 @_user_errors
-def publish(c, reports=None, to=None):
+def publish(c, reports=None, to=None, results=None, baseline=None):
     """Publish the rendered report as a static site: a dated page (and its Markdown) per run,
     the index newest first."""
     from suite.reporting.publish import publish as publish_report
 
     reports = readable_directory(Path(reports or c.suite.reports), "--reports")
-    done = publish_report(reports, writable_directory(Path(to or c.suite.publish), "--to"))
+    if results:
+        results = readable_directory(Path(results), "--results")
+    elif Path(c.suite.results).is_dir():
+        results = Path(c.suite.results)
+    if not baseline and Path(c.suite.baseline).is_file():
+        baseline = c.suite.baseline
+    done = publish_report(
+        reports,
+        writable_directory(Path(to or c.suite.publish), "--to"),
+        results_dir=results,
+        baseline=Path(baseline) if baseline else None,
+    )
     print(f"published: {done.folder} (site: {done.index})")
+    if done.history:
+        print(f"history not rebuilt: {done.history}")
     if done.missing:
         print(
             f"published without {len(done.missing)} plot(s) the report refers to: "

@@ -30,6 +30,7 @@ class Page:
     body: str  # HTML of everything after the title
     contents: list[tuple[str, str]] = field(default_factory=list)  # (id, text) of each section
     missing: list[str] = field(default_factory=list)  # plots referred to but absent
+    images: list[tuple[str, str]] = field(default_factory=list)  # (src, alt) of those shown
 
 
 def slug(text: str) -> str:
@@ -50,12 +51,14 @@ def _image(self, tokens, idx, options, env):
     """A plot that is a file beside the page, else a visible gap saying which one is missing."""
     token = tokens[idx]
     src = token.attrGet("src") or ""
+    alt = self.renderInlineAsText(token.children or [], options, env)
     if (env["folder"] / src).is_file() and "://" not in src and not src.startswith("/"):
         token.attrSet("src", env["prefix"] + src)
+        env["images"].append((env["prefix"] + src, alt))
         return self.image(tokens, idx, options, env)
     env["missing"].append(src)
-    alt = html.escape(self.renderInlineAsText(token.children or [], options, env))
-    return f'<span class="gap">Plot missing: {alt} ({html.escape(src)} was not published)</span>'
+    gap = f"Plot missing: {alt} ({src} was not published)"
+    return f'<span class="gap">{html.escape(gap)}</span>'
 
 
 def _markdown() -> MarkdownIt:
@@ -91,9 +94,10 @@ def render_markdown(text: str, folder: Path, prefix: str = "", demote: int = 0) 
     for token in tokens:
         if token.type in ("heading_open", "heading_close") and demote:
             token.tag = f"h{min(int(token.tag[1]) + demote, 6)}"
-    env = {"folder": Path(folder), "prefix": prefix, "missing": []}
+    env = {"folder": Path(folder), "prefix": prefix, "missing": [], "images": []}
     body = md.renderer.render(tokens[start:], md.options, env)
-    return Page(title, title_id, summary, body, contents, sorted(set(env["missing"])))
+    missing = sorted(set(env["missing"]))
+    return Page(title, title_id, summary, body, contents, missing, env["images"])
 
 
 def section(text: str, heading: str) -> str | None:
@@ -102,41 +106,36 @@ def section(text: str, heading: str) -> str | None:
     return f"## {heading}\n{match.group(1)}" if match else None
 
 
-def _environment() -> jinja2.Environment:
-    return jinja2.Environment(
+def _render(template: str, **values) -> str:
+    """An HTML template of reports/templates/site/, every value escaped unless marked safe."""
+    environment = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),
         undefined=jinja2.StrictUndefined,
         autoescape=True,
         trim_blocks=True,
         lstrip_blocks=True,
     )
+    return environment.get_template(f"site/{template}").render(**values)
 
 
-def run_html(page: Page, name: str, published: str) -> str:
-    """Run `name`'s page: the report, with a contents list and the plots it lacks said first."""
-    return (
-        _environment()
-        .get_template("site/run.html.j2")
-        .render(
-            title=f"{page.title} — {name}",
-            page=page,
-            published=published,
-            nav=[("All runs", "../index.html"), ("History", "../index.html#history")],
-        )
+def page_html(page: Page, title: str, source: str, published: str) -> str:
+    """A page of the site one folder below the index (a run's report, the history), from the
+    Markdown file `source` beside it: a contents list and the plots it lacks said first."""
+    nav = [("Latest", "../index.html"), ("History", "../index.html#history")]
+    return _render(
+        "page.html.j2", title=title, page=page, source=source, published=published, nav=nav
     )
 
 
-def index_html(title: str, runs: list, latest, history: str, published: str) -> str:
+def index_html(title: str, runs: list, latest: dict | None, history: dict, published: str) -> str:
     """The site's index: the newest run's answer first, the history, then every run."""
-    return (
-        _environment()
-        .get_template("site/index.html.j2")
-        .render(
-            title=title,
-            runs=runs,
-            latest=latest,
-            history=history,
-            published=published,
-            nav=[("Latest", "#latest"), ("History", "#history"), ("All runs", "#runs")],
-        )
+    nav = [("Latest", "#latest"), ("History", "#history"), ("All runs", "#runs")]
+    return _render(
+        "index.html.j2",
+        title=title,
+        runs=runs,
+        latest=latest,
+        history=history,
+        published=published,
+        nav=nav,
     )

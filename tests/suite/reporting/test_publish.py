@@ -79,7 +79,7 @@ def test_a_report_without_its_plots_publishes_and_says_which_are_missing(tmp_pat
     published = publish(report_dir, tmp_path / "pub", day="2026-11-20")
     assert published.missing == ["throughput.png"]
     page = (published.folder / "report.html").read_text()
-    assert "Published without 1 plot the report refers to" in page and "<img" not in page
+    assert "Published without 1 plot the page refers to" in page and "<img" not in page
     assert "Plot missing: Training throughput" in page
     assert "without 1 plot" in (tmp_path / "pub" / "index.html").read_text()
 
