@@ -96,3 +96,31 @@ def test_a_staging_folder_left_by_a_crash_is_replaced(tmp_path):
     (pub / ".2026-11-20.partial" / "half.png").write_bytes(b"half")
     folder = publish(rendered(tmp_path), pub, day="2026-11-20").folder
     assert not (folder / "half.png").exists() and not (pub / ".2026-11-20.partial").exists()
+
+
+def test_the_history_is_rebuilt_from_the_results_and_shown_on_the_index(tmp_path):
+    report_dir, pub = rendered(tmp_path), tmp_path / "pub"
+    published = publish(report_dir, pub, day="2026-11-20", results_dir=tmp_path / "results")
+    assert published.history is None
+    assert sorted(p.name for p in (pub / "history").iterdir()) == [
+        "history-googlenet.png",
+        "history.html",
+        "history.json",
+        "history.md",
+    ]
+    html = (pub / "index.html").read_text()
+    assert '<img src="history/history-googlenet.png" alt="googlenet: images/sec' in html
+    assert '<a href="history/history.html">' in html
+    assert not list(pub.glob(".*"))  # the staging folders are gone
+    # without results the history stays as it was last built
+    publish(report_dir, pub, day="2026-11-21")
+    assert '<img src="history/history-googlenet.png"' in (pub / "index.html").read_text()
+
+
+def test_a_history_that_cannot_be_built_is_one_line_on_the_index(tmp_path):
+    (tmp_path / "empty").mkdir()
+    published = publish(rendered(tmp_path), tmp_path / "pub", results_dir=tmp_path / "empty")
+    assert published.history.startswith(f"no records in {tmp_path / 'empty'}: ")
+    html = (tmp_path / "pub" / "index.html").read_text()
+    assert f'<p class="gap">no records in {tmp_path / "empty"}: ' in html
+    assert not (tmp_path / "pub" / "history").exists()
