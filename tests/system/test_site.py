@@ -138,7 +138,7 @@ def local(url: str) -> Path:
 
 
 @pytest.mark.chromium
-def test_the_index_shows_the_latest_answer_the_history_and_every_run(site, browser):
+def test_the_index_shows_the_latest_answer_the_history_and_every_run(browser, site):
     folder, runs = site
     browser.open((folder / "index.html").as_uri())
     assert browser.evaluate("document.title") == "LMS benchmark results"
@@ -158,7 +158,7 @@ def test_the_index_shows_the_latest_answer_the_history_and_every_run(site, brows
 
 
 @pytest.mark.chromium
-def test_every_link_on_the_index_resolves_and_nothing_is_fetched_from_elsewhere(site, browser):
+def test_every_link_on_the_index_resolves_and_nothing_is_fetched_from_elsewhere(browser, site):
     folder, runs = site
     browser.open((folder / "index.html").as_uri())
     links = browser.evaluate(LINKS)
@@ -173,7 +173,7 @@ def test_every_link_on_the_index_resolves_and_nothing_is_fetched_from_elsewhere(
 
 
 @pytest.mark.chromium
-def test_a_runs_page_shows_its_tables_plots_and_sections(site, browser):
+def test_a_runs_page_shows_its_tables_plots_and_sections(browser, site):
     folder, runs = site
     browser.open((folder / runs[-1] / "report.html").as_uri())
     assert browser.evaluate("document.title") == f"LMS benchmark report — {runs[-1]}"
@@ -194,7 +194,7 @@ def test_a_runs_page_shows_its_tables_plots_and_sections(site, browser):
 
 
 @pytest.mark.chromium
-def test_the_history_page_shows_every_run_with_its_plot(site, browser):
+def test_the_history_page_shows_every_run_with_its_plot(browser, site):
     folder, _ = site
     browser.open((folder / "history" / "history.html").as_uri())
     assert browser.evaluate("document.title") == "LMS benchmark history"
@@ -208,7 +208,7 @@ def test_the_history_page_shows_every_run_with_its_plot(site, browser):
 
 
 @pytest.mark.chromium
-def test_the_image_check_sees_a_broken_plot(site, browser, tmp_path):
+def test_the_image_check_sees_a_broken_plot(browser, site, tmp_path):
     """What proves the checks above: the same page with one plot deleted has one broken image."""
     folder, runs = site
     copied = tmp_path / "published"
