@@ -205,6 +205,7 @@ def test_the_history_page_shows_every_run_with_its_plot(browser, site):
         assert any(c.endswith(f"({run})") for c in cells), (run, cells)
     for link in browser.evaluate(LINKS):
         assert local(link).is_file(), link
+    browser.screenshot(ARTIFACTS / "site-history.png")
 
 
 @pytest.mark.chromium

@@ -124,3 +124,9 @@ def test_a_history_that_cannot_be_built_is_one_line_on_the_index(tmp_path):
     html = (tmp_path / "pub" / "index.html").read_text()
     assert f'<p class="gap">no records in {tmp_path / "empty"}: ' in html
     assert not (tmp_path / "pub" / "history").exists()
+    # one built before stays, said to be as it was last built
+    publish(rendered(tmp_path), tmp_path / "pub", results_dir=tmp_path / "results")
+    publish(rendered(tmp_path), tmp_path / "pub", results_dir=tmp_path / "empty")
+    html = (tmp_path / "pub" / "index.html").read_text()
+    assert "The history was not rebuilt (no records in " in html
+    assert "shown as it was last built." in html and '<img src="history/' in html
