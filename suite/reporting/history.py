@@ -62,24 +62,22 @@ CONFIDENCE = 0.95  # of a point's interval (the report's ratios use the same)
 
 @dataclass(frozen=True)
 class Run:
-    """One run: its key (the run id, or "day:<host>:<date>" for records before run ids), when
+    """One run: its key (the run id, or "day:<host>:<date>" for records without one), when
     it began, its hosts, and each host's description (None: missing or unreadable)."""
 
     key: str
     started_at: str
     hosts: tuple[str, ...]
-    legacy: bool  # grouped by day: written before run ids
+    legacy: bool  # grouped by host and day: no run id (schema 1, or searches alone)
     descriptions: dict[str, HostDescription | None] = field(compare=False, repr=False)
 
     @property
     def label(self) -> str:
         """ "2026-11-25 19:00 (3f2a9c01)": what the page and the plot call it."""
         when = self.started_at[:16].replace("T", " ")
-        return (
-            f"{self.started_at[:10]} (before run ids)"
-            if self.legacy
-            else f"{when} ({self.key[:8]})"
-        )
+        if self.legacy:  # a day of one host: its host tells two such days apart
+            return f"{self.started_at[:10]} ({', '.join(self.hosts)}, no run id)"
+        return f"{when} ({self.key[:8]})"
 
 
 @dataclass(frozen=True)
@@ -106,7 +104,7 @@ class Point:
     """One series at one run."""
 
     run: str
-    started_at: str
+    started_at: str  # the run's (when it began), so that a run stands at one date
     rate: float | None  # images/sec: geometric mean over processes that trained
     low: float | None  # its 95 % interval between processes; None with one process
     high: float | None
@@ -221,7 +219,7 @@ def _outcomes(records: list[TrialRecord]) -> str:
 
 def _series(
     runs: dict[str, list[TrialRecord]],
-    order: dict[str, int],
+    started: dict[str, str],  # run -> when it began: every series' point of a run is placed there
     baseline: Baseline | None,
     tolerance,
     alpha,
@@ -235,14 +233,14 @@ def _series(
     for (host, spec_hash), per_run in by_series.items():
         points, before = [], None
         accepted = baseline.entries.get(f"{host}/{spec_hash}") if baseline else None
-        for key in sorted(per_run, key=order.__getitem__):
+        for key in sorted(per_run, key=started.__getitem__):
             records = per_run[key]
             rates = [r.metrics.images_per_sec.mean for r in records if r.ok]
             rate, low, high = interval(rates) if rates else (None, None, None)
             points.append(
                 Point(
                     key,
-                    min(r.started_at for r in records),
+                    started[key],
                     rate,
                     low,
                     high,
@@ -311,41 +309,34 @@ def build_history(
         for key, records in runs.items():
             for record in sorted(records, key=lambda r: r.finished_at):
                 refs[key][record.host] = record.host_ref
-        described = {}
-        for key in sorted(runs, key=started.__getitem__):
-            described[key] = {
-                h: load_host(results_dir, ref) for h, ref in sorted(refs[key].items())
-            }
+        described = {
+            key: {h: load_host(results_dir, ref) for h, ref in sorted(refs[key].items())}
+            for key in runs
+        }
+        limits = limits_per_run(searches, runs, started)
+        for limit in limits:  # searches without a run of trials: a day of their own
+            if limit.run not in runs:
+                runs[limit.run] = []
+                started[limit.run] = min(x.started_at for x in limits if x.run == limit.run)
+                described[limit.run] = {limit.host: load_host(results_dir, limit.host_ref)}
     finally:
         logger.removeHandler(warnings)
     if not trials and not searches:
         raise SuiteError(
             f"no records in {results_dir}: nothing to show a history of (run `inv run` first)"
         )
-    order = {k: i for i, k in enumerate(sorted(runs, key=started.__getitem__))}
-    limits = limits_per_run(searches, runs, started)
-    for limit in limits:  # a search without a run of trials: a day of its own
-        if limit.run not in order:
-            order[limit.run] = len(order)
-            started[limit.run] = limit.started_at
-            described[limit.run] = {limit.host: None}
-            runs[limit.run] = []
     run_list = tuple(
         Run(
-            k,
-            started[k],
-            tuple(sorted(described[k])),
-            k.startswith("day:"),
-            described[k],
+            key, started[key], tuple(sorted(described[key])), key.startswith("day:"), described[key]
         )
-        for k in sorted(order, key=started.__getitem__)
+        for key in sorted(runs, key=started.__getitem__)
     )
     notes = list(_notes(run_list)) + warnings.lines
     return History(
         str(results_dir),
         run_list,
-        tuple(_series(runs, order, accepted, tolerance, alpha)),
-        tuple(limits),
+        tuple(_series(runs, started, accepted, tolerance, alpha)),
+        tuple(replace(limit, started_at=started[limit.run]) for limit in limits),
         tuple(changes_between(run_list)),
         tuple(dict.fromkeys(notes)),
         str(baseline) if baseline else None,
@@ -359,8 +350,9 @@ def _notes(runs: tuple[Run, ...]):
     legacy = [r.label for r in runs if r.legacy]
     if legacy:
         yield (
-            f"{len(legacy)} run(s) written before run ids (schema 1 records): grouped by host and "
-            f"day ({', '.join(legacy)})"
+            f"{len(legacy)} run(s) grouped by host and day, their records having no run id "
+            "(trial records written before run ids, schema 1, or limit searches that ran no "
+            f"trials of their own): {', '.join(legacy)}"
         )
     for run in runs:
         for host, description in run.descriptions.items():

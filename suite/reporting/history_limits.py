@@ -16,6 +16,7 @@ class Limit:
     run: str
     started_at: str
     host: str
+    host_ref: str
     workload: str
     kind: str  # max-resolution, max-batch
     mode: str  # off, on
@@ -44,7 +45,9 @@ def search_run(
         ):
             return key
     earlier = [
-        k for k, rs in runs.items() if rs[0].host == search.host and started[k] <= search.started_at
+        k
+        for k, records in runs.items()
+        if started[k] <= search.started_at and any(r.host == search.host for r in records)
     ]
     if earlier:
         return max(earlier, key=started.__getitem__)
@@ -60,6 +63,7 @@ def limits_per_run(searches: list[SearchRecord], runs, started) -> list[Limit]:
                 key,
                 started.get(key, s.started_at),
                 s.host,
+                s.host_ref,
                 s.params.workload,
                 s.kind,
                 s.mode,

@@ -7,10 +7,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-from history_cases import RUNS, night_records, three_nights
+from history_cases import RUNS, described, night_records, night_searches, three_nights
 from report_cases import write_record
 
 from suite.errors import SuiteError
+from suite.records import store_host
 from suite.reporting.baseline import make_baseline
 from suite.reporting.history import build_history, interval
 
@@ -81,7 +82,7 @@ def test_schema_1_runs_mixed_with_new_ones_and_a_missing_description(tmp_path):
     assert [run.key for run in days] == ["day:v1host:2026-11-25"]  # 0022d76 and 26594da
     assert set(RUNS) < {run.key for run in history.runs}
     notes = "\n".join(history.notes)
-    assert "1 run(s) written before run ids (schema 1 records)" in notes
+    assert "1 run(s) grouped by host and day, their records having no run id" in notes
     assert f"{history.runs[0].label} on v1host: host description missing" in notes
     # the oldest schema-1 description lacks fields the newer ones have: told, not a change
     labels = [c.label for c in history.changes]
@@ -94,3 +95,18 @@ def test_no_records_is_one_line(tmp_path):
     with pytest.raises(SuiteError, match="does not exist: run `inv run` first"):
         build_history(tmp_path / "missing")
     shutil.rmtree(tmp_path)
+
+
+def test_searches_without_trials_are_a_day_of_their_own(tmp_path):
+    results = tmp_path / "results"
+    ref = store_host(results, described())
+    for value in night_searches(0, ref) + night_searches(1, ref):
+        write_record(results, value)
+    history = build_history(results)
+    assert [run.key for run in history.runs] == ["day:h1:2026-11-01", "day:h1:2026-11-02"]
+    assert [lim.started_at for lim in history.limits if lim.mode == "on"] == [
+        "2026-11-01T02:40:00+00:00",
+        "2026-11-02T02:40:00+00:00",
+    ]
+    assert history.series == () and history.changes == ()
+    assert history.notes[0].startswith("2 run(s) grouped by host and day")
