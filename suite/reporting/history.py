@@ -179,8 +179,9 @@ def _runs(trials: list[TrialRecord]) -> dict[str, list[TrialRecord]]:
     return grouped
 
 
-def _entry(records: list[TrialRecord]) -> Entry | None:
-    """The gate's view of a run's processes (as `inv baseline` takes them); None if none trained."""
+def _entry(records: list[TrialRecord], key: str) -> Entry | None:
+    """The gate's view of run `key`'s processes (as `inv baseline` takes them); None if none
+    trained. Its run is the key, so that two days without run ids compare as two runs."""
     ok = [r for r in records if r.ok]
     if not ok:
         return None
@@ -195,7 +196,7 @@ def _entry(records: list[TrialRecord]) -> Entry | None:
         p.batch,
         mean,
         processes,
-        run=ok[0].run,
+        run=key,
     )
 
 
@@ -237,6 +238,7 @@ def _series(
             records = per_run[key]
             rates = [r.metrics.images_per_sec.mean for r in records if r.ok]
             rate, low, high = interval(rates) if rates else (None, None, None)
+            first = "no earlier run trained" if points else "first run"
             points.append(
                 Point(
                     key,
@@ -246,11 +248,11 @@ def _series(
                     high,
                     len(rates),
                     _outcomes(records),
-                    _verdict(before, records, tolerance, alpha, "first run"),
+                    _verdict(before, records, tolerance, alpha, first),
                     _verdict(accepted, records, tolerance, alpha, "") if accepted else None,
                 )
             )
-            before = _entry(records) or before
+            before = _entry(records, key) or before
         p = per_run[next(iter(per_run))][-1].params
         found.append(Series(p.workload, host, "", "", spec_hash, tuple(points)))
         rows.append(

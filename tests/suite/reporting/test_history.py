@@ -110,3 +110,25 @@ def test_searches_without_trials_are_a_day_of_their_own(tmp_path):
     ]
     assert history.series == () and history.changes == ()
     assert history.notes[0].startswith("2 run(s) grouped by host and day")
+
+
+def test_days_without_run_ids_compare_as_runs(tmp_path):
+    results = tmp_path / "results"
+    for night, slower in ((0, 1.0), (1, 2.0)):
+        for value in night_records(night, "ref", slower=slower):
+            write_record(results, {**value, "run": None})
+    off = build_history(results).series[0]
+    assert [p.run for p in off.points] == ["day:h1:2026-11-01", "day:h1:2026-11-02"]
+    assert [p.previous.verdict for p in off.points] == ["first run", "regression"]
+
+
+def test_a_run_after_runs_that_did_not_train(tmp_path):
+    results = tmp_path / "results"
+    for night in range(2):
+        for value in night_records(night, "ref"):
+            if night == 0:
+                value |= {"outcome": "crashed", "metrics": None, "error": "boom"}
+            write_record(results, value)
+    off = build_history(results).series[0]
+    assert [p.previous.verdict for p in off.points] == ["first run", "no earlier run trained"]
+    assert [p.outcomes for p in off.points] == ["3 crashed", "3 ok"]
