@@ -152,18 +152,62 @@ def report(c, results=None, output=None):
 
 @task(
     help={
-        "reports": "directory of the rendered report (default: invoke.yaml suite.reports)",
-        "to": "publish directory (default: invoke.yaml suite.publish)",
+        "results": "results directory to read",
+        "output": "directory the history page, its data and its plots are written to (default: "
+        "history/ in invoke.yaml suite.reports, which `inv publish` publishes)",
+        "baseline": "also check every run against this baseline file (`inv baseline`'s)",
     }
 )
 @_user_errors
-def publish(c, reports=None, to=None):
-    """Copy the rendered report into a dated directory and update the index (newest first)."""
+def history(c, results=None, output=None, baseline=None):
+    """Write the history of every run: throughput, limits, verdicts and what changed, per run."""
+    from suite.reporting.history import build_history
+    from suite.reporting.history_page import write_history
+
+    results = readable_directory(Path(results or c.suite.results), "--results")
+    output = writable_directory(Path(output or Path(c.suite.reports) / "history"), "--output")
+    tolerance, alpha = c.suite.regress.tolerance, c.suite.regress.alpha
+    files = write_history(build_history(results, baseline, tolerance, alpha), output)
+    print("\n".join(files.lines()))
+
+
+@task(
+    help={
+        "reports": "directory of the rendered report (default: invoke.yaml suite.reports)",
+        "to": "publish directory (default: invoke.yaml suite.publish)",
+        "results": "results directory the history is built from (default: invoke.yaml "
+        "suite.results, if it exists)",
+        "baseline": "baseline file the history also checks each run against (default: "
+        "invoke.yaml suite.baseline, if it exists)",
+    }
+)
+@_user_errors
+def publish(c, reports=None, to=None, results=None, baseline=None):
+    """Publish the rendered report as a static site: a dated page (and its Markdown) per run,
+    the index newest first."""
     from suite.reporting.publish import publish as publish_report
 
     reports = readable_directory(Path(reports or c.suite.reports), "--reports")
-    target = publish_report(reports, writable_directory(Path(to or c.suite.publish), "--to"))
-    print(f"published: {target} (index: {target.parent / 'index.md'})")
+    if results:
+        results = readable_directory(Path(results), "--results")
+    elif Path(c.suite.results).is_dir():
+        results = Path(c.suite.results)
+    if not baseline and Path(c.suite.baseline).is_file():
+        baseline = c.suite.baseline
+    done = publish_report(
+        reports,
+        writable_directory(Path(to or c.suite.publish), "--to"),
+        results_dir=results,
+        baseline=Path(baseline) if baseline else None,
+    )
+    print(f"published: {done.folder} (site: {done.index})")
+    if done.history:
+        print(f"history not rebuilt: {done.history}")
+    if done.missing:
+        print(
+            f"published without {len(done.missing)} plot(s) the report refers to: "
+            f"{', '.join(done.missing)} (not in {reports})"
+        )
 
 
 @task(
@@ -340,10 +384,12 @@ def specs(c):
         "lint": "run ruff check and ruff format --check first",
         "docker": "run the container tests (installs and starts a Docker engine if missing)",
         "slurm": "run the Slurm tests (installs and starts a one-node Slurm if missing)",
+        "chromium": "run the test that loads the published site in headless Chromium "
+        "(installs Debian's chromium if missing)",
         "k": "only tests matching this pytest -k expression",
     }
 )
-def test(c, compat=True, lint=True, docker=True, slurm=True, k=None):
+def test(c, compat=True, lint=True, docker=True, slurm=True, chromium=True, k=None):
     """Lint, then run the tests on this environment and the compat tests on TF 2.14.1."""
     selector = f" -k {json.dumps(k)}" if k else ""
     with c.cd(str(ROOT)):
@@ -356,6 +402,10 @@ def test(c, compat=True, lint=True, docker=True, slurm=True, k=None):
             c.run("bash scripts/slurm.sh", echo=True)
         else:
             skipped.append("not slurm")
+        if chromium:  # the published site is checked in a real browser: Debian's chromium
+            c.run("bash scripts/chromium.sh", echo=True)
+        else:
+            skipped.append("not chromium")
         marker = f" -m {json.dumps(' and '.join(skipped))}" if skipped else ""
         if lint:
             c.run(f"{sys.executable} -m ruff check .", echo=True)
@@ -388,6 +438,7 @@ namespace = Collection(
     report,
     baseline,
     regress,
+    history,
     publish,
     models,
     plan,

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The scheduled regression run: build the image, run the spec on the hosts, render the report,
-# check for regressions against the baseline, publish the report (with its regression section)
-# and exit non-zero if there was a regression. Run it from cron, a systemd timer or CI:
+# check for regressions against the baseline, write the history of every stored run (each run
+# against the one before and the baseline, what changed where), publish the report and the
+# history, and exit non-zero if there was a regression (or the history could not be written). Run it from cron, a systemd timer or CI:
 #   30 2 * * * cd /srv/lms-bench && scheduled/nightly.sh >> /var/log/lms-nightly.log 2>&1
 # Settings (environment):
 #   LMS_SPEC     spec to run (default: smoke)
@@ -35,5 +36,14 @@ set +e
 regress_status=$?
 set -e
 ./inv report $results $reports
-./inv publish $(opt reports "${LMS_REPORTS:-}") $(opt to "${LMS_PUBLISH:-}")
-exit $regress_status
+# the history of every stored run beside the report (its history/ folder: the CI artifact); a
+# night whose history fails is still published, and says so in its exit status
+set +e
+./inv history $results --baseline "$baseline_file" $(opt output "${LMS_REPORTS:+$LMS_REPORTS/history}")
+history_status=$?
+set -e
+# the site: this night's report, and the history rebuilt from the same results and baseline
+./inv publish $(opt reports "${LMS_REPORTS:-}") $(opt to "${LMS_PUBLISH:-}") $results \
+  --baseline "$baseline_file"
+[ "$regress_status" -ne 0 ] && exit "$regress_status"
+exit $history_status

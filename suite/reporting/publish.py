@@ -1,14 +1,48 @@
-"""`inv publish`: a dated copy of the rendered report (Markdown and plots) in a publish directory,
-and an index of every published report, newest first. Earlier reports are never touched."""
+"""`inv publish`: a static site. Each run is a dated folder holding the rendered report (its
+Markdown, the source, and the HTML page made from it) and its plots; `history/` holds the history
+of every stored run (suite.reporting.history: its Markdown, page, data and one plot per
+workload); the index (`index.html`, and `index.md` as before) shows the newest run's answer, the
+history's plots and every run, newest first. A run's folder is written once, into a hidden
+staging folder renamed into place, and never touched again. The history is rebuilt in a staging
+folder too and swapped in by two renames; the index files are each replaced whole."""
 
 import re
 import shutil
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from suite.errors import SuiteError
+from suite.records import utc_now, write_atomic
+from suite.reporting.pages import index_html, page_html, render_markdown, section
 
 _DATED = re.compile(r"^(\d{4}-\d{2}-\d{2})(?:-(\d+))?$")
+HISTORY = "history"
+SITE_TITLE = "LMS benchmark results"
+# the newest run's sections the index shows first
+LATEST_SECTIONS = ("The answer", "Regression check")
+
+
+@dataclass
+class Published:
+    """What `publish` wrote: the run's folder, the plots its report lacked, the index page."""
+
+    folder: Path
+    missing: list[str]
+    index: Path
+    history: str | None = None  # why the history could not be rebuilt, if it could not
+
+
+@dataclass
+class Run:
+    """A published run as the index lists it."""
+
+    name: str
+    href: str  # its page, or its Markdown where it was published before there were pages
+    markdown: str
+    title: str
+    summary: str
+    missing: list[str]
 
 
 def _published(publish_dir: Path) -> list[Path]:
@@ -27,20 +61,98 @@ def _title(report: Path) -> str:
     return report.parent.name
 
 
-def write_index(publish_dir: Path) -> Path:
-    lines = ["# Published LMS benchmark reports", "", "Newest first.", ""]
+def _runs(publish_dir: Path) -> list[Run]:
+    runs = []
     for folder in _published(publish_dir):
         report = folder / "report.md"
-        if report.exists():
-            lines.append(f"- [{folder.name}]({folder.name}/report.md): {_title(report)}")
-    index = publish_dir / "index.md"
-    index.write_text("\n".join(lines) + "\n")
+        if not report.exists():
+            continue
+        page = render_markdown(report.read_text(), folder)
+        has_page = (folder / "report.html").exists()
+        runs.append(
+            Run(
+                name=folder.name,
+                href=f"{folder.name}/report.{'html' if has_page else 'md'}",
+                markdown=f"{folder.name}/report.md",
+                title=page.title or folder.name,
+                summary=page.summary,
+                missing=page.missing,
+            )
+        )
+    return runs
+
+
+def _latest(publish_dir: Path, run: Run | None) -> dict | None:
+    """The newest run's answer and regression sections, shown first on the index."""
+    if run is None:
+        return None
+    text = (publish_dir / run.markdown).read_text()
+    parts = [s for s in (section(text, h) for h in LATEST_SECTIONS) if s]
+    excerpt = None
+    if parts:
+        folder = publish_dir / run.name
+        excerpt = render_markdown("\n".join(parts), folder, f"{run.name}/", 1).body
+    return {**vars(run), "excerpt": excerpt}
+
+
+def publish_history(publish_dir: Path, results_dir: Path, baseline: Path | None = None) -> None:
+    """Rebuild the site's `history/` from every run stored in `results_dir`. A SuiteError (no
+    records, ...) leaves the history there was."""
+    from suite.reporting.history import build_history
+    from suite.reporting.history_page import write_history
+
+    history = build_history(results_dir, baseline)
+    staging, target = publish_dir / f".{HISTORY}.partial", publish_dir / HISTORY
+    shutil.rmtree(staging, ignore_errors=True)
+    files = write_history(history, staging)
+    page = render_markdown(files.page.read_text(), staging)
+    html = page_html(page, page.title, files.page.name, utc_now())
+    (staging / files.page.with_suffix(".html").name).write_text(html)
+    old = publish_dir / f".{HISTORY}.old"
+    shutil.rmtree(old, ignore_errors=True)
+    if target.exists():
+        target.rename(old)
+    staging.rename(target)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _history(publish_dir: Path, note: str | None) -> dict:
+    """What the index shows of `history/`: its plots, a link to its page, and why it was not
+    rebuilt this time, if it was not."""
+    folder = publish_dir / HISTORY
+    pages = sorted(folder.glob("*.md"))
+    if not pages or not pages[0].with_suffix(".html").exists():
+        return {"note": note, "href": None}
+    page = render_markdown(pages[0].read_text(), folder, f"{HISTORY}/")
+    if note:
+        note = f"The history was not rebuilt ({note}): shown as it was last built."
+    href = f"{HISTORY}/{pages[0].with_suffix('.html').name}"
+    return {"note": note, "href": href, "summary": page.summary, "plots": page.images}
+
+
+def write_index(publish_dir: Path, history_note: str | None = None) -> Path:
+    """Rewrite `index.md` (links to each run's Markdown) and `index.html` (the site's front
+    page: the newest run's answer, the history, every run); returns the HTML index."""
+    runs = _runs(publish_dir)
+    lines = ["# Published LMS benchmark reports", "", "Newest first.", ""]
+    lines += [f"- [{run.name}]({run.markdown}): {run.title}" for run in runs]
+    write_atomic(publish_dir / "index.md", "\n".join(lines) + "\n")
+    latest = _latest(publish_dir, runs[0] if runs else None)
+    page = index_html(SITE_TITLE, runs, latest, _history(publish_dir, history_note), utc_now())
+    index = publish_dir / "index.html"
+    write_atomic(index, page)
     return index
 
 
-def publish(report_dir: Path, publish_dir: Path, day: str | None = None) -> Path:
-    """Copy report.md and its PNGs to publish_dir/<day>[-n]/; rewrite the index. Returns the
-    new report's directory."""
+def publish(
+    report_dir: Path,
+    publish_dir: Path,
+    day: str | None = None,
+    results_dir: Path | None = None,
+    baseline: Path | None = None,
+) -> Published:
+    """Copy report.md and its PNGs to publish_dir/<day>[-n]/ with the report's HTML page;
+    rebuild the history from `results_dir` (if given); rewrite the index."""
     report = Path(report_dir) / "report.md"
     if not report.exists():
         raise SuiteError(f"{report} does not exist: run `inv report` first")
@@ -56,6 +168,14 @@ def publish(report_dir: Path, publish_dir: Path, day: str | None = None) -> Path
     staging.mkdir()
     for item in [report, *sorted(Path(report_dir).glob("*.png"))]:
         shutil.copy2(item, staging / item.name)
+    page = render_markdown(report.read_text(), staging)
+    html = page_html(page, f"{page.title} — {target.name}", report.name, utc_now())
+    (staging / "report.html").write_text(html)
     staging.rename(target)  # a reader never sees a half-copied report
-    write_index(publish_dir)
-    return target
+    note = None  # without results the history stays as it was last built, if it was
+    if results_dir is not None:
+        try:
+            publish_history(publish_dir, Path(results_dir), baseline)
+        except SuiteError as error:  # said on the index and by `inv publish`, in one line
+            note = str(error)
+    return Published(target, page.missing, write_index(publish_dir, note), note)

@@ -170,6 +170,12 @@ def _compare(key: str, entry: Entry, run: list[TrialRecord] | None, tolerance, a
     return replace(row, verdict=verdict, reason=reason)
 
 
+def compare_run(entry: Entry, run: list[TrialRecord], tolerance=TOLERANCE, alpha=ALPHA) -> Row:
+    """`run` (one host's records of one spec hash) against an accepted `entry` by the gate's
+    rules: how the history (suite.reporting.history) judges any run against another."""
+    return _compare(f"{entry.host}/{entry.spec_hash}", entry, run, tolerance, alpha)
+
+
 def compare(baseline: Baseline, results_dir: Path, tolerance=TOLERANCE, alpha=ALPHA) -> list[Row]:
     """One row per baseline entry: the newest run against it. The unit of evidence is the trial
     process (its steps share one minute of machine load), rates are divided by the machine's

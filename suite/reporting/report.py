@@ -273,6 +273,18 @@ def _regression(output_dir: Path) -> dict | None:
     }
 
 
+def templates() -> jinja2.Environment:
+    """The Markdown templates (reports/templates/): an undefined name is an error, and block
+    tags leave no blank lines."""
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
 def render_report(results_dir: Path, output_dir: Path, title: str = "LMS benchmark report") -> Path:
     """Write `report.md` (and its plot) for all records under `results_dir`; return its path."""
     results_dir, output_dir = Path(results_dir), Path(output_dir)
@@ -309,14 +321,8 @@ def render_report(results_dir: Path, output_dir: Path, title: str = "LMS benchma
     provenance, left_out = _provenance(groups)
     plot_name = "throughput.png"
     has_plot = plot_throughput(groups, output_dir / plot_name)
-    environment = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(TEMPLATES),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-    text = environment.get_template("report.md.j2").render(
+    template = templates().get_template("report.md.j2")
+    text = template.render(
         title=title,
         generated_at=utc_now(),
         results_dir=str(results_dir),

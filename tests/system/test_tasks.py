@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -429,3 +430,24 @@ def test_a_reader_that_leaves_early_gets_no_traceback():
     _, errors = process.communicate(timeout=120)
     assert b"Traceback" not in errors
     assert process.returncode == 141
+
+
+def test_history_prints_a_line_per_file_and_one_line_for_no_records(tmp_path):
+    results = tmp_path / "results"
+    shutil.copytree(ROOT / "tests" / "support" / "records_v1" / "6a062dc" / "results", results)
+    completed = inv("history", "--results", str(results), "--output", str(tmp_path / "history"))
+    assert completed.returncode == 0, completed.stderr
+    folder = tmp_path / "history"
+    assert completed.stdout.splitlines() == [
+        f"history: {folder / 'history.md'}",
+        f"history data: {folder / 'history.json'}",
+        f"history plot: {folder / 'history-googlenet.png'} (googlenet)",
+    ]
+    (tmp_path / "empty").mkdir()
+    for given, said in (
+        ("empty", f"error: no records in {tmp_path / 'empty'}: nothing to show a history of"),
+        ("missing", f"error: results directory {tmp_path / 'missing'} does not exist"),
+    ):
+        completed = inv("history", "--results", str(tmp_path / given), "--output", str(folder))
+        assert completed.returncode == 2 and completed.stdout == ""
+        assert completed.stderr.count("\n") == 1 and completed.stderr.startswith(said)
