@@ -387,7 +387,8 @@ def specs(c):
         "chromium": "run the test that loads the published site in headless Chromium "
         "(installs Debian's chromium if missing)",
         "k": "only tests matching this pytest -k expression",
-    }
+    },
+    auto_shortflags=False,  # -h stays help, not --chromium
 )
 def test(c, compat=True, lint=True, docker=True, slurm=True, chromium=True, k=None):
     """Lint, then run the tests on this environment and the compat tests on TF 2.14.1."""
