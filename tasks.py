@@ -199,6 +199,7 @@ def publish(c, reports=None, to=None, results=None, baseline=None):
         writable_directory(Path(to or c.suite.publish), "--to"),
         results_dir=results,
         baseline=Path(baseline) if baseline else None,
+        gate={"tolerance": c.suite.regress.tolerance, "alpha": c.suite.regress.alpha},
     )
     print(f"published: {done.folder} (site: {done.index})")
     if done.history:

@@ -95,13 +95,16 @@ def _latest(publish_dir: Path, run: Run | None) -> dict | None:
     return {**vars(run), "excerpt": excerpt}
 
 
-def publish_history(publish_dir: Path, results_dir: Path, baseline: Path | None = None) -> None:
-    """Rebuild the site's `history/` from every run stored in `results_dir`. A SuiteError (no
-    records, ...) leaves the history there was."""
+def publish_history(
+    publish_dir: Path, results_dir: Path, baseline: Path | None = None, gate: dict | None = None
+) -> None:
+    """Rebuild the site's `history/` from every run stored in `results_dir`, its verdicts with
+    the regression gate's settings `gate` ({tolerance, alpha}; None: the gate's defaults). A
+    SuiteError (no records, ...) leaves the history there was."""
     from suite.reporting.history import build_history
     from suite.reporting.history_page import write_history
 
-    history = build_history(results_dir, baseline)
+    history = build_history(results_dir, baseline, **(gate or {}))
     staging, target = publish_dir / f".{HISTORY}.partial", publish_dir / HISTORY
     shutil.rmtree(staging, ignore_errors=True)
     files = write_history(history, staging)
@@ -150,9 +153,11 @@ def publish(
     day: str | None = None,
     results_dir: Path | None = None,
     baseline: Path | None = None,
+    gate: dict | None = None,
 ) -> Published:
     """Copy report.md and its PNGs to publish_dir/<day>[-n]/ with the report's HTML page;
-    rebuild the history from `results_dir` (if given); rewrite the index."""
+    rebuild the history from `results_dir` (if given, with the gate's settings `gate`); rewrite
+    the index."""
     report = Path(report_dir) / "report.md"
     if not report.exists():
         raise SuiteError(f"{report} does not exist: run `inv report` first")
@@ -175,7 +180,7 @@ def publish(
     note = None  # without results the history stays as it was last built, if it was
     if results_dir is not None:
         try:
-            publish_history(publish_dir, Path(results_dir), baseline)
+            publish_history(publish_dir, Path(results_dir), baseline, gate)
         except SuiteError as error:  # said on the index and by `inv publish`, in one line
             note = str(error)
     return Published(target, page.missing, write_index(publish_dir, note), note)

@@ -1,6 +1,7 @@
 """`inv publish`: dated runs of the site (the report's Markdown, its HTML page, its plots),
 earlier ones untouched, an index newest first (`index.html`, and `index.md` as before)."""
 
+import json
 import re
 
 import pytest
@@ -130,3 +131,19 @@ def test_a_history_that_cannot_be_built_is_one_line_on_the_index(tmp_path):
     html = (tmp_path / "pub" / "index.html").read_text()
     assert "The history was not rebuilt (no records in " in html
     assert "shown as it was last built." in html and '<img src="history/' in html
+
+
+def test_the_published_history_judges_runs_with_the_gates_settings(tmp_path):
+    from history_cases import three_nights
+
+    results = three_nights(tmp_path / "results")  # night 2 is half as fast
+
+    def night_2_verdict(gate, pub):
+        publish(rendered(tmp_path / pub), tmp_path / pub, results_dir=results, gate=gate)
+        history = json.loads((tmp_path / pub / "history" / "history.json").read_text())
+        (series,) = [s for s in history["series"] if s["lms"] == "off"]
+        return series["points"][1]["previous"]["verdict"]
+
+    assert night_2_verdict(None, "defaults") == "regression"
+    # a gate that counts only changes above 60 % lets a halving pass
+    assert night_2_verdict({"tolerance": 0.6, "alpha": 0.002}, "lenient") == "unchanged"
