@@ -6,27 +6,11 @@ stop."""
 
 from dataclasses import dataclass
 
+import lms
+
 
 def _is_number(value) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-@dataclass(frozen=True)
-class FloorOp:
-    """The op whose footprint sets the floor no swap plan goes below (`analysis.floor_op`, with
-    its kernel's temporary; reports before it: TFLMSv2's `largest_op`, inputs + outputs)."""
-
-    name: str
-    bytes: float
-
-
-@dataclass(frozen=True)
-class Timeline:
-    """The simulated device and host memory over one step, pooled (bytes)."""
-
-    device_without_lms: tuple[float, ...]
-    device_with_lms: tuple[float, ...] | None
-    host: tuple[float, ...] | None
 
 
 @dataclass(frozen=True)
@@ -37,15 +21,17 @@ class Plan:
     device_limit_bytes: float | None  # the closed loop's limit, else the budget
     variable_bytes: float | None
     input_bytes: float | None
-    floor_op: FloorOp | None
-    timeline: Timeline | None
+    # the op whose footprint sets the floor no swap plan goes below (lms.FloorOp; reports
+    # before it: TFLMSv2's largest op, an lms.OpBytes of its inputs + outputs)
+    floor_op: lms.FloorOp | lms.OpBytes | None
+    timeline: lms.Timeline | None  # simulated device and host memory over one step, pooled
 
 
-def _floor_op(analysis) -> FloorOp | None:
+def _floor_op(analysis) -> "lms.FloorOp | lms.OpBytes | None":
     op = (analysis.floor_op or analysis.largest_op) if analysis is not None else None
     if op is None or not isinstance(op.name, str) or not op.name or not _is_number(op.bytes):
         return None
-    return FloorOp(op.name, op.bytes)
+    return op
 
 
 def _numbers(values) -> tuple[float, ...] | None:
@@ -54,11 +40,12 @@ def _numbers(values) -> tuple[float, ...] | None:
     return tuple(values)
 
 
-def _timeline(timeline) -> Timeline | None:
+def _timeline(timeline) -> "lms.Timeline | None":
+    """lms's timeline with a series of anything but numbers as None (a hand-written record)."""
     without = _numbers(timeline.device_bytes_without_lms) if timeline is not None else None
     if not without:
         return None
-    return Timeline(
+    return lms.Timeline(
         without, _numbers(timeline.device_bytes_with_lms), _numbers(timeline.host_bytes)
     )
 

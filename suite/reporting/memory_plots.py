@@ -26,17 +26,17 @@ def plot_timelines(records: list[TrialRecord], output_dir: Path) -> list[dict]:
         seen.add(record.spec_hash)
         title = record.params.describe()
         figure, axis = plt.subplots(figsize=(8, 3.5))
-        without = [v / GiB for v in timeline.device_without_lms]
+        without = [v / GiB for v in timeline.device_bytes_without_lms]
         axis.plot(without, color="tab:red", label="device, without LMS")
-        if timeline.device_with_lms:
+        if timeline.device_bytes_with_lms:
             axis.plot(
-                [v / GiB for v in timeline.device_with_lms],
+                [v / GiB for v in timeline.device_bytes_with_lms],
                 color="tab:blue",
                 label="device, with LMS",
             )
-        if timeline.device_with_lms and timeline.host:
+        if timeline.device_bytes_with_lms and timeline.host_bytes:
             axis.plot(
-                [v / GiB for v in timeline.host],
+                [v / GiB for v in timeline.host_bytes],
                 color="tab:green",
                 linestyle="--",
                 label="host (swapped tensors)",

@@ -2,10 +2,9 @@
 own layer or the layers before it, never from a later one, and no two modules import each other,
 not even through an import inside a function (only `if TYPE_CHECKING:` imports are exempt)."""
 
-import ast
 from pathlib import Path
 
-from layers import import_cycles
+from layers import import_cycles, run_time_imports
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,27 +39,7 @@ def _layer(module: str) -> int | None:
 
 
 def imports(source: str) -> set[str]:
-    """lms modules `source` imports at run time, at the top or inside a function (not under
-    `if TYPE_CHECKING:`); `from lms import x` imports the module lms.x."""
-    tree = ast.parse(source)
-    skipped = {
-        id(child)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING"
-        for child in ast.walk(node)
-    }
-    found = set()
-    for node in ast.walk(tree):
-        if id(node) in skipped:
-            continue
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module == "lms":
-                found |= {f"lms.{alias.name}" for alias in node.names}
-            elif node.module.startswith("lms."):
-                found.add(node.module)
-        elif isinstance(node, ast.Import):
-            found |= {a.name for a in node.names if a.name.split(".")[0] == "lms"}
-    return found
+    return run_time_imports(source, "lms")
 
 
 def modules(override: dict | None = None) -> dict[str, set[str]]:

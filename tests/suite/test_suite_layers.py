@@ -1,10 +1,9 @@
 """The suite's folders are its layers (docs/architecture.md): a module imports from its own layer or
 the layers before it, never from a later one, and no two modules import each other."""
 
-import ast
 from pathlib import Path
 
-from layers import import_cycles
+from layers import import_cycles, run_time_imports
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,25 +30,7 @@ def _layer(module: str) -> int | None:
 
 def _imports(path: Path) -> set[str]:
     """Suite modules `path` imports at run time (not under `if TYPE_CHECKING:`)."""
-    tree = ast.parse(path.read_text())
-    skipped = {
-        id(child)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING"
-        for child in ast.walk(node)
-    }
-    found = set()
-    for node in ast.walk(tree):
-        if id(node) in skipped:
-            continue
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("suite"):
-            if node.module == "suite":
-                found |= {f"suite.{alias.name}" for alias in node.names}
-            else:
-                found.add(node.module)
-        elif isinstance(node, ast.Import):
-            found |= {a.name for a in node.names if a.name.startswith("suite")}
-    return found
+    return run_time_imports(path.read_text(), "suite")
 
 
 def _modules() -> dict[str, set[str]]:

@@ -1,4 +1,31 @@
-"""What the layer tests of lms and of the suite share: the import cycles among modules."""
+"""What the layer tests of lms and of the suite share: the imports a module makes at run time,
+and the import cycles among modules."""
+
+import ast
+
+
+def run_time_imports(source: str, package: str) -> set[str]:
+    """The `package` modules `source` imports at run time, at the top or inside a function (not
+    under `if TYPE_CHECKING:`); `from package import x` imports the module package.x."""
+    tree = ast.parse(source)
+    skipped = {
+        id(child)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING"
+        for child in ast.walk(node)
+    }
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == package:
+                found |= {f"{package}.{alias.name}" for alias in node.names}
+            elif node.module.startswith(package + "."):
+                found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.split(".")[0] == package}
+    return found
 
 
 def import_cycles(imports: dict) -> list:
