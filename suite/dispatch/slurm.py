@@ -7,9 +7,10 @@ spec through the same runner as this machine, with the trial's process replaced 
 - the job is submitted and its state read until it ends (never `sbatch --wait`: a job that
   asks for more than the partition has waits forever; it is cancelled and the trial recorded
   `skipped` with Slurm's reason);
-- the job runs `srun python -m suite.running.trial_worker` with `nodes x gpus` tasks; a trial of
-  several replicas gets its cluster from Slurm (`SlurmClusterResolver`, see
-  suite/running/replicas.py) and each task writes its worker's result;
+- the job runs `srun python -m suite.running.trial_worker` with `nodes x gpus` tasks (ranks in
+  blocks; a task that fails ends the others); a trial of several replicas finds its cluster from
+  Slurm's step variables, each task's port by its global rank (suite/running/slurm_cluster.py),
+  and each task writes its worker's result, with the node it ran on;
 - the job's time limit is the trial's timeout; its output is the trial's log;
 - the result comes back through `workdir` into `results/` like any host's records (with
   `metrics.slurm_job`); a job that fails, is cancelled or times out without a result is recorded
@@ -50,10 +51,14 @@ from suite.running.heartbeat import Heartbeat, watch_script
 from suite.running.interrupts import RunInterrupted
 from suite.running.replicas import merge
 from suite.running.runner import run_spec, summary_lines
+from suite.running.slurm_cluster import PORT_BASE, PORT_BASE_VARIABLE, PORT_SPAN
 from suite.running.trial import TrialStopped, interrupt_signal
 from suite.specs.model import TrialParams
 
-KNOWN_KEYS = {"scheduler", "partition", "account", "time_limit", "python", "workdir", "max_jobs"}
+KNOWN_KEYS = {
+    "scheduler", "partition", "account", "time_limit", "python", "workdir", "max_jobs",
+    "port_base", "request_gpus",
+}  # fmt: skip
 STATE_OUTCOMES = {"TIMEOUT": "timed_out", "DEADLINE": "timed_out", "OUT_OF_MEMORY": "crashed"}
 # states of a job that has not ended (squeue's long names)
 ACTIVE_STATES = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED",
@@ -93,6 +98,9 @@ class SlurmHost(Host):
     python: str = sys.executable
     workdir: str | None = None  # shared by the nodes; default: the results directory
     max_jobs: int = 1  # a spec's trials (not its sweeps' or searches') submitted at once
+    # the first port of the workers' TensorFlow servers (suite/running/slurm_cluster.py)
+    port_base: int = PORT_BASE
+    request_gpus: bool = False  # ask Slurm for the trial's GPUs (--gpus-per-node) as gres
     # the run's state, not configuration: the jobs waited for, and whether the run is stopping
     _jobs: set = field(default_factory=set, init=False, repr=False, compare=False)
     _stopping: threading.Event = field(
@@ -110,6 +118,16 @@ class SlurmHost(Host):
                 f"invoke.yaml suite.hosts.{self.name}.max_jobs: {self.max_jobs!r}; "
                 "an integer >= 1 (trials submitted at once)"
             )
+        top = 65535 - PORT_SPAN
+        if isinstance(self.port_base, bool) or not isinstance(self.port_base, int):
+            self._refuse("port_base", self.port_base, f"an integer from 1024 to {top}")
+        if not 1024 <= self.port_base <= top:
+            self._refuse("port_base", self.port_base, f"an integer from 1024 to {top}")
+        if not isinstance(self.request_gpus, bool):
+            self._refuse("request_gpus", self.request_gpus, "true or false")
+
+    def _refuse(self, key: str, value, allowed: str):
+        raise SuiteError(f"invoke.yaml suite.hosts.{self.name}.{key}: {value!r}; {allowed}")
 
     @classmethod
     def from_config(cls, name: str, settings: dict, default_image: str = "") -> "SlurmHost":
@@ -130,8 +148,18 @@ class SlurmHost(Host):
         summary = run_spec(job.spec, job.results, self.name, job.force, job.echo, **where)
         job.echo("\n".join(summary_lines(summary)))
 
-    def _sbatch_options(self, minutes: int, nodes: int = 1, tasks_per_node: int = 1) -> list:
-        options = [f"--nodes={nodes}", f"--ntasks-per-node={tasks_per_node}", f"--time={minutes}"]
+    def _sbatch_options(
+        self, minutes: int, nodes: int = 1, tasks_per_node: int = 1, gpus: int = 0
+    ) -> list:
+        # --no-requeue: a job whose node failed ends NODE_FAIL and is recorded, rather than
+        # being queued again by Slurm behind the run's back (JobRequeue defaults to yes)
+        options = [
+            f"--nodes={nodes}",
+            f"--ntasks-per-node={tasks_per_node}",
+            f"--time={minutes}",
+            "--no-requeue",
+        ]
+        options += [f"--gpus-per-node={gpus}"] if gpus and self.request_gpus else []
         options += [f"--partition={self.partition}"] if self.partition else []
         options += [f"--account={self.account}"] if self.account else []
         return options
@@ -271,13 +299,18 @@ class SlurmHost(Host):
             f"{shlex.quote(self.python)} -m suite.running.trial_worker "
             f"{shlex.quote(str(params_file))} {target}"
         )
-        script = self._script(f"srun --kill-on-bad-exit=0 bash -c {shlex.quote(worker)}", scratch)
+        # ranks in blocks, as suite/running/slurm_cluster.py reads them; a worker that fails
+        # (its port taken, a crash) ends the others rather than leave them waiting for it
+        srun = "srun --distribution=block --kill-on-bad-exit=1"
+        script = self._script(f"{srun} bash -c {shlex.quote(worker)}", scratch)
         minutes = max(1, math.ceil(timeout_s / 60))
-        options = self._sbatch_options(minutes, params.nodes, params.gpus)
+        options = self._sbatch_options(minutes, params.nodes, params.gpus, params.gpus)
         options.append(f"--job-name=lms-{params.hash}")
         try:
             with Heartbeat(scratch / "heartbeat"):
-                job = self._submit(script, options, child_environment(extra_env), log_path)
+                environment = child_environment(extra_env)
+                environment[PORT_BASE_VARIABLE] = str(self.port_base)
+                job = self._submit(script, options, environment, log_path)
                 code = self._wait(job)
         except JobNeverStarts as never:
             where = f"slurm job {never.job} was cancelled" if never.job else "sbatch refused it"
@@ -300,8 +333,19 @@ class SlurmHost(Host):
             return dataclasses.replace(result, metrics=metrics, error=error, wall_s=wall)
         state, reason = self.job_state(job)  # no result: Slurm's account
         error = f"slurm job {job} ended {state} (reason: {reason}; exit code {code})"
+        if state == "NODE_FAIL":
+            error += f"; {self._failed_nodes(job)}"
         outcome = STATE_OUTCOMES.get(state, "crashed")
         return TrialResult(outcome, Metrics(slurm_job=job), error, None, wall)
+
+    def _failed_nodes(self, job: str) -> str:
+        """The job's nodes that are down and why (`sinfo -R`), e.g. "node2: Not responding"."""
+        nodes = self._job_fields(job).get("NodeList", "")
+        listed = subprocess.run(
+            ["sinfo", "-h", "-R", "-n", nodes, "-o", "%N: %E"], capture_output=True, text=True
+        )
+        down = "; ".join(listed.stdout.split("\n")).strip("; ")
+        return f"down: {down}" if down else f"no node of {nodes or 'the job'} is down now"
 
     def describe(self, results_dir: Path) -> dict:
         """The description of a node of the cluster, captured by a job there."""

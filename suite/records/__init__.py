@@ -9,8 +9,10 @@ Types (schema 2; a schema-1 file of any form the suite wrote is migrated on load
                     (Rate: mean, stderr, jitter, total; .rate(key)), step_time_s (StepTimes),
                     step_times_s, warmup_times_s, build_s, final_loss, peak_memory_bytes,
                     memory_budget_bytes, machine_load (MachineLoad), machine_speed
-                    (MachineSpeed), replicas, nodes, workers (WorkerSummary...), lms_plan and
-                    lms_traffic (lms.PlanReport, lms.SwapTraffic), slurm_job; None: not measured
+                    (MachineSpeed), replicas, nodes, workers (WorkerSummary..., each with its
+                    placement), lms_plan and lms_traffic (lms.PlanReport, lms.SwapTraffic),
+                    slurm_job, placement (Placement: hostname, node, node_id, address);
+                    None: not measured
     TrialResult     what a trial process writes: outcome, metrics, error, device (+ wall_s);
                     write_result(path, result), read_result(path)
     SearchRecord    <results>/searches/<host>.jsonl: kind, search_hash, limit_key, mode, spec,
@@ -72,6 +74,7 @@ from suite.records.metrics import (
     MachineLoad,
     MachineSpeed,
     Metrics,
+    Placement,
     Rate,
     Spread,
     StepTimes,
@@ -151,6 +154,7 @@ __all__ = [
     "LinkProjection",
     "MachineLoad",
     "MachineSpeed",
+    "Placement",
     "Metrics",
     "PredictionRecord",
     "Probe",

@@ -63,6 +63,26 @@ class MachineSpeed:
 
 
 @dataclass(frozen=True)
+class Placement:
+    """Where a trial process ran: the machine's host name; under Slurm its node's name
+    (SLURMD_NODENAME) and index in the job (SLURM_NODEID); a replica worker's TensorFlow
+    server address (address:port)."""
+
+    SPARSE = True
+    hostname: str
+    node: str | None = None
+    node_id: int | None = None
+    address: str | None = None
+
+    def text(self) -> str:
+        """ "node2 (host vm, 127.0.0.1:20129)", "vm" when not under Slurm."""
+        where = [f"host {self.hostname}"] if self.node else []
+        where += [self.address] if self.address else []
+        name = self.node or self.hostname
+        return f"{name} ({', '.join(where)})" if where else name
+
+
+@dataclass(frozen=True)
 class WorkerSummary:
     """One replica worker of a data-parallel trial (suite.running.replicas.merge)."""
 
@@ -71,6 +91,7 @@ class WorkerSummary:
     step_time_s: float | None = None  # its median step
     peak_memory_bytes: int | None = None
     final_loss: float | None = None
+    placement: Placement | None = None  # absent from records before 0.17
 
 
 def _lms_type(cls):
@@ -123,6 +144,7 @@ class Metrics:
         default=None, metadata={"read": _lms_type(lms.SwapTraffic)}
     )  # lms.LMSFunction.traffic()
     slurm_job: str | None = None  # the Slurm job that ran it
+    placement: Placement | None = None  # where it ran (a replica: worker 0's place)
 
     def rate(self, key: str) -> Rate | None:
         """The rate named `key` (a workload's `rate_key`: pixels_per_sec or voxels_per_sec)."""

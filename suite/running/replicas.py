@@ -21,7 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from suite.records import Metrics, TrialResult, WorkerSummary, read_result
+from suite.records import Metrics, Placement, TrialResult, WorkerSummary, read_result
 
 WORKER_INDEX = "SUITE_WORKER_INDEX"
 SEVERITY = ("ok", "out_of_memory", "timed_out", "crashed")  # the worst of the workers wins
@@ -39,9 +39,29 @@ def free_ports(count: int) -> list[int]:
             s.close()
 
 
-def tf_config(ports: list[int], index: int) -> str:
-    workers = [f"127.0.0.1:{port}" for port in ports]
-    return json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})
+def tf_config(workers: list[str] | tuple[str, ...], index: int) -> str:
+    """TensorFlow's cluster description: the workers' "address:port" and this one's index."""
+    return json.dumps(
+        {"cluster": {"worker": list(workers)}, "task": {"type": "worker", "index": index}}
+    )
+
+
+def placement(environ=os.environ) -> Placement:
+    """Where this process runs: the host name, under Slurm the node, and for a replica worker
+    its TensorFlow server's address (from TF_CONFIG, which both launchers write)."""
+    address = None
+    try:
+        config = json.loads(environ["TF_CONFIG"])
+        address = config["cluster"]["worker"][config["task"]["index"]]
+    except (KeyError, ValueError, IndexError, TypeError):  # not a worker (or not our TF_CONFIG)
+        pass
+    node_id = environ.get("SLURM_NODEID")
+    return Placement(
+        socket.gethostname(),
+        environ.get("SLURMD_NODENAME"),
+        None if node_id is None else int(node_id),
+        address,
+    )
 
 
 def under_slurm() -> bool:
@@ -74,7 +94,8 @@ def launch(params_path: str, result_path: str, replicas: int) -> TrialResult:
     ports = free_ports(replicas)
     processes, results = [], []
     for index in range(replicas):
-        env = {**os.environ, WORKER_INDEX: str(index), "TF_CONFIG": tf_config(ports, index)}
+        workers = [f"127.0.0.1:{port}" for port in ports]
+        env = {**os.environ, WORKER_INDEX: str(index), "TF_CONFIG": tf_config(workers, index)}
         worker_result = f"{result_path}.worker{index}"
         results.append(Path(worker_result))
         command = [sys.executable, "-m", "suite.running.trial_worker", params_path, worker_result]
@@ -83,19 +104,29 @@ def launch(params_path: str, result_path: str, replicas: int) -> TrialResult:
     return merge([read_result(r) for r in results], codes)
 
 
+def _worker_name(index: int, summary: WorkerSummary) -> str:
+    where = summary.placement
+    return f"worker {index} on {where.node}" if where and where.node else f"worker {index}"
+
+
 def merge(results: list[TrialResult | None], codes: list[int]) -> TrialResult:
     """One trial result from its workers': worker 0's metrics and device, the worst outcome,
     every worker's error, and `workers` (each one's outcome, median step time, peak, loss)."""
     summaries = []
-    for index, (result, code) in enumerate(zip(results, codes, strict=True)):
+    for result, code in zip(results, codes, strict=True):
         if result is None:
-            error = f"worker {index} exited with code {code} without a result"
+            error = f"exited with code {code} without a result"
             result = TrialResult("crashed", error=error)
         metrics = result.metrics or Metrics()
         median = metrics.step_time_s.median if metrics.step_time_s else None
         summaries.append(
             WorkerSummary(
-                result.outcome, result.error, median, metrics.peak_memory_bytes, metrics.final_loss
+                result.outcome,
+                result.error,
+                median,
+                metrics.peak_memory_bytes,
+                metrics.final_loss,
+                metrics.placement,
             )
         )
     worst = max(summaries, key=lambda s: SEVERITY.index(s.outcome))
@@ -103,6 +134,9 @@ def merge(results: list[TrialResult | None], codes: list[int]) -> TrialResult:
     metrics = None
     if first is not None:
         metrics = dataclasses.replace(first.metrics or Metrics(), workers=tuple(summaries))
-    errors = [f"worker {i}: {s.error}" for i, s in enumerate(summaries) if s.error]
+    # a worker's own account first; those that left none (killed when another failed) last
+    own = [i for i, r in enumerate(results) if r is not None and summaries[i].error]
+    left_none = [i for i, r in enumerate(results) if r is None]
+    errors = [f"{_worker_name(i, summaries[i])}: {summaries[i].error}" for i in own + left_none]
     error = "; ".join(errors)[:4000] if errors else None
     return TrialResult(worst.outcome, metrics, error, first.device if first else None)

@@ -30,14 +30,15 @@ def _log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-# first port of a Slurm job's workers on each node (one per task from there)
-SLURM_PORT_BASE = 23456
-
-
 def _replica_strategy(tf, params: "TrialParams", index: int):
     """MultiWorkerMirroredStrategy for a trial of several replicas (suite/running/replicas.py
-    says why), None for one. On a CPU each worker gets one thread; on a GPU host, one GPU."""
-    from suite.running.replicas import under_slurm
+    says why), None for one. On a CPU each worker gets one thread; on a GPU host, one GPU. Its
+    cluster is TF_CONFIG: written by the one-node launcher, or here from Slurm's tasks
+    (suite/running/slurm_cluster.py, which also checks that this task's port is free)."""
+    import os
+
+    from suite.running.replicas import tf_config, under_slurm
+    from suite.running.slurm_cluster import check_port_free, slurm_task
 
     if params.replicas == 1:
         return None
@@ -45,18 +46,15 @@ def _replica_strategy(tf, params: "TrialParams", index: int):
     if not gpus:
         tf.config.threading.set_intra_op_parallelism_threads(1)
         tf.config.threading.set_inter_op_parallelism_threads(1)
-    if under_slurm():  # the cluster from Slurm's tasks; it gives each task its GPUs
-        # without GPUs it still needs a positive count per task: one per task, never applied
-        resolver = tf.distribute.cluster_resolver.SlurmClusterResolver(
-            port_base=SLURM_PORT_BASE,
-            gpus_per_node=len(gpus) or params.gpus,
-            gpus_per_task=1,
-            auto_set_gpu=bool(gpus),
-        )
-        return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
-    if gpus:  # GPU only: worker i computes on GPU i of the node
-        tf.config.set_visible_devices(gpus[index % len(gpus)], "GPU")
-    return tf.distribute.MultiWorkerMirroredStrategy()  # its cluster: TF_CONFIG
+    local = index
+    if under_slurm():
+        task = slurm_task()
+        check_port_free(task)
+        os.environ["TF_CONFIG"] = tf_config(task.workers, task.rank)
+        local = int(os.environ.get("SLURM_LOCALID", "0"))
+    if gpus:  # GPU only: worker i of a node computes on GPU i of the node
+        tf.config.set_visible_devices(gpus[local % len(gpus)], "GPU")
+    return tf.distribute.MultiWorkerMirroredStrategy()
 
 
 def run(params: "TrialParams") -> TrialResult:
@@ -66,7 +64,7 @@ def run(params: "TrialParams") -> TrialResult:
     import lms
     from suite import lms_seam, stats
     from suite.running.machine_load import LoadMonitor
-    from suite.running.replicas import worker_index
+    from suite.running.replicas import placement, worker_index
     from suite.workloads import build_workload, data, training
 
     info = params.info
@@ -131,7 +129,12 @@ def run(params: "TrialParams") -> TrialResult:
 
     def ended(outcome: str, error: str | None = None, **measured) -> TrialResult:
         """The one place a result is built: the memory budget and the machine's load always."""
-        metrics = Metrics(memory_budget_bytes=budget, machine_load=load.summary(), **measured)
+        metrics = Metrics(
+            memory_budget_bytes=budget,
+            machine_load=load.summary(),
+            placement=placement(),
+            **measured,
+        )
         return TrialResult(outcome, metrics, error, device)
 
     try:
