@@ -324,19 +324,23 @@ class SlurmHost(Host):
         if tasks > 1:
             workers = [Path(f"{result_file}.worker{i}") for i in range(tasks)]
             found = [read_result(p) for p in workers]
-            result = merge(found, [code] * tasks) if any(found) else None
+            result = merge(found, [None] * tasks) if any(found) else None
         else:
             result = read_result(result_file)
+        state, reason = self.job_state(job)
+        slurms = f"slurm job {job} ended {state} (reason: {reason}; exit code {code})"
+        if state == "NODE_FAIL":  # a node died: Slurm's account first, the workers' after it
+            slurms += f"; {self._failed_nodes(job)}"
+            error = slurms + (f"; {result.error}" if result and result.error else "")
+            metrics = (result and result.metrics) or Metrics()
+            metrics = dataclasses.replace(metrics, slurm_job=job)
+            return TrialResult("crashed", metrics, error[:4000], result and result.device, wall)
         if result is not None:  # the trial's own account of how it ended
-            metrics = result.metrics and dataclasses.replace(result.metrics, slurm_job=job)
+            metrics = dataclasses.replace(result.metrics or Metrics(), slurm_job=job)
             error = result.error if result.ok else f"slurm job {job}: {result.error}"
             return dataclasses.replace(result, metrics=metrics, error=error, wall_s=wall)
-        state, reason = self.job_state(job)  # no result: Slurm's account
-        error = f"slurm job {job} ended {state} (reason: {reason}; exit code {code})"
-        if state == "NODE_FAIL":
-            error += f"; {self._failed_nodes(job)}"
-        outcome = STATE_OUTCOMES.get(state, "crashed")
-        return TrialResult(outcome, Metrics(slurm_job=job), error, None, wall)
+        outcome = STATE_OUTCOMES.get(state, "crashed")  # no result: Slurm's account
+        return TrialResult(outcome, Metrics(slurm_job=job), slurms, None, wall)
 
     def _failed_nodes(self, job: str) -> str:
         """The job's nodes that are down and why (`sinfo -R`), e.g. "node2: Not responding"."""

@@ -109,13 +109,15 @@ def _worker_name(index: int, summary: WorkerSummary) -> str:
     return f"worker {index} on {where.node}" if where and where.node else f"worker {index}"
 
 
-def merge(results: list[TrialResult | None], codes: list[int]) -> TrialResult:
+def merge(results: list[TrialResult | None], codes: list[int | None]) -> TrialResult:
     """One trial result from its workers': worker 0's metrics and device, the worst outcome,
     every worker's error, and `workers` (each one's outcome, median step time, peak, loss)."""
     summaries = []
     for result, code in zip(results, codes, strict=True):
         if result is None:
-            error = f"exited with code {code} without a result"
+            # under Slurm a task's own exit code is not known (None): the job's is not its
+            error = f"exited with code {code} without a result" if code is not None else None
+            error = error or "left no result"
             result = TrialResult("crashed", error=error)
         metrics = result.metrics or Metrics()
         median = metrics.step_time_s.median if metrics.step_time_s else None
@@ -131,9 +133,9 @@ def merge(results: list[TrialResult | None], codes: list[int]) -> TrialResult:
         )
     worst = max(summaries, key=lambda s: SEVERITY.index(s.outcome))
     first = results[0]
-    metrics = None
-    if first is not None:
-        metrics = dataclasses.replace(first.metrics or Metrics(), workers=tuple(summaries))
+    # worker 0's metrics; every worker's summary even when worker 0 left no result
+    metrics = (first and first.metrics) or Metrics()
+    metrics = dataclasses.replace(metrics, workers=tuple(summaries))
     # a worker's own account first; those that left none (killed when another failed) last
     own = [i for i, r in enumerate(results) if r is not None and summaries[i].error]
     left_none = [i for i, r in enumerate(results) if r is None]

@@ -217,7 +217,12 @@ def main(argv: list[str]) -> int:
         code = 0
     except Exception as error:  # any failure of the workload is a recorded result
         traceback.print_exc()
-        result = TrialResult("crashed", error=f"{type(error).__name__}: {error}"[:2000])
+        from suite.running.replicas import placement
+
+        # where it crashed: a worker's error is named by its node in the merged result
+        result = TrialResult(
+            "crashed", Metrics(placement=placement()), f"{type(error).__name__}: {error}"[:2000]
+        )
         code = 1
     write_result(result_path, result)
     return code

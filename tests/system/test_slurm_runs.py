@@ -1,4 +1,4 @@
-"""`inv run --hosts cluster` against a real one-node Slurm (scripts/slurm.sh: munge, slurmctld,
+"""`inv run --hosts cluster` against a real Slurm (scripts/slurm.sh: munge, slurmctld and two
 slurmd on this machine; `inv test` starts it): trials become jobs, a two-replica trial gets its
 cluster from Slurm, `max_jobs` trials are queued at once. A run stopped by SIGINT or SIGTERM
 cancels its jobs; after a SIGKILL they end by themselves; a rerun resumes the same run.
@@ -65,7 +65,7 @@ def test_inv_run_on_a_slurm_host_records_jobs_and_two_replicas(tmp_path):
     assert (one.outcome, two.outcome) == ("ok", "ok"), (one.error, two.error)
     jobs = {one.metrics.slurm_job, two.metrics.slurm_job}
     assert len(jobs) == 2 and all(job.isdigit() for job in jobs)
-    # two tasks of one job, joined by SlurmClusterResolver: the same loss on both workers
+    # two tasks of one job, joined by suite/running/slurm_cluster.py: the same loss on both
     assert two.metrics.replicas == 2
     first, second = two.metrics.workers
     assert first.outcome == second.outcome == "ok"

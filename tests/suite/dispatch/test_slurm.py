@@ -1,4 +1,4 @@
-"""`SlurmHost` against a real one-node Slurm (scripts/slurm.sh; `inv test` starts it): a job that
+"""`SlurmHost` against a real two-node Slurm (scripts/slurm.sh; `inv test` starts it): a job that
 fails or is cancelled is recorded with Slurm's reason, a trial the cluster cannot hold is skipped
 and its job cancelled, and `max_jobs` is checked. Whole runs: tests/system/test_slurm_runs.py."""
 
@@ -55,13 +55,13 @@ def test_a_cancelled_job_is_recorded_as_cancelled(tmp_path):
 
 
 def test_a_trial_the_cluster_cannot_hold_is_skipped_and_its_job_cancelled(tmp_path):
-    # a two-node trial on the one-node partition: sbatch accepts it and it would wait forever
-    # (PartitionConfig, then PartitionNodeLimit); the host cancels it and records why
+    # a three-node trial on the two-node partition: sbatch accepts it and it would wait
+    # forever (PartitionConfig, then PartitionNodeLimit); the host cancels it and records why
     host = SlurmHost("cluster", partition="debug")
-    params = _tiny_params().replace(nodes=2)
+    params = _tiny_params().replace(nodes=3)
     result = host.run_trial(params, 120, tmp_path / "logs" / "cluster" / "c.log")
     assert result.outcome == "skipped", result.error
-    assert "2 node(s) x 1 task(s)" in result.error
+    assert "3 node(s) x 1 task(s)" in result.error
     assert "(PartitionNodeLimit)" in result.error or "(PartitionConfig)" in result.error
     job = result.metrics.slurm_job
     assert host.job_state(job)[0] in ("CANCELLED", "UNKNOWN")
@@ -73,3 +73,19 @@ def test_max_jobs_must_be_a_positive_integer():
     for bad in (0, "2", True):
         with pytest.raises(SuiteError, match=r"suite.hosts.cluster.max_jobs: .*integer >= 1"):
             SlurmHost.from_config("cluster", {"scheduler": "slurm", "max_jobs": bad})
+
+
+def test_port_base_and_request_gpus_are_checked():
+    for bad in (80, 70000, "20000", True):
+        with pytest.raises(SuiteError, match=r"suite.hosts.cluster.port_base: .*from 1024 to"):
+            SlurmHost.from_config("cluster", {"scheduler": "slurm", "port_base": bad})
+    with pytest.raises(SuiteError, match=r"suite.hosts.cluster.request_gpus: 'yes'; true or false"):
+        SlurmHost.from_config("cluster", {"scheduler": "slurm", "request_gpus": "yes"})
+
+
+def test_a_job_asks_for_gpus_as_gres_only_when_the_host_says_so():
+    plain = SlurmHost("cluster")._sbatch_options(5, 2, 4, 4)
+    assert "--nodes=2" in plain and "--ntasks-per-node=4" in plain and "--no-requeue" in plain
+    assert not any(option.startswith("--gpus") for option in plain)
+    asking = SlurmHost("cluster", request_gpus=True)._sbatch_options(5, 2, 4, 4)
+    assert "--gpus-per-node=4" in asking
