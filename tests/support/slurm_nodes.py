@@ -2,6 +2,7 @@
 a machine that dies would: its slurmd, the slurmstepd of each job step on it, and the tasks those
 started (the processes whose environment says SLURMD_NODENAME=<node>)."""
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -40,10 +41,8 @@ def kill_node(node: str) -> set[int]:
     """SIGKILL everything of `node` (its slurmd first, so it cannot restart a step)."""
     pids = node_processes(node)
     for pid in sorted(pids):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     return pids
 
 

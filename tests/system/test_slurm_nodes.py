@@ -48,9 +48,7 @@ def _run(tmp_path, spec: Path, host: str = "{scheduler: slurm, partition: debug}
 
 
 def test_a_two_node_trial_runs_on_both_nodes_and_trains_as_one_node_does(tmp_path):
-    spec = _spec(
-        tmp_path / "nodes.toml", 3, ("two-nodes", "nodes = 2"), ("one-node", "gpus = 2")
-    )
+    spec = _spec(tmp_path / "nodes.toml", 3, ("two-nodes", "nodes = 2"), ("one-node", "gpus = 2"))
     run = _run(tmp_path, spec)
     output = run.communicate(timeout=900)[0]
     assert run.returncode == 0, output
