@@ -384,7 +384,7 @@ def specs(c):
         ".venv-tf2.14 (created on first use)",
         "lint": "run ruff check and ruff format --check first",
         "docker": "run the container tests (installs and starts a Docker engine if missing)",
-        "slurm": "run the Slurm tests (installs and starts a one-node Slurm if missing)",
+        "slurm": "run the Slurm tests (installs and starts a two-node Slurm if missing)",
         "chromium": "run the test that loads the published site in headless Chromium "
         "(installs Debian's chromium if missing)",
         "k": "only tests matching this pytest -k expression",
