@@ -154,12 +154,13 @@ def read_fields(cls, t: Table):
 
 def fields_of(record) -> dict:
     """A dataclass's fields in their JSON form (a field's metadata may rename its `key`), without
-    the nulls if the class is SPARSE (metrics store only what was measured)."""
+    the nulls if the class is SPARSE (metrics store only what was measured) or the field's
+    metadata says `sparse` (a field added later: older records write back as they were read)."""
     sparse = getattr(record, "SPARSE", False)
     values = {}
     for field in dataclasses.fields(record):
         value = getattr(record, field.name)
-        if not (sparse and value is None):
+        if not ((sparse or field.metadata.get("sparse")) and value is None):
             values[field.metadata.get("key", field.name)] = write(value)
     return values
 

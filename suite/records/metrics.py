@@ -91,7 +91,8 @@ class WorkerSummary:
     step_time_s: float | None = None  # its median step
     peak_memory_bytes: int | None = None
     final_loss: float | None = None
-    placement: Placement | None = None  # absent from records before 0.17
+    # absent from records before 0.17, and written only when known
+    placement: Placement | None = field(default=None, metadata={"sparse": True})
 
 
 def _lms_type(cls):

@@ -86,3 +86,20 @@ def test_a_trial_process_result_round_trips_and_an_unreadable_one_is_a_crash(tmp
     assert crashed.outcome == "crashed" and "must carry metrics" in crashed.error
     with pytest.raises(DamagedRecord, match="outcome 'fine'"):
         TrialResult("fine")
+
+
+def test_a_workers_placement_is_written_only_when_known_and_reads_back():
+    from suite.records import Placement
+
+    placed = WorkerSummary("ok", placement=Placement("vm", "node2", 1, "127.0.0.1:20385"))
+    metrics = Metrics(images_per_sec=Rate(1.0, 0.1), workers=(placed, WorkerSummary("ok")))
+    table = json.loads(json.dumps(metrics.to_dict()))
+    assert table["workers"][0]["placement"] == {
+        "hostname": "vm",
+        "node": "node2",
+        "node_id": 1,
+        "address": "127.0.0.1:20385",
+    }
+    assert "placement" not in table["workers"][1]
+    values = trial_values(metrics=table)
+    assert TrialRecord.from_dict(values, "test").metrics.workers == (placed, WorkerSummary("ok"))
