@@ -191,6 +191,57 @@ class HostStore(SwapMechanism):
         # DeepCopy then copies it into the allocator, so no reader writes into the stored array
         return array
 
+    # Pieces of a split op (lms/split.py): a whole tensor read in slices, an output written in
+    # slices into one host array that its readers then take whole.
+
+    def put_whole(self, array, readers):
+        """Keep `array` for `readers` slice reads; its handle."""
+        return self._put(array, readers)
+
+    def get_slice(self, handle, axis, start, stop):
+        """Rows start:stop along `axis` of a kept array (its last read frees it)."""
+        key = int(handle[0])
+        with self._lock:
+            array = self._arrays[key]
+            self._readers[key] -= 1
+            if self._readers[key] == 0:
+                del self._arrays[key], self._readers[key]
+        index = [slice(None)] * array.ndim
+        index[int(axis)] = slice(int(start), int(stop))
+        piece = aligned_copy(array[tuple(index)])
+        seconds = self._engines.move("in", piece.nbytes)[1] if self._engines else 0.0
+        with self._lock:
+            self._traffic.swap_ins += 1
+            self._traffic.in_bytes += piece.nbytes
+            self._traffic.in_transfer_seconds += seconds
+        return piece
+
+    def put_slice(self, handle, piece, axis, start, shape, readers):
+        """Write `piece` at `start` along `axis` of the host array `handle` (-1: a new one of
+        `shape` for `readers` reads); the array's handle."""
+        key = int(handle[0])
+        if self._engines:
+            seconds = self._engines.move("out", piece.nbytes)[1]
+        else:
+            seconds = 0.0
+        with self._lock:
+            if key < 0:
+                key = next(self._handles)
+                self._arrays[key] = aligned_copy(np.empty(tuple(shape), piece.dtype))
+                self._readers[key] = int(readers)
+            array = self._arrays[key]
+            index = [slice(None)] * array.ndim
+            index[int(axis)] = slice(int(start), int(start) + piece.shape[int(axis)])
+            array[tuple(index)] = piece
+            self._traffic.swap_outs += 1
+            self._traffic.out_bytes += piece.nbytes
+            self._traffic.out_transfer_seconds += seconds
+        return np.array([key], dtype=np.int64)
+
+    def get_whole(self, handle):
+        """A kept array whole (as a swap-in)."""
+        return self._get(handle)
+
     def _py_func_tokens(self) -> tuple[bytes, bytes]:
         """Register `_put` and `_get` with TensorFlow's py_func registry, once per store.
 

@@ -1,0 +1,246 @@
+"""Split an operation too large for the device into pieces computed one after the other, so that
+LMS reaches past the floor swapping alone cannot pass (docs/lms.md, "Splitting").
+
+With swapping alone the step's device peak cannot drop below its largest operation's inputs and
+outputs plus what stays resident, because an operation needs all of them on the device at once.
+Split into k pieces along the batch (or, with a batch of 1, along the rows: axis 1, the depth of
+a 3D tensor), piece p reads slices p of its inputs and writes slice p of its output, so only 1/k
+of them is on the device at a time:
+
+- each input that has the output's shape is kept on the host once (`keep`) and read back a slice
+  per piece (`read`); inputs that broadcast along the split axis (a bias, a scale) are read whole;
+- each piece's output goes to the host into its place in one host array (`store`), which the
+  op's readers then take back whole (`assemble`): the whole output exists on the device only for
+  its readers, whom the planner can serve with swaps as any tensor;
+- the pieces run in sequence: piece p + 1 reads its slices only after piece p is stored.
+
+The pieces are ordinary ops of the step's graph, added before it is analysed: the simulator,
+the tuner and the closed loop see them as they see every op (how many pieces, on which axis, is
+the new lever: `lms/api.py` splits the floor's op only when no plan fits without it).
+
+This version splits element-wise operations (the floor of GoogLeNet's ReluGrad and ResNet50's
+AddN at the sizes the suite searches); convolutions, their gradients, pooling and batch norm
+need halos or reductions across pieces and are not split yet (`splittable` says why).
+"""
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import tensorflow as tf
+
+from lms import _tf_private
+
+# one output, computed element by element from inputs of its shape or broadcast to it
+ELEMENTWISE_OPS = frozenset(
+    {
+        "Abs", "Add", "AddN", "AddV2", "BiasAdd", "Cast", "Elu", "EluGrad", "Exp", "LeakyRelu",
+        "LeakyReluGrad", "Log", "Maximum", "Minimum", "Mul", "Neg", "RealDiv", "Relu", "Relu6",
+        "Relu6Grad", "ReluGrad", "Rsqrt", "Selu", "SeluGrad", "Sigmoid", "SigmoidGrad",
+        "Softplus", "SoftplusGrad", "Sqrt", "Square", "SquaredDifference", "Sub", "Tanh",
+        "TanhGrad",
+    }
+)  # fmt: skip
+SCOPE = "lms_split"
+
+
+@dataclass(frozen=True)
+class Split:
+    """One split: which op, into how many pieces, along which axis, and why."""
+
+    op: str
+    op_type: str
+    pieces: int
+    axis: int
+    bytes: int  # the op's inputs and outputs, whole
+    why: str = ""
+
+    def as_dict(self) -> dict:
+        return {
+            "op": self.op,
+            "op_type": self.op_type,
+            "pieces": self.pieces,
+            "axis": self.axis,
+            "bytes": self.bytes,
+            "why": self.why,
+        }
+
+
+def split_axis(shape: list) -> int | None:
+    """The batch (axis 0) when it is above 1, else the rows (axis 1) of an image or volume."""
+    if shape and shape[0] > 1:
+        return 0
+    if len(shape) >= 3 and shape[1] > 1:
+        return 1
+    return None
+
+
+def _sliced_inputs(op, axis: int) -> list[bool] | str:
+    """Per input, whether it is read in slices (it has the output's shape) or whole (it
+    broadcasts along `axis`); a reason when the op cannot be split."""
+    shape = op.outputs[0].shape.as_list()
+    sliced = []
+    for tensor in op.inputs:
+        if not tensor.shape.is_fully_defined():
+            return f"input {tensor.name} has no static shape"
+        dims = tensor.shape.as_list()
+        if dims == shape:
+            sliced.append(True)
+            continue
+        aligned = axis - (len(shape) - len(dims))  # numpy's broadcasting aligns the last axes
+        if aligned >= 0 and dims[aligned] != 1:
+            return f"input {tensor.name} {dims} neither matches nor broadcasts along axis {axis}"
+        sliced.append(False)
+    if not any(sliced):
+        return "no input has the output's shape"
+    return sliced
+
+
+def splittable(op) -> str | None:
+    """None when `op` can be split here, else why not (said in the plan's explanation)."""
+    if op.type not in ELEMENTWISE_OPS:
+        return (
+            f"{op.type} is not split yet (element-wise ops are; convolutions, their gradients, "
+            "pooling and batch norm need halos or reductions across pieces)"
+        )
+    if len(op.outputs) != 1 or not op.outputs[0].shape.is_fully_defined():
+        return "its output has no static shape"
+    if any(op.outputs[0] is t for t in op.graph.outputs):
+        return "its output is the step's output"
+    axis = split_axis(op.outputs[0].shape.as_list())
+    if axis is None:
+        return "its output has neither a batch nor rows above 1"
+    sliced = _sliced_inputs(op, axis)
+    return sliced if isinstance(sliced, str) else None
+
+
+class HostPieces:
+    """The emulated device's piece copies: through the host store (lms/swap.py HostStore)."""
+
+    def __init__(self, store):
+        self.store = store
+
+    def keep(self, tensor, readers: int):
+        count = tf.constant([readers], tf.int64)
+        return tf.numpy_function(
+            lambda a, r: self.store.put_whole(a, r[0]), [tensor, count], tf.int64, stateful=True
+        )
+
+    def read(self, kept, like, axis: int, start: int, stop: int):
+        where = tf.constant([axis, start, stop], tf.int64)
+        piece = tf.numpy_function(
+            lambda h, w: self.store.get_slice(h, *w), [kept, where], like.dtype, stateful=True
+        )
+        shape = like.shape.as_list()
+        shape[axis] = stop - start
+        return _on_device(piece, shape)
+
+    def store_piece(self, stored, piece, axis: int, start: int, shape: list, readers: int):
+        handle = tf.constant([-1], tf.int64) if stored is None else stored
+        where = tf.constant([axis, start, readers, *shape], tf.int64)
+        return tf.numpy_function(
+            lambda h, p, w: self.store.put_slice(h, p, w[0], w[1], w[3:], w[2]),
+            [handle, piece, where],
+            tf.int64,
+            stateful=True,
+        )
+
+    def assemble(self, stored, like):
+        whole = tf.numpy_function(self.store.get_whole, [stored], like.dtype, stateful=True)
+        return _on_device(whole, like.shape.as_list())
+
+
+class DevicePieces:
+    """A GPU's piece copies: slices of a host copy (the CPU device) and pieces concatenated on
+    the host. Only a GPU runs this path: on a CPU the host copy is the same memory."""
+
+    def __init__(self, host_device: str = "/device:CPU:0"):
+        self.host_device = host_device
+
+    def keep(self, tensor, readers: int):
+        with tf.device(self.host_device):
+            return tf.identity(tensor)
+
+    def read(self, kept, like, axis: int, start: int, stop: int):
+        with tf.device(self.host_device):
+            index = [slice(None)] * like.shape.rank
+            index[axis] = slice(start, stop)
+            piece = kept[tuple(index)]
+        with tf.device(like.device):
+            return tf.identity(piece)
+
+    def store_piece(self, stored, piece, axis: int, start: int, shape: list, readers: int):
+        with tf.device(self.host_device):
+            return [*(stored or []), tf.identity(piece)]
+
+    def assemble(self, stored, like):
+        with tf.device(self.host_device):
+            whole = tf.concat(stored, axis=self._axis)
+        with tf.device(like.device):
+            return tf.identity(whole)
+
+
+def _on_device(array, shape: list):
+    """A py_func's result copied into TensorFlow's allocator (as a swap-in is: lms/swap.py),
+    with the static shape Grappler needs."""
+    copy = tf.raw_ops.DeepCopy(x=array)
+    return tf.ensure_shape(copy, shape)
+
+
+def _piece_op(op, inputs):
+    """A copy of `op` (type and attributes) over `inputs`."""
+    attrs = {key: op.node_def.attr[key] for key in op.node_def.attr}
+    created = op.graph._create_op_internal(  # noqa: SLF001 (lms/_tf_private.py lists it)
+        op.type, inputs, [t.dtype for t in op.outputs], attrs=attrs
+    )
+    return created.outputs[0]
+
+
+def split_op(op, pieces: int, io, why: str = "") -> Split:
+    """Replace `op` in its graph by `pieces` pieces computed in sequence (module docstring); its
+    readers and the ops that wait for it read and wait for the assembled output."""
+    reason = splittable(op)
+    if reason:
+        raise ValueError(f"cannot split {op.name}: {reason}")
+    graph, out = op.graph, op.outputs[0]
+    shape = out.shape.as_list()
+    axis = split_axis(shape)
+    pieces = max(2, min(pieces, shape[axis]))
+    sliced = _sliced_inputs(op, axis)
+    bounds = [(int(r[0]), int(r[-1]) + 1) for r in np.array_split(np.arange(shape[axis]), pieces)]
+    readers = [(c, i) for c in out.consumers() for i, x in enumerate(c.inputs) if x is out]
+    waiters = [w for w in graph.get_operations() if op in w.control_inputs]
+    size = sum(t.shape.num_elements() * t.dtype.size for t in (*op.inputs, out))
+    if isinstance(io, DevicePieces):
+        io._axis = axis
+    with graph.as_default(), tf.control_dependencies(None), tf.name_scope(f"{SCOPE}/"):
+        with tf.name_scope(op.name.replace("/", "_")):
+            kept = {
+                i: io.keep(x, len(bounds))
+                for i, x in enumerate(op.inputs)
+                if sliced[i]
+            }
+            stored, previous = None, []
+            for start, stop in bounds:
+                with tf.control_dependencies(previous):
+                    args = [
+                        io.read(kept[i], x, axis, start, stop) if i in kept else x
+                        for i, x in enumerate(op.inputs)
+                    ]
+                piece = _piece_op(op, args)
+                stored = io.store_piece(stored, piece, axis, start, shape, 1)
+                previous = [stored[-1] if isinstance(stored, list) else stored]
+            whole = io.assemble(stored, out)
+    for reader, position in readers:
+        _tf_private.update_input(reader, position, whole)
+    for waiter in waiters:
+        _tf_private.add_control_input(waiter, whole.op)
+    return Split(op.name, op.type, len(bounds), axis, size, why)
+
+
+def pieces_for(bytes_: int, room: int, limit: int) -> int:
+    """How many pieces bring an op of `bytes_` under half of `room` (the rest of the step needs
+    some of it too), at least 2 and at most `limit` (the split axis's length)."""
+    if room <= 0:
+        return limit
+    return max(2, min(limit, math.ceil(2 * bytes_ / room)))
