@@ -3,6 +3,8 @@
 - `Operation._update_input(index, tensor)`: reroute one input of an op already in a graph.
 - `Operation._add_control_input(op)`: add a control dependency to an existing op.
 - `Operation._set_device(device)`: place an op already in a graph.
+- `Graph._create_op_internal(type, inputs, dtypes, attrs)`: a copy of an op (its type and
+  attributes as they are) over other inputs, for a split op's pieces.
 - `Operation._control_outputs`, `_remove_all_control_inputs()`, `_add_control_inputs(ops)`:
   move the control dependencies on one op to another.
 - `ConcreteFunction.from_func_graph(graph, function_type, attrs)`: a new callable from an edited
@@ -29,6 +31,10 @@ def move_control_outputs(op, replacement) -> None:
         kept = [c for c in waiter.control_inputs if c is not op]
         waiter._remove_all_control_inputs()
         waiter._add_control_inputs(kept + [replacement])
+
+
+def create_op(graph, op_type: str, inputs, dtypes, attrs):
+    return graph._create_op_internal(op_type, inputs, dtypes, attrs=attrs)
 
 
 def set_device(op, device: str) -> None:

@@ -31,6 +31,8 @@ from lms.planner import log_plan, plan
 from lms.report import PlanReport
 from lms.rewriter import REWRITTEN_MARK, rewrite
 from lms.simulator import simulate
+from lms.split import DevicePieces, HostPieces
+from lms.splitting import forced_splits, split_to_fit
 from lms.swap import DeviceCopy, HostStore
 from lms.tuner import Tuned, tune
 
@@ -186,15 +188,20 @@ class LMS(keras.callbacks.Callback):
         on_cpu = self._mechanism_kind() == "host-store"  # the emulated device computes there
         if on_cpu and not _tf_private.onednn_enabled():
             log.warning(EIGEN_KERNELS_WARNING)
-        analysis = self._analyse(concrete, cpu_paired_reads() if on_cpu else frozenset())
+        paired = cpu_paired_reads() if on_cpu else frozenset()
+        self._splits = []
+        if isinstance(self.options.split, dict):  # asked for: split before anything is planned
+            self._splits = forced_splits(concrete.graph, self.options.split, self._pieces())
+        analysis = self._analyse(concrete, paired)
         if analysis.loops:
             log.warning(loops_warning(analysis.loops))
         analysed = time.perf_counter()
         try:
-            analysis, tuned = self._tune_paired_first(
-                concrete, analysis, parameters or self.parameters, budget
+            analysis, tuned = self._tune_or_split(
+                concrete, analysis, parameters or self.parameters, budget, paired
             )
         except NothingFitsError as error:
+            analysis = getattr(error, "analysis", analysis)
             if self.safety_ratio < 1:
                 error.args = (
                     f"{error} (the budget is safety_ratio {self.safety_ratio:g} of the device "
@@ -214,6 +221,45 @@ class LMS(keras.callbacks.Callback):
         if tuned.plan is not None:
             log_plan(analysis, tuned.plan)
         return concrete, analysis, tuned, timings, budget
+
+    def _tune_or_split(self, concrete, analysis, parameters, budget, paired):
+        """Tune; when nothing fits and `split` is "auto", split the floor's op into pieces and
+        tune again, op by op (lms/splitting.py). Returns (analysis, tuned)."""
+        try:
+            return self._tune_paired_first(concrete, analysis, parameters, budget)
+        except NothingFitsError as error:
+            if self.options.split != "auto":
+                raise
+            failed = error
+
+        def analyse():
+            return self._analyse(concrete, paired)
+
+        def tune(split_analysis):
+            self._paired_analysis, tuned = self._tune_paired_first(
+                concrete, split_analysis, parameters, budget
+            )
+            return tuned
+
+        try:
+            analysis, tuned, splits = split_to_fit(
+                concrete.graph, analysis, budget, failed, self._pieces(), analyse, tune
+            )
+        except NothingFitsError as error:
+            self._splits += getattr(error, "splits", [])
+            raise
+        self._splits += splits
+        return self._paired_analysis, tuned
+
+    def _pieces(self):
+        """How a split op's pieces reach the host: a GPU's host copies, else the host store
+        (also when a CPU machine only plans for a GPU: copies to the CPU device would be the
+        same memory to the analysis)."""
+        if has_gpu():
+            return DevicePieces()
+        if self.store is None:
+            self.store = HostStore(self.link)
+        return HostPieces(self.store)
 
     def _tune_paired_first(self, concrete, analysis, parameters, budget):
         """Tune with the reads oneDNN pairs kept direct (speed: `lms.cpu_paired_reads`); when
@@ -251,7 +297,8 @@ class LMS(keras.callbacks.Callback):
             self.report = self.report.with_calibration(calibration.as_dict())
 
     def _record(self, analysis, tuned, timings, planned=None, calibration=None) -> PlanReport:
-        self.report = build_report(analysis, tuned, self.budget, timings, planned)
+        splits = getattr(self, "_splits", ())
+        self.report = build_report(analysis, tuned, self.budget, timings, planned, splits)
         self._show_loop(calibration)
         if self.plot_path:
             from lms.plot import plot_simulation
@@ -279,6 +326,9 @@ class LMS(keras.callbacks.Callback):
         callable_ = concrete
         if tuned.plan is not None:
             callable_ = rewrite(concrete, analysis, tuned.plan, self._mechanism())
+        elif self._splits:  # split but nothing swapped: the edited graph still needs a callable
+            callable_ = _tf_private.concrete_function_from_graph(concrete, concrete.graph)
+            setattr(concrete.graph, REWRITTEN_MARK, True)
         timings["rewrite_s"] = time.perf_counter() - started
         if calibration is not None:
             calibration.begin(planned, tuned.simulation.peak_bytes, self._shortfall)

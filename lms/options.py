@@ -46,6 +46,10 @@ class Options:
         peaks; a plan over the budget but under the device memory is then kept with a warning).
     calibration_cache: path of a JSON file where corrected budgets are kept by the step's graph
         and device, so that the next run starts from the plan that held.
+    split: "auto" splits the op that sets the floor into pieces computed one after the other,
+        only when no plan fits without it (lms/split.py: element-wise ops so far); "off" (the
+        default until its reach and cost are measured, issue 31) never splits; a dict
+        {op type or op name: pieces} splits those ops always (to check equivalence).
     """
 
     device_memory: int | str | None = None  # None: the GPU's, read when the LMS object is made
@@ -66,6 +70,7 @@ class Options:
     calibration_steps: int = CALIBRATION_STEPS
     max_corrections: int = MAX_CORRECTIONS
     calibration_cache: str | os.PathLike | None = None
+    split: str | dict = "off"
 
     def __post_init__(self):
         serialization = self.serialization
@@ -95,6 +100,7 @@ class Options:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ParameterError(f"{name} must be an integer >= 0; received {value!r}")
+        check_split(self.split)
         cache = self.calibration_cache
         if cache is not None and not isinstance(cache, str | os.PathLike):
             raise ParameterError(
@@ -125,6 +131,23 @@ class Options:
         if self.device_memory is None:
             return None
         return parse_size(self.device_memory, "device_memory")
+
+
+def check_split(split) -> None:
+    """`split` is "auto", "off" or {op type or name: pieces >= 2}."""
+    if split in ("auto", "off"):
+        return
+    if isinstance(split, dict) and split:
+        for key, pieces in split.items():
+            whole = isinstance(pieces, int) and not isinstance(pieces, bool)
+            if not isinstance(key, str) or not whole or pieces < 2:
+                raise ParameterError(
+                    f"split[{key!r}] must be an integer of pieces >= 2; received {pieces!r}"
+                )
+        return
+    raise ParameterError(
+        f'split must be "auto", "off" or {{op type or op name: pieces}}; received {split!r}'
+    )
 
 
 def check_options(device_memory=None, **options) -> Options:

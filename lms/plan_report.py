@@ -5,7 +5,7 @@ from lms.lifetimes import largest_footprint
 from lms.report import AnalysisSummary, PlanReport, Timeline
 
 
-def build_report(analysis, tuned, budget, timings, planned=None) -> PlanReport:
+def build_report(analysis, tuned, budget, timings, planned=None, splits=()) -> PlanReport:
     """What a plan is: its budget (the measured peak's limit) and the budget it was planned for
     (lower after the closed loop's corrections), simulated peaks, swaps, the peak explained, the
     timeline; `calibration` (added by LMSFunction) says what the loop measured."""
@@ -41,6 +41,7 @@ def build_report(analysis, tuned, budget, timings, planned=None) -> PlanReport:
             _pooled(tuned.simulation.device) if plan else None,
             _pooled(tuned.simulation.host) if plan else None,
         ),
+        splits=tuple(split.as_dict() for split in splits),
     )
 
 

@@ -149,6 +149,9 @@ class PlanReport:
     timings_s: dict  # seconds of trace, analysis, tune (and rewrite)
     timeline: Timeline | None
     calibration: dict | None = None  # lms.calibration: Calibration.as_dict() or a cache entry
+    # ops split into pieces (lms/split.py Split.as_dict: op, op_type, pieces, axis, bytes, why);
+    # None in records from before splitting, () when nothing was split
+    splits: tuple | None = None
 
     def to_dict(self) -> dict:
         data = {
@@ -174,6 +177,8 @@ class PlanReport:
         }
         if self.calibration is not None:
             data["calibration"] = self.calibration
+        if self.splits:
+            data["splits"] = [dict(split) for split in self.splits]
         return data
 
     @classmethod
@@ -185,6 +190,7 @@ class PlanReport:
         values["analysis"] = None if analysis is None else AnalysisSummary.from_dict(analysis)
         values["timeline"] = None if timeline is None else Timeline.from_dict(timeline)
         values["timings_s"] = data.get("timings_s", {})
+        values["splits"] = tuple(data.get("splits") or ())
         return cls(**values)
 
     def with_calibration(self, calibration: dict | None) -> "PlanReport":

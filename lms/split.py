@@ -145,7 +145,7 @@ class HostPieces:
             stateful=True,
         )
 
-    def assemble(self, stored, like):
+    def assemble(self, stored, like, axis: int):
         whole = tf.numpy_function(self.store.get_whole, [stored], like.dtype, stateful=True)
         return _on_device(whole, like.shape.as_list())
 
@@ -173,9 +173,9 @@ class DevicePieces:
         with tf.device(self.host_device):
             return [*(stored or []), tf.identity(piece)]
 
-    def assemble(self, stored, like):
+    def assemble(self, stored, like, axis: int):
         with tf.device(self.host_device):
-            whole = tf.concat(stored, axis=self._axis)
+            whole = tf.concat(stored, axis=axis)
         with tf.device(like.device):
             return tf.identity(whole)
 
@@ -190,9 +190,7 @@ def _on_device(array, shape: list):
 def _piece_op(op, inputs):
     """A copy of `op` (type and attributes) over `inputs`."""
     attrs = {key: op.node_def.attr[key] for key in op.node_def.attr}
-    created = op.graph._create_op_internal(  # noqa: SLF001 (lms/_tf_private.py lists it)
-        op.type, inputs, [t.dtype for t in op.outputs], attrs=attrs
-    )
+    created = _tf_private.create_op(op.graph, op.type, inputs, [t.dtype for t in op.outputs], attrs)
     return created.outputs[0]
 
 
@@ -211,26 +209,20 @@ def split_op(op, pieces: int, io, why: str = "") -> Split:
     readers = [(c, i) for c in out.consumers() for i, x in enumerate(c.inputs) if x is out]
     waiters = [w for w in graph.get_operations() if op in w.control_inputs]
     size = sum(t.shape.num_elements() * t.dtype.size for t in (*op.inputs, out))
-    if isinstance(io, DevicePieces):
-        io._axis = axis
-    with graph.as_default(), tf.control_dependencies(None), tf.name_scope(f"{SCOPE}/"):
-        with tf.name_scope(op.name.replace("/", "_")):
-            kept = {
-                i: io.keep(x, len(bounds))
-                for i, x in enumerate(op.inputs)
-                if sliced[i]
-            }
-            stored, previous = None, []
-            for start, stop in bounds:
-                with tf.control_dependencies(previous):
-                    args = [
-                        io.read(kept[i], x, axis, start, stop) if i in kept else x
-                        for i, x in enumerate(op.inputs)
-                    ]
-                piece = _piece_op(op, args)
-                stored = io.store_piece(stored, piece, axis, start, shape, 1)
-                previous = [stored[-1] if isinstance(stored, list) else stored]
-            whole = io.assemble(stored, out)
+    scope = f"{SCOPE}/{op.name.replace('/', '_')}"
+    with graph.as_default(), tf.control_dependencies(None), tf.name_scope(scope):
+        kept = {i: io.keep(x, len(bounds)) for i, x in enumerate(op.inputs) if sliced[i]}
+        stored, previous = None, []
+        for start, stop in bounds:
+            with tf.control_dependencies(previous):
+                args = [
+                    io.read(kept[i], x, axis, start, stop) if i in kept else x
+                    for i, x in enumerate(op.inputs)
+                ]
+            piece = _piece_op(op, args)
+            stored = io.store_piece(stored, piece, axis, start, shape, 1)
+            previous = [stored[-1] if isinstance(stored, list) else stored]
+        whole = io.assemble(stored, out, axis)
     for reader, position in readers:
         _tf_private.update_input(reader, position, whole)
     for waiter in waiters:

@@ -220,10 +220,7 @@ class HostStore(SwapMechanism):
         """Write `piece` at `start` along `axis` of the host array `handle` (-1: a new one of
         `shape` for `readers` reads); the array's handle."""
         key = int(handle[0])
-        if self._engines:
-            seconds = self._engines.move("out", piece.nbytes)[1]
-        else:
-            seconds = 0.0
+        seconds = self._engines.move("out", piece.nbytes)[1] if self._engines else 0.0
         with self._lock:
             if key < 0:
                 key = next(self._handles)
