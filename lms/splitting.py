@@ -1,7 +1,7 @@
 """When and what `LMS` splits (lms/split.py does the splitting): ops named by the `split`
-option always; with "auto" (not yet the default), the op that sets the floor, one at a time, only while no plan fits
-without it. Splitting is the lever after every swapping parameter: a plan that fits by swapping
-never pays for pieces (their extra host copies and smaller kernels)."""
+option always; with "auto" (not yet the default), the op that sets the floor, one at a time,
+only while no plan fits without it. Splitting is the lever after every swapping parameter: a
+plan that fits by swapping never pays for pieces (their extra host copies and smaller kernels)."""
 
 import logging
 

@@ -24,8 +24,16 @@ LAYERS = [
     ("lms.schedule", "lms.lifetimes", "lms.simulator"),
     # what simulates: the analysis (a function body's peak), the explained peak, the tuner
     ("lms.analysis", "lms.explain", "lms.tuner", "lms.plot"),
-    # the rewritten step: swap mechanisms, the rewrite, its profile
-    ("lms.swap", "lms.rewriter", "lms.profile", "lms.copy_events", "lms.roofline"),
+    # the rewritten step: swap mechanisms, split ops, the rewrite, its profile
+    (
+        "lms.swap",
+        "lms.split",
+        "lms.splitting",
+        "lms.rewriter",
+        "lms.profile",
+        "lms.copy_events",
+        "lms.roofline",
+    ),
     # the LMS object: its report, its device, the wrapped step
     ("lms.plan_report", "lms.device", "lms.function", "lms.api"),
 ]

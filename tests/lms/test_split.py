@@ -4,6 +4,7 @@ swapped) makes the same updates as the plain step on the update check's ten mode
 `split="auto"`, a step whose floor is an element-wise op gets past it in simulation.
 Marked compat: also run on TensorFlow 2.14.1 (Keras 2)."""
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -100,6 +101,10 @@ def test_a_step_with_its_largest_element_wise_ops_split_makes_the_same_updates(
     assert store.held_bytes == 0
 
 
+@pytest.mark.skipif(
+    keras.__version__.startswith("2."),
+    reason="Keras 2's ResNet50 fuses batch norm: its floor is FusedBatchNormGradV3, not split yet",
+)
 def test_auto_split_lowers_an_element_wise_floor_in_simulation():
     """ResNet50 at 1024² b1 in 400 MiB: swapping alone stops at its largest AddN (a batch norm's
     input gradient, 192 MiB with its inputs); split, the floor moves to the first max pool's
