@@ -18,9 +18,10 @@ The pieces are ordinary ops of the step's graph, added before it is analysed: th
 the tuner and the closed loop see them as they see every op (how many pieces, on which axis, is
 the new lever: `lms/api.py` splits the floor's op only when no plan fits without it).
 
-This version splits element-wise operations (the floor of GoogLeNet's ReluGrad and ResNet50's
-AddN at the sizes the suite searches); convolutions, their gradients, pooling and batch norm
-need halos or reductions across pieces and are not split yet (`splittable` says why).
+This version splits element-wise operations (along the batch or the rows: Keras 3 ResNet50's
+AddN floor) and convolutions, pooling and their gradients along the batch (a filter's gradient
+is the sum of the pieces'); with a batch of 1 those need halos along the rows, and batch norm
+statistics across pieces: not split yet (`splittable` says why).
 """
 
 import math
@@ -75,43 +76,91 @@ def split_axis(shape: list) -> int | None:
     return None
 
 
-def _sliced_inputs(op, axis: int) -> list[bool] | str:
-    """Per input, whether it is read in slices (it has the output's shape) or whole (it
-    broadcasts along `axis`); a reason when the op cannot be split."""
+# Windowed ops split along the batch only (a batch of 1 needs halos along the rows: not yet).
+# How each input is read per piece ("slice": its batch slice, "whole", "sizes": a shape vector
+# whose batch becomes the piece's) and how the pieces' outputs combine ("assemble" on the host,
+# "sum": a filter's gradient, summed on the device as the batch's contributions are).
+_FORWARD, _POOL = (("slice", "whole"), "assemble"), (("slice",), "assemble")
+_POOL_GRAD, _AVG_POOL_GRAD = (("slice",) * 3, "assemble"), (("sizes", "slice"), "assemble")
+_INPUT_GRAD = (("sizes", "whole", "slice"), "assemble")
+_FILTER_GRAD = (("slice", "whole", "slice"), "sum")
+BATCH_OPS = {
+    "Conv2D": _FORWARD, "Conv3D": _FORWARD, "DepthwiseConv2dNative": _FORWARD,
+    "MaxPool": _POOL, "MaxPool3D": _POOL, "AvgPool": _POOL, "AvgPool3D": _POOL,
+    "MaxPoolGrad": _POOL_GRAD, "MaxPool3DGrad": _POOL_GRAD,
+    "AvgPoolGrad": _AVG_POOL_GRAD, "AvgPool3DGrad": _AVG_POOL_GRAD,
+    "Conv2DBackpropInput": _INPUT_GRAD, "Conv3DBackpropInputV2": _INPUT_GRAD,
+    "DepthwiseConv2dNativeBackpropInput": _INPUT_GRAD,
+    "Conv2DBackpropFilter": _FILTER_GRAD, "Conv3DBackpropFilterV2": _FILTER_GRAD,
+    "DepthwiseConv2dNativeBackpropFilter": _FILTER_GRAD,
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How an op splits: along `axis` of length `length`, each input read by its rule, the
+    pieces' outputs combined by `combine`."""
+
+    axis: int
+    length: int
+    rules: tuple  # per input: "slice", "whole" or "sizes"
+    combine: str  # "assemble" or "sum"
+
+
+def _elementwise_layout(op) -> Layout | str:
+    """Inputs of the output's shape read in slices, those that broadcast along the axis whole."""
     shape = op.outputs[0].shape.as_list()
-    sliced = []
+    axis = split_axis(shape)
+    if axis is None:
+        return "its output has neither a batch nor rows above 1"
+    rules = []
     for tensor in op.inputs:
-        if not tensor.shape.is_fully_defined():
-            return f"input {tensor.name} has no static shape"
         dims = tensor.shape.as_list()
         if dims == shape:
-            sliced.append(True)
+            rules.append("slice")
             continue
         aligned = axis - (len(shape) - len(dims))  # numpy's broadcasting aligns the last axes
         if aligned >= 0 and dims[aligned] != 1:
             return f"input {tensor.name} {dims} neither matches nor broadcasts along axis {axis}"
-        sliced.append(False)
-    if not any(sliced):
+        rules.append("whole")
+    if "slice" not in rules:
         return "no input has the output's shape"
-    return sliced
+    return Layout(axis, shape[axis], tuple(rules), "assemble")
+
+
+def _batch_layout(op) -> Layout | str:
+    rules, combine = BATCH_OPS[op.type]
+    if len(rules) != len(op.inputs):
+        return f"{op.type} with {len(op.inputs)} inputs is not a form split knows"
+    batch = op.inputs[rules.index("slice")].shape[0]
+    if batch is None or batch < 2:
+        return (
+            f"{op.type} with a batch of 1 needs halos along the rows, which split does not do yet "
+            "(it splits such ops along the batch)"
+        )
+    return Layout(0, batch, rules, combine)
+
+
+def layout(op) -> Layout | str:
+    """How `op` splits, or why it cannot."""
+    if op.type not in ELEMENTWISE_OPS and op.type not in BATCH_OPS:
+        return (
+            f"{op.type} is not split yet (element-wise ops are, and convolutions, pooling and "
+            "their gradients along the batch; batch norm needs statistics across pieces)"
+        )
+    if len(op.outputs) != 1 or not op.outputs[0].shape.is_fully_defined():
+        return "its output has no static shape"
+    if any(not t.shape.is_fully_defined() for t in op.inputs):
+        return "an input has no static shape"
+    if any(op.outputs[0] is t for t in op.graph.outputs):
+        return "its output is the step's output"
+    return _elementwise_layout(op) if op.type in ELEMENTWISE_OPS else _batch_layout(op)
 
 
 def splittable(op) -> str | None:
     """None when `op` can be split here, else why not (said in the plan's explanation)."""
-    if op.type not in ELEMENTWISE_OPS:
-        return (
-            f"{op.type} is not split yet (element-wise ops are; convolutions, their gradients, "
-            "pooling and batch norm need halos or reductions across pieces)"
-        )
-    if len(op.outputs) != 1 or not op.outputs[0].shape.is_fully_defined():
-        return "its output has no static shape"
-    if any(op.outputs[0] is t for t in op.graph.outputs):
-        return "its output is the step's output"
-    axis = split_axis(op.outputs[0].shape.as_list())
-    if axis is None:
-        return "its output has neither a batch nor rows above 1"
-    sliced = _sliced_inputs(op, axis)
-    return sliced if isinstance(sliced, str) else None
+    found = layout(op)
+    return found if isinstance(found, str) else None
 
 
 class HostPieces:
@@ -194,35 +243,46 @@ def _piece_op(op, inputs):
     return created.outputs[0]
 
 
+def _piece_sizes(sizes, rows: int):
+    """A shape vector with its batch replaced by the piece's."""
+    return tf.concat([tf.constant([rows], sizes.dtype), sizes[1:]], 0)
+
+
 def split_op(op, pieces: int, io, why: str = "") -> Split:
     """Replace `op` in its graph by `pieces` pieces computed in sequence (module docstring); its
-    readers and the ops that wait for it read and wait for the assembled output."""
-    reason = splittable(op)
-    if reason:
-        raise ValueError(f"cannot split {op.name}: {reason}")
+    readers and the ops that wait for it read and wait for the combined output."""
+    found = layout(op)
+    if isinstance(found, str):
+        raise ValueError(f"cannot split {op.name}: {found}")
     graph, out = op.graph, op.outputs[0]
-    shape = out.shape.as_list()
-    axis = split_axis(shape)
-    pieces = max(2, min(pieces, shape[axis]))
-    sliced = _sliced_inputs(op, axis)
-    bounds = [(int(r[0]), int(r[-1]) + 1) for r in np.array_split(np.arange(shape[axis]), pieces)]
+    axis, rules = found.axis, found.rules
+    bounds = np.array_split(np.arange(found.length), max(2, min(pieces, found.length)))
+    bounds = [(int(r[0]), int(r[-1]) + 1) for r in bounds]
     readers = [(c, i) for c in out.consumers() for i, x in enumerate(c.inputs) if x is out]
     waiters = [w for w in graph.get_operations() if op in w.control_inputs]
     size = sum(t.shape.num_elements() * t.dtype.size for t in (*op.inputs, out))
     scope = f"{SCOPE}/{op.name.replace('/', '_')}"
     with graph.as_default(), tf.control_dependencies(None), tf.name_scope(scope):
-        kept = {i: io.keep(x, len(bounds)) for i, x in enumerate(op.inputs) if sliced[i]}
-        stored, previous = None, []
+        kept = {i: io.keep(x, len(bounds)) for i, x in enumerate(op.inputs) if rules[i] == "slice"}
+        stored, total, previous = None, None, []
         for start, stop in bounds:
             with tf.control_dependencies(previous):
-                args = [
-                    io.read(kept[i], x, axis, start, stop) if i in kept else x
-                    for i, x in enumerate(op.inputs)
-                ]
+                args = []
+                for i, x in enumerate(op.inputs):
+                    if rules[i] == "slice":
+                        args.append(io.read(kept[i], x, axis, start, stop))
+                    elif rules[i] == "sizes":
+                        args.append(_piece_sizes(x, stop - start))
+                    else:
+                        args.append(x)
             piece = _piece_op(op, args)
-            stored = io.store_piece(stored, piece, axis, start, shape, 1)
+            if found.combine == "sum":  # a filter's gradient: the batch's contributions add up
+                total = piece if total is None else total + piece
+                previous = [total.op]
+                continue
+            stored = io.store_piece(stored, piece, axis, start, out.shape.as_list(), 1)
             previous = [stored[-1] if isinstance(stored, list) else stored]
-        whole = io.assemble(stored, out, axis)
+        whole = total if found.combine == "sum" else io.assemble(stored, out, axis)
     for reader, position in readers:
         _tf_private.update_input(reader, position, whole)
     for waiter in waiters:

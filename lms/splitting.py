@@ -8,7 +8,7 @@ import logging
 from lms.budget import format_size
 from lms.errors import NothingFitsError
 from lms.lifetimes import largest_footprint
-from lms.split import Split, pieces_for, split_axis, split_op, splittable
+from lms.split import Split, layout, pieces_for, split_op, splittable
 
 log = logging.getLogger("lms")
 MAX_SPLITS = 32  # ops split for one step before giving up
@@ -44,8 +44,7 @@ def split_to_fit(graph, analysis, budget: int, error: NothingFitsError, io, anal
             error.analysis, error.splits = analysis, splits
             raise error
         room = budget - analysis.resident_bytes
-        axis = split_axis(op.outputs[0].shape.as_list())
-        pieces = pieces_for(floor.bytes, room, op.outputs[0].shape[axis])
+        pieces = pieces_for(floor.bytes, room, layout(op).length)
         why = (
             f"its {format_size(floor.bytes)} and the resident "
             f"{format_size(analysis.resident_bytes)} exceed what swapping can fit in "

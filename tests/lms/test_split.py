@@ -15,7 +15,7 @@ import lms
 from lms import _tf_private
 from lms.errors import ParameterError
 from lms.rewriter import rewrite
-from lms.split import HostPieces, split_op, splittable
+from lms.split import BATCH_OPS, ELEMENTWISE_OPS, HostPieces, split_op, splittable
 from lms.swap import HostStore
 
 pytestmark = pytest.mark.compat
@@ -53,16 +53,55 @@ def test_what_cannot_be_split_says_why():
     @tf.function
     def step(x, kernel, row):
         y = tf.nn.conv2d(x, kernel, 1, "SAME")
-        return y + row, tf.nn.relu(y)
+        return y + row, tf.nn.softmax(y)
 
     x = tf.zeros([1, 8, 8, 2])
     graph = step.get_concrete_function(x, tf.zeros([3, 3, 2, 2]), tf.zeros([1, 8, 1, 2])).graph
     ops = {op.type: op for op in graph.get_operations()}
-    assert "Conv2D is not split yet" in splittable(ops["Conv2D"])
+    assert "Conv2D with a batch of 1 needs halos along the rows" in splittable(ops["Conv2D"])
+    assert "Softmax is not split yet" in splittable(ops["Softmax"])
     # the row broadcasts along the rows, the split axis of a batch of 1
     assert "neither matches nor broadcasts along axis 1" in splittable(ops["AddV2"])
-    with pytest.raises(ValueError, match="cannot split Conv2D: Conv2D is not split yet"):
+    with pytest.raises(ValueError, match="cannot split Conv2D: Conv2D with a batch of 1"):
         split_op(ops["Conv2D"], 2, HostPieces(HostStore()))
+
+
+@pytest.mark.parametrize("three_d", [False, True], ids=["2d", "3d"])
+def test_convolutions_pooling_and_their_gradients_split_along_the_batch(three_d):
+    """Forward, input gradient and pooling pieces are assembled; a filter's gradient is the sum
+    of the pieces' (so it rounds differently: compared to 1e-5)."""
+    shape = [4, 12, 10, 8, 3] if three_d else [4, 12, 10, 3]
+    conv, pool = (tf.nn.conv3d, tf.nn.max_pool3d) if three_d else (tf.nn.conv2d, tf.nn.max_pool2d)
+    x = tf.random.stateless_normal(shape, seed=(1, 2))
+    kernel = tf.random.stateless_normal([3] * (len(shape) - 2) + [3, 6], seed=(3, 4))
+
+    @tf.function
+    def step(x, kernel):
+        with tf.GradientTape() as tape:
+            tape.watch([x, kernel])
+            strides = [1] * len(shape)
+            y = pool(tf.nn.relu(conv(x, kernel, strides, "SAME")), 2, 2, "SAME")
+            loss = tf.reduce_sum(y * y)
+        return tape.gradient(loss, [x, kernel])
+
+    want = [t.numpy() for t in step(x, kernel)]
+    concrete = step.get_concrete_function(x, kernel)
+    store, split = HostStore(), []
+    for op in list(concrete.graph.get_operations()):
+        if op.type in BATCH_OPS and splittable(op) is None:
+            split.append(split_op(op, 3, HostPieces(store)).op_type)
+    kinds = "3D" if three_d else "2D"
+    assert {t.replace("V2", "") for t in split} >= {
+        f"Conv{kinds}",
+        f"MaxPool{'3D' if three_d else ''}",
+        f"MaxPool{'3D' if three_d else ''}Grad",
+        f"Conv{kinds}BackpropInput",
+        f"Conv{kinds}BackpropFilter",
+    }
+    got = _tf_private.concrete_function_from_graph(concrete, concrete.graph)(x, kernel)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g.numpy(), w, rtol=1e-5, atol=1e-5 * np.abs(w).max())
+    assert store.held_bytes == 0
 
 
 def test_the_split_option_is_checked():
@@ -72,10 +111,10 @@ def test_the_split_option_is_checked():
     assert lms.LMS(device_memory="1GiB").options.split == "off"
 
 
-def _largest_splittable(graph, count: int) -> list:
+def _largest_splittable(graph, count: int, types) -> list:
     sizes = []
     for op in graph.get_operations():
-        if splittable(op) is None:
+        if op.type in types and splittable(op) is None:
             tensors = (*op.inputs, *op.outputs)
             sizes.append((sum(t.shape.num_elements() * t.dtype.size for t in tensors), op.name))
     return [name for _, name in sorted(sizes, reverse=True)[:count]]
@@ -85,13 +124,16 @@ def _largest_splittable(graph, count: int) -> list:
 def test_a_step_with_its_largest_element_wise_ops_split_makes_the_same_updates(
     make, tolerance, exact_arithmetic
 ):
-    """The three largest element-wise ops in three pieces each, then every swappable tensor
-    swapped (pieces included): the rewrite and the split together."""
+    """The three largest element-wise ops and (with a batch above 1) the three largest
+    convolutions, pooling ops or their gradients in three pieces each, then every swappable
+    tensor swapped (pieces included): the rewrite and the split together."""
     case = make()
     concrete = case.step.get_concrete_function(case.images, case.labels)
     store = HostStore()
-    names = _largest_splittable(concrete.graph, 3)
+    names = _largest_splittable(concrete.graph, 3, ELEMENTWISE_OPS)
     assert len(names) == 3
+    names += _largest_splittable(concrete.graph, 3, BATCH_OPS)
+    assert len(names) == (6 if case.images.shape[0] > 1 else 3)
     for name in names:
         split_op(concrete.graph.get_operation_by_name(name), 3, HostPieces(store))
     analysis = lms.analyze(concrete.graph)
