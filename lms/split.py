@@ -93,6 +93,8 @@ BATCH_OPS = {
     "DepthwiseConv2dNativeBackpropInput": _INPUT_GRAD,
     "Conv2DBackpropFilter": _FILTER_GRAD, "Conv3DBackpropFilterV2": _FILTER_GRAD,
     "DepthwiseConv2dNativeBackpropFilter": _FILTER_GRAD,
+    "BiasAddGrad": (("slice",), "sum"),  # a bias's gradient: a sum over the batch and pixels
+    "ConcatV2": None,  # its values along the batch, its axis whole (_concat_layout)
 }  # fmt: skip
 
 
@@ -128,7 +130,21 @@ def _elementwise_layout(op) -> Layout | str:
     return Layout(axis, shape[axis], tuple(rules), "assemble")
 
 
+def _concat_layout(op) -> Layout | str:
+    """ConcatV2 along any axis but the batch: its values in batch slices, its axis whole."""
+    axis = tf.get_static_value(op.inputs[-1])
+    rank = op.outputs[0].shape.rank
+    if axis is None or int(axis) % rank == 0:
+        return "a ConcatV2 along the batch or along an axis not known statically"
+    batch = op.outputs[0].shape[0]
+    if batch < 2:
+        return "a ConcatV2 with a batch of 1 is not split yet"
+    return Layout(0, batch, ("slice",) * (len(op.inputs) - 1) + ("whole",), "assemble")
+
+
 def _batch_layout(op) -> Layout | str:
+    if op.type == "ConcatV2":
+        return _concat_layout(op)
     rules, combine = BATCH_OPS[op.type]
     if len(rules) != len(op.inputs):
         return f"{op.type} with {len(op.inputs)} inputs is not a form split knows"

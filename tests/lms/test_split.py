@@ -80,7 +80,10 @@ def test_convolutions_pooling_and_their_gradients_split_along_the_batch(three_d)
         with tf.GradientTape() as tape:
             tape.watch([x, kernel])
             strides = [1] * len(shape)
-            y = pool(tf.nn.relu(conv(x, kernel, strides, "SAME")), 2, 2, "SAME")
+            bias = tf.range(6, dtype=tf.float32)
+            y = tf.nn.bias_add(conv(x, kernel, strides, "SAME"), bias)
+            y = pool(tf.nn.relu(y), 2, 2, "SAME")
+            y = tf.concat([y, 2.0 * y], axis=-1)
             loss = tf.reduce_sum(y * y)
         return tape.gradient(loss, [x, kernel])
 
@@ -97,6 +100,8 @@ def test_convolutions_pooling_and_their_gradients_split_along_the_batch(three_d)
         f"MaxPool{'3D' if three_d else ''}Grad",
         f"Conv{kinds}BackpropInput",
         f"Conv{kinds}BackpropFilter",
+        "BiasAddGrad",
+        "Concat",  # ConcatV2, without its "V2" as the 3D gradients
     }
     got = _tf_private.concrete_function_from_graph(concrete, concrete.graph)(x, kernel)
     for g, w in zip(got, want, strict=True):
