@@ -24,6 +24,7 @@ is the sum of the pieces'); with a batch of 1 those need halos along the rows, a
 statistics across pieces: not split yet (`splittable` says why).
 """
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -57,14 +58,7 @@ class Split:
     why: str = ""
 
     def as_dict(self) -> dict:
-        return {
-            "op": self.op,
-            "op_type": self.op_type,
-            "pieces": self.pieces,
-            "axis": self.axis,
-            "bytes": self.bytes,
-            "why": self.why,
-        }
+        return dataclasses.asdict(self)
 
 
 def split_axis(shape: list) -> int | None:
@@ -275,7 +269,6 @@ def split_op(op, pieces: int, io, why: str = "") -> Split:
     bounds = np.array_split(np.arange(found.length), max(2, min(pieces, found.length)))
     bounds = [(int(r[0]), int(r[-1]) + 1) for r in bounds]
     readers = [(c, i) for c in out.consumers() for i, x in enumerate(c.inputs) if x is out]
-    waiters = [w for w in graph.get_operations() if op in w.control_inputs]
     size = sum(t.shape.num_elements() * t.dtype.size for t in (*op.inputs, out))
     scope = f"{SCOPE}/{op.name.replace('/', '_')}"
     with graph.as_default(), tf.control_dependencies(None), tf.name_scope(scope):
@@ -301,8 +294,9 @@ def split_op(op, pieces: int, io, why: str = "") -> Split:
         whole = total if found.combine == "sum" else io.assemble(stored, out, axis)
     for reader, position in readers:
         _tf_private.update_input(reader, position, whole)
-    for waiter in waiters:
-        _tf_private.add_control_input(waiter, whole.op)
+    # the ops that waited for it wait for the combined output, and no longer for it (it is
+    # pruned, never run)
+    _tf_private.move_control_outputs(op, whole.op)
     return Split(op.name, op.type, len(bounds), axis, size, why)
 
 

@@ -175,18 +175,27 @@ class HostStore(SwapMechanism):
         # swaps; benchmarks/lms_host_memory.py), none for a vector.
         return np.array([handle], dtype=np.int64)
 
-    def _get(self, handle):
-        handle = int(handle[0])
+    def _read(self, handle):
+        """The array kept under `handle`, one of its reads used up (the last frees it)."""
+        key = int(handle[0])
         with self._lock:
-            array = self._arrays[handle]
-            self._readers[handle] -= 1
-            if self._readers[handle] == 0:
-                del self._arrays[handle], self._readers[handle]
-        seconds = self._engines.move("in", array.nbytes)[1] if self._engines else 0.0
+            array = self._arrays[key]
+            self._readers[key] -= 1
+            if self._readers[key] == 0:
+                del self._arrays[key], self._readers[key]
+        return array
+
+    def _count_in(self, nbytes: int) -> None:
+        """One swap-in of `nbytes`, through the link when there is one."""
+        seconds = self._engines.move("in", nbytes)[1] if self._engines else 0.0
         with self._lock:
             self._traffic.swap_ins += 1
-            self._traffic.in_bytes += array.nbytes
+            self._traffic.in_bytes += nbytes
             self._traffic.in_transfer_seconds += seconds
+
+    def _get(self, handle):
+        array = self._read(handle)
+        self._count_in(array.nbytes)
         # TensorFlow wraps the returned (aligned) array without copying it; the swap-in's
         # DeepCopy then copies it into the allocator, so no reader writes into the stored array
         return array
@@ -200,20 +209,11 @@ class HostStore(SwapMechanism):
 
     def get_slice(self, handle, axis, start, stop):
         """Rows start:stop along `axis` of a kept array (its last read frees it)."""
-        key = int(handle[0])
-        with self._lock:
-            array = self._arrays[key]
-            self._readers[key] -= 1
-            if self._readers[key] == 0:
-                del self._arrays[key], self._readers[key]
+        array = self._read(handle)
         index = [slice(None)] * array.ndim
         index[int(axis)] = slice(int(start), int(stop))
         piece = aligned_copy(array[tuple(index)])
-        seconds = self._engines.move("in", piece.nbytes)[1] if self._engines else 0.0
-        with self._lock:
-            self._traffic.swap_ins += 1
-            self._traffic.in_bytes += piece.nbytes
-            self._traffic.in_transfer_seconds += seconds
+        self._count_in(piece.nbytes)
         return piece
 
     def put_slice(self, handle, piece, axis, start, shape, readers):

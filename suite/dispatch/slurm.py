@@ -119,10 +119,9 @@ class SlurmHost(Host):
                 "an integer >= 1 (trials submitted at once)"
             )
         top = 65535 - PORT_SPAN
-        if isinstance(self.port_base, bool) or not isinstance(self.port_base, int):
-            self._refuse("port_base", self.port_base, f"an integer from 1024 to {top}")
-        if not 1024 <= self.port_base <= top:
-            self._refuse("port_base", self.port_base, f"an integer from 1024 to {top}")
+        port = self.port_base
+        if isinstance(port, bool) or not isinstance(port, int) or not 1024 <= port <= top:
+            self._refuse("port_base", port, f"an integer from 1024 to {top}")
         if not isinstance(self.request_gpus, bool):
             self._refuse("request_gpus", self.request_gpus, "true or false")
 
@@ -185,7 +184,10 @@ class SlurmHost(Host):
 
     def job_state(self, job: str) -> tuple[str, str]:
         """(state, reason) of a job from `scontrol show job`, or ("UNKNOWN", why)."""
-        fields = self._job_fields(job)
+        return self._state_of(self._job_fields(job))
+
+    @staticmethod
+    def _state_of(fields: dict) -> tuple[str, str]:
         if "JobState" not in fields:
             return "UNKNOWN", fields.get("error") or "job no longer known to slurmctld"
         return fields["JobState"], fields.get("Reason", "None")
@@ -327,10 +329,11 @@ class SlurmHost(Host):
             result = merge(found, [None] * tasks) if any(found) else None
         else:
             result = read_result(result_file)
-        state, reason = self.job_state(job)
+        fields = self._job_fields(job)
+        state, reason = self._state_of(fields)
         slurms = f"slurm job {job} ended {state} (reason: {reason}; exit code {code})"
         if state == "NODE_FAIL":  # a node died: Slurm's account first, the workers' after it
-            slurms += f"; {self._failed_nodes(job)}"
+            slurms += f"; {self._failed_nodes(fields.get('NodeList', ''))}"
             error = slurms + (f"; {result.error}" if result and result.error else "")
             metrics = (result and result.metrics) or Metrics()
             metrics = dataclasses.replace(metrics, slurm_job=job)
@@ -342,9 +345,9 @@ class SlurmHost(Host):
         outcome = STATE_OUTCOMES.get(state, "crashed")  # no result: Slurm's account
         return TrialResult(outcome, Metrics(slurm_job=job), slurms, None, wall)
 
-    def _failed_nodes(self, job: str) -> str:
-        """The job's nodes that are down and why (`sinfo -R`), e.g. "node2: Not responding"."""
-        nodes = self._job_fields(job).get("NodeList", "")
+    @staticmethod
+    def _failed_nodes(nodes: str) -> str:
+        """Which of a job's nodes are down and why (`sinfo -R`), e.g. "node2: Not responding"."""
         listed = subprocess.run(
             ["sinfo", "-h", "-R", "-n", nodes, "-o", "%N: %E"], capture_output=True, text=True
         )
