@@ -33,8 +33,12 @@ def move_control_outputs(op, replacement) -> None:
         waiter._add_control_inputs(kept + [replacement])
 
 
-def create_op(graph, op_type: str, inputs, dtypes, attrs):
-    return graph._create_op_internal(op_type, inputs, dtypes, attrs=attrs)
+def copy_op(op, inputs, overrides=None):
+    """A copy of `op` (its type and attributes, `overrides` replacing some) over `inputs`: its
+    first output."""
+    attrs = {key: op.node_def.attr[key] for key in op.node_def.attr} | (overrides or {})
+    dtypes = [t.dtype for t in op.outputs]
+    return op.graph._create_op_internal(op.type, inputs, dtypes, attrs=attrs).outputs[0]
 
 
 def set_device(op, device: str) -> None:

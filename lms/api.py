@@ -189,9 +189,9 @@ class LMS(keras.callbacks.Callback):
         if on_cpu and not _tf_private.onednn_enabled():
             log.warning(EIGEN_KERNELS_WARNING)
         paired = cpu_paired_reads() if on_cpu else frozenset()
-        self._splits = []
+        self._splits, self._piece_io = [], self._pieces()  # one per graph: it tracks the pieces
         if isinstance(self.options.split, dict):  # asked for: split before anything is planned
-            self._splits = forced_splits(concrete.graph, self.options.split, self._pieces())
+            self._splits = forced_splits(concrete.graph, self.options.split, self._piece_io)
         analysis = self._analyse(concrete, paired)
         if analysis.loops:
             log.warning(loops_warning(analysis.loops))
@@ -243,7 +243,7 @@ class LMS(keras.callbacks.Callback):
 
         try:
             analysis, tuned, splits = split_to_fit(
-                concrete.graph, analysis, budget, failed, self._pieces(), analyse, tune
+                concrete.graph, analysis, budget, failed, self._piece_io, analyse, tune
             )
         except NothingFitsError as error:
             self._splits += getattr(error, "splits", [])

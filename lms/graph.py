@@ -41,6 +41,12 @@ ALIAS_OPS = frozenset(
 # Outputs that are not new device buffers of the step: variable reads alias the variable, inputs
 # and captures are held by the caller, constants are tiny and made once.
 NO_BUFFER_OPS = frozenset({"Const", "ReadVariableOp", "VarHandleOp", "Placeholder", "HostConst"})
+# The host store's py_funcs (lms/split.py's pieces) return host arrays: not device buffers.
+PY_FUNC_OPS = frozenset({"PyFunc", "EagerPyFunc"})
+# set on a FuncGraph once lms edited it (swaps or split ops): its trace is no longer plain
+REWRITTEN_MARK = "_lms_rewritten"
+SPLIT_SCOPE = "lms_split"  # where lms/split.py adds a split op's pieces
+HOST_STORE_SCOPES = (f"{SPLIT_SCOPE}/",)
 # Never swapped (docs/lms.md): besides the above, shape arithmetic and host-side values.
 NEVER_SWAP_OPS = NO_BUFFER_OPS | ALIAS_OPS | frozenset({"Shape", "ShapeN", "Size", "Rank"})
 NON_DATA_DTYPES = (tf.resource, tf.variant, tf.string)
@@ -228,9 +234,11 @@ def read_graph(
 
     for info, rank, itemsize in zip(tensors, ranks, itemsizes, strict=True):
         op = ops[info.producer]
-        if op.type in NO_BUFFER_OPS and op.type != "Placeholder":
-            info.bytes = 0
         on_host = host_device_marker is not None and host_device_marker in devices[info.producer]
+        if op.type in NO_BUFFER_OPS and op.type != "Placeholder" or on_host:
+            info.bytes = 0  # (a host tensor of a GPU step is not in the GPU's memory)
+        elif op.type in PY_FUNC_OPS and op.name.startswith(HOST_STORE_SCOPES):
+            info.bytes = 0  # lms's own host copies: numpy arrays, copied in by a DeepCopy
         info.swappable = (
             op.type not in NEVER_SWAP_OPS and info.bytes > 0 and not on_host and rank >= 2
         )

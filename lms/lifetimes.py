@@ -160,12 +160,18 @@ def largest_footprint(analysis: Analysis) -> Footprint:
     variables and inputs: the floor that sets how far swapping alone can reach. Unlike
     `analysis.largest_op` (TFLMSv2's "largest operation", inputs + outputs) it counts the
     workspaces, which decide the floor of a 3D convolution's gradient."""
+    return max(footprints(analysis), key=lambda f: f.bytes, default=Footprint("", 0, 0))
+
+
+def footprints(analysis: Analysis) -> list[Footprint]:
+    """Every running op's own device bytes, as `largest_footprint` counts them, in op order
+    (what splitting ranks its candidates by: lms/splitting.py)."""
     key = CacheKey(Fact.FOOTPRINT, analysis.kernels)
     if key in analysis.cache:
         return analysis.cache[key]
     tensors, ops = analysis.tensors, analysis.ops
     _, held = kernel_holds(analysis)
-    best = Footprint("", 0, 0)
+    found = []
     for index, op in enumerate(ops):
         if not op.runs or not op.outputs:
             continue
@@ -180,11 +186,9 @@ def largest_footprint(analysis: Analysis) -> Footprint:
             sizes = {tensors[tensors[t].buffer].bytes for t in op.inputs if t != out}
             if tensors[out].bytes in sizes:  # written into an input's buffer
                 own -= tensors[out].bytes
-        temporary = held[index]
-        if own + temporary > best.bytes:
-            best = Footprint(op.name, own + temporary, temporary)
-    analysis.cache[key] = best
-    return best
+        found.append(Footprint(op.name, own + held[index], held[index]))
+    analysis.cache[key] = found
+    return found
 
 
 class Forwarding(NamedTuple):

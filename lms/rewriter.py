@@ -16,13 +16,12 @@ import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
 
 from lms import _tf_private
-from lms.graph import Analysis
+from lms.graph import REWRITTEN_MARK, Analysis
 from lms.ordering import FOLDED_OPS, UNCHAINED_OPS, anchor_ops, executed_ops
 from lms.planner import Plan, swap_in_waiter, swap_out_waiter
 from lms.swap import SwapMechanism
 
 SCOPE = "lms"
-REWRITTEN_MARK = "_lms_rewritten"  # set on a FuncGraph once rewritten: its trace is no longer plain
 
 
 def swap_graph_def(analysis: Analysis, plan: Plan, mechanism: SwapMechanism, tensor_of):

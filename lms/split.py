@@ -32,6 +32,8 @@ import numpy as np
 import tensorflow as tf
 
 from lms import _tf_private
+from lms.graph import REWRITTEN_MARK, SPLIT_SCOPE
+from lms.halo import RowLayout, row_layout
 
 # one output, computed element by element from inputs of its shape or broadcast to it
 ELEMENTWISE_OPS = frozenset(
@@ -43,7 +45,7 @@ ELEMENTWISE_OPS = frozenset(
         "TanhGrad",
     }
 )  # fmt: skip
-SCOPE = "lms_split"
+SCOPE = SPLIT_SCOPE
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,7 @@ def split_axis(shape: list) -> int | None:
     return None
 
 
-# Windowed ops split along the batch only (a batch of 1 needs halos along the rows: not yet).
+# Windowed ops split along the batch; with a batch of 1, along the rows with halos (lms/halo.py).
 # How each input is read per piece ("slice": its batch slice, "whole", "sizes": a shape vector
 # whose batch becomes the piece's) and how the pieces' outputs combine ("assemble" on the host,
 # "sum": a filter's gradient, summed on the device as the batch's contributions are).
@@ -89,18 +91,40 @@ BATCH_OPS = {
     "DepthwiseConv2dNativeBackpropFilter": _FILTER_GRAD,
     "BiasAddGrad": (("slice",), "sum"),  # a bias's gradient: a sum over the batch and pixels
     "ConcatV2": None,  # its values along the batch, its axis whole (_concat_layout)
+    "Tile": None,  # not along the split axis (_keeps_split_axis: an upsampling's repeat)
+    "Slice": None,  # all of the split axis, or shifted (a concat's gradient, a pad's)
+    "Pad": None,  # shifted along the split axis (_pad_layout: a zero padding's rows)
+    "PadV2": None,
 }  # fmt: skip
 
 
 @dataclass(frozen=True)
 class Layout:
     """How an op splits: along `axis` of length `length`, each input read by its rule, the
-    pieces' outputs combined by `combine`."""
+    pieces' outputs combined by `combine`. (With a batch of 1, windowed ops split along the rows
+    by lms/halo.py's RowLayout, which has the same fields and `piece`.)"""
 
     axis: int
     length: int
     rules: tuple  # per input: "slice", "whole" or "sizes"
     combine: str  # "assemble" or "sum"
+
+    @property
+    def kept(self) -> tuple:
+        """The inputs read in pieces from a host copy."""
+        return tuple(i for i, rule in enumerate(self.rules) if rule == "slice")
+
+    def piece(self, op, start: int, stop: int, read):
+        """Piece [start, stop) of `op`; `read(i, lo, hi)` reads input i's slice [lo, hi)."""
+        args = []
+        for i, x in enumerate(op.inputs):
+            if self.rules[i] == "slice":
+                args.append(read(i, start, stop))
+            elif self.rules[i] == "sizes":
+                args.append(_piece_sizes(x, self.axis, stop - start))
+            else:
+                args.append(x)
+        return _tf_private.copy_op(op, args)
 
 
 def _elementwise_layout(op) -> Layout | str:
@@ -125,41 +149,142 @@ def _elementwise_layout(op) -> Layout | str:
 
 
 def _concat_layout(op) -> Layout | str:
-    """ConcatV2 along any axis but the batch: its values in batch slices, its axis whole."""
+    """ConcatV2 along any axis but the one split: its values in slices, its axis whole."""
     axis = tf.get_static_value(op.inputs[-1])
-    rank = op.outputs[0].shape.rank
-    if axis is None or int(axis) % rank == 0:
-        return "a ConcatV2 along the batch or along an axis not known statically"
-    batch = op.outputs[0].shape[0]
-    if batch < 2:
-        return "a ConcatV2 with a batch of 1 is not split yet"
-    return Layout(0, batch, ("slice",) * (len(op.inputs) - 1) + ("whole",), "assemble")
+    shape = op.outputs[0].shape.as_list()
+    split = split_axis(shape)
+    if axis is None or split is None or int(axis) % len(shape) == split:
+        return "a ConcatV2 along the split axis or along an axis not known statically"
+    return Layout(split, shape[split], ("slice",) * (len(op.inputs) - 1) + ("whole",), "assemble")
 
 
-def _batch_layout(op) -> Layout | str:
-    if op.type == "ConcatV2":
-        return _concat_layout(op)
+def static_value(tensor, limit: int = 32):
+    """`tensor`'s value when a small subgraph of constants computes it (a pad's gradient slices
+    from the paddings through Slice and Reshape, which tf.get_static_value does not follow), run
+    once on its own; else None."""
+    value = tf.get_static_value(tensor)
+    if value is not None:
+        return value
+    ops, stack = {}, [tensor.op]
+    while stack:
+        op = stack.pop()
+        if op.name in ops:
+            continue
+        if len(ops) >= limit or op.type == "Placeholder" or op._is_stateful:
+            return None
+        ops[op.name] = op
+        stack.extend(t.op for t in op.inputs)
+        if op.control_inputs:
+            return None
+    graph_def = tensor.graph.as_graph_def()
+    kept = [node for node in graph_def.node if node.name in ops]
+    del graph_def.node[:]
+    graph_def.node.extend(kept)
+    with tf.Graph().as_default() as graph:
+        tf.graph_util.import_graph_def(graph_def, name="")
+        with tf.compat.v1.Session(graph=graph) as session:
+            return session.run(tensor.name)
+
+
+def _keeps_split_axis(op) -> "Layout | ShiftLayout | str":
+    """Tile or Slice whose output has all of its input's split axis (so a multiple of 1, or
+    a begin of 0 and the whole length, whether or not those are known statically): its input in
+    slices; a Slice's size gets the piece's length. A Slice that cuts the split axis, with static
+    bounds, shifts (ShiftLayout)."""
+    shape = op.outputs[0].shape.as_list()
+    axis = split_axis(shape)
+    if axis is not None and op.inputs[0].shape[axis] == shape[axis]:
+        rules = ("slice", "whole") if op.type == "Tile" else ("slice", "whole", "sizes")
+        return Layout(axis, shape[axis], rules, "assemble")
+    if op.type == "Slice" and axis is not None:
+        begin = static_value(op.inputs[1])
+        if begin is not None:
+            return ShiftLayout(axis, shape[axis], int(begin[axis]))
+    return f"a {op.type} along the split axis, its bounds not known statically"
+
+
+def _pad_layout(op) -> "ShiftLayout | str":
+    """Pad or PadV2 with static paddings: output row r is input row r - (padding before)."""
+    paddings = tf.get_static_value(op.inputs[1])
+    shape = op.outputs[0].shape.as_list()
+    axis = split_axis(shape)
+    if paddings is None or axis is None:
+        return "a Pad with paddings not known statically, or neither a batch nor rows above 1"
+    return ShiftLayout(axis, shape[axis], -int(paddings[axis][0]))
+
+
+@dataclass(frozen=True)
+class ShiftLayout:
+    """Pad and Slice along the split axis: piece [a, b) of the output is input rows
+    [a + shift, b + shift), those outside the input filled as the op fills them (a Pad's
+    constant); the op then pads or slices the other axes as it did."""
+
+    axis: int
+    length: int
+    shift: int
+    combine: str = "assemble"
+    kept: tuple = (0,)
+
+    def piece(self, op, start: int, stop: int, read):
+        size = op.inputs[0].shape[self.axis]
+        lo, hi = start + self.shift, stop + self.shift
+        inside = read(0, max(lo, 0), min(hi, size))
+        fill = op.inputs[2] if op.type == "PadV2" else tf.zeros([], inside.dtype)
+        edges = [[0, 0]] * inside.shape.rank
+        edges[self.axis] = [max(0, -lo), max(0, hi - size)]
+        rows = tf.pad(inside, edges, constant_values=fill) if any(edges[self.axis]) else inside
+        if op.type == "Slice":
+            begin, sizes = op.inputs[1], op.inputs[2]
+            at = tf.one_hot(self.axis, inside.shape.rank, dtype=begin.dtype)
+            begin = begin * (1 - at)  # the piece's rows from its first
+            sizes = sizes * (1 - at) + (stop - start) * at
+            args = [rows, begin, sizes]
+        else:
+            paddings = tf.get_static_value(op.inputs[1]).copy()
+            paddings[self.axis] = 0
+            args = [rows, tf.constant(paddings, op.inputs[1].dtype), *op.inputs[2:]]
+        piece = _tf_private.copy_op(op, args)
+        shape = op.outputs[0].shape.as_list()
+        shape[self.axis] = stop - start
+        piece.set_shape(shape)
+        return piece
+
+
+def _batch_layout(op) -> Layout | RowLayout | str:
+    special = {
+        "ConcatV2": _concat_layout,
+        "Tile": _keeps_split_axis,
+        "Slice": _keeps_split_axis,
+        "Pad": _pad_layout,
+        "PadV2": _pad_layout,
+    }
+    if op.type in special:
+        return special[op.type](op)
     rules, combine = BATCH_OPS[op.type]
     if len(rules) != len(op.inputs):
         return f"{op.type} with {len(op.inputs)} inputs is not a form split knows"
-    batch = op.inputs[rules.index("slice")].shape[0]
-    if batch is None or batch < 2:
-        return (
-            f"{op.type} with a batch of 1 needs halos along the rows, which split does not do yet "
-            "(it splits such ops along the batch)"
-        )
-    return Layout(0, batch, rules, combine)
+    sliced = op.inputs[rules.index("slice")].shape.as_list()
+    if sliced[0] > 1:
+        return Layout(0, sliced[0], rules, combine)
+    if op.type == "BiasAddGrad":  # a sum over the pixels too: along the rows as well
+        axis = split_axis(sliced)
+        if axis is None:
+            return "a BiasAddGrad with neither a batch nor rows above 1"
+        return Layout(axis, sliced[axis], rules, combine)
+    return row_layout(op)  # with a batch of 1, along the rows with halos (lms/halo.py)
 
 
-def layout(op) -> Layout | str:
+def layout(op) -> Layout | RowLayout | str:
     """How `op` splits, or why it cannot."""
     if op.type not in ELEMENTWISE_OPS and op.type not in BATCH_OPS:
         return (
             f"{op.type} is not split yet (element-wise ops are, and convolutions, pooling and "
-            "their gradients along the batch; batch norm needs statistics across pieces)"
+            "their gradients; batch norm needs statistics across pieces)"
         )
     if len(op.outputs) != 1 or not op.outputs[0].shape.is_fully_defined():
         return "its output has no static shape"
+    if not op.outputs[0].dtype.is_floating:
+        return "its output is not floating-point data (indices or shape arithmetic)"
     if any(not t.shape.is_fully_defined() for t in op.inputs):
         return "an input has no static shape"
     if any(op.outputs[0] is t for t in op.graph.outputs):
@@ -173,17 +298,44 @@ def splittable(op) -> str | None:
     return found if isinstance(found, str) else None
 
 
+@dataclass
+class HostArray:
+    """A split op's output on the host: its pieces' array and how many reads free it (the
+    assemble's, and each later split op's pieces that read it in place)."""
+
+    handle: object  # the last piece's store: the array's handle once every piece is in
+    readers: list  # [count], read when the first piece creates the array
+    released: bool = False  # the assemble's read taken back (no live reader of the whole)
+
+
 class HostPieces:
-    """The emulated device's piece copies: through the host store (lms/swap.py HostStore)."""
+    """The emulated device's piece copies: through the host store (lms/swap.py HostStore).
+    A split op whose input is another split op's output reads that output's host array in place:
+    a chain of split ops never has the whole tensor on the device between them."""
 
     def __init__(self, store):
         self.store = store
+        self._outputs = {}  # a split op's combined output (ref) -> its HostArray
+        self._kept = {}  # a tensor kept on the host for split ops (ref) -> its HostArray
+        self._keeps = {}  # those keeps' ops -> their reads
+        self._gone = set()  # the ops no longer run: replaced by pieces, or keeps made moot
 
     def keep(self, tensor, readers: int):
-        count = tf.constant([readers], tf.int64)
-        return tf.numpy_function(
-            lambda a, r: self.store.put_whole(a, r[0]), [tensor, count], tf.int64, stateful=True
+        """`tensor` on the host for `readers` slice reads: a split op's output is there
+        already; a tensor that another split op keeps is copied once for both."""
+        host = self._outputs.get(tensor.ref()) or self._kept.get(tensor.ref())
+        if host is not None:
+            host.readers[0] += readers
+            return host.handle
+        count = [readers]  # read at run time, once every split op that reads it is counted
+        handle = _handle(
+            tf.numpy_function(
+                lambda a: self.store.put_whole(a, count[0]), [tensor], tf.int64, stateful=True
+            )
         )
+        self._kept[tensor.ref()] = HostArray(handle, count)
+        self._keeps[handle.op] = count
+        return handle
 
     def read(self, kept, like, axis: int, start: int, stop: int):
         where = tf.constant([axis, start, stop], tf.int64)
@@ -194,19 +346,54 @@ class HostPieces:
         shape[axis] = stop - start
         return _on_device(piece, shape)
 
-    def store_piece(self, stored, piece, axis: int, start: int, shape: list, readers: int):
-        handle = tf.constant([-1], tf.int64) if stored is None else stored
-        where = tf.constant([axis, start, readers, *shape], tf.int64)
-        return tf.numpy_function(
-            lambda h, p, w: self.store.put_slice(h, p, w[0], w[1], w[3:], w[2]),
-            [handle, piece, where],
-            tf.int64,
-            stateful=True,
+    def store_piece(self, stored, piece, axis: int, start: int, shape: list):
+        host = stored or HostArray(tf.constant([-1], tf.int64), [1])
+        readers = host.readers  # read at run time, once the graph's reads are all counted
+        where = tf.constant([axis, start, *shape], tf.int64)
+        host.handle = _handle(
+            tf.numpy_function(
+                lambda h, p, w: self.store.put_slice(h, p, w[0], w[1], w[2:], readers[0]),
+                [host.handle, piece, where],
+                tf.int64,
+                stateful=True,
+            )
         )
+        return host
+
+    def token(self, stored):
+        """What the next piece waits for: this piece stored."""
+        return stored.handle
 
     def assemble(self, stored, like, axis: int):
-        whole = tf.numpy_function(self.store.get_whole, [stored], like.dtype, stateful=True)
-        return _on_device(whole, like.shape.as_list())
+        whole = tf.numpy_function(self.store.get_whole, [stored.handle], like.dtype, stateful=True)
+        whole = _on_device(whole, like.shape.as_list())
+        self._outputs[whole.ref()] = stored
+        return whole
+
+    def replaced(self, op, whole) -> None:
+        """`op` is now its pieces and `whole` their combined output. Split ops that read `op`'s
+        output (split before it) read its host array in place from now on, and a split output
+        that only split ops read is never assembled (TensorFlow prunes the assemble), so its
+        read is taken back."""
+        self._gone.add(op)
+        host = self._outputs.get(whole.ref())  # None: a sum, on the device
+        for reader in list(whole.consumers()) if host else ():
+            if reader not in self._keeps:
+                continue
+            for consumer in list(reader.outputs[0].consumers()):
+                for position, tensor in enumerate(consumer.inputs):
+                    if tensor is reader.outputs[0]:
+                        _tf_private.update_input(consumer, position, host.handle)
+            _tf_private.move_control_outputs(reader, host.handle.op)  # first pieces' waits
+            host.readers[0] += self._keeps.pop(reader)[0]
+            self._gone.add(reader)
+        for tensor in (*op.inputs, whole):
+            host = self._outputs.get(tensor.ref())
+            if host is None or host.released:
+                continue
+            if all(reader in self._gone for reader in tensor.consumers()):
+                host.readers[0] -= 1
+                host.released = True
 
 
 class DevicePieces:
@@ -215,8 +402,11 @@ class DevicePieces:
 
     def __init__(self, host_device: str = "/device:CPU:0"):
         self.host_device = host_device
+        self._outputs = {}  # a split op's combined output (ref) -> its host concat
 
     def keep(self, tensor, readers: int):
+        if tensor.ref() in self._outputs:  # another split op's output: read on the host
+            return self._outputs[tensor.ref()]
         with tf.device(self.host_device):
             return tf.identity(tensor)
 
@@ -228,75 +418,132 @@ class DevicePieces:
         with tf.device(like.device):
             return tf.identity(piece)
 
-    def store_piece(self, stored, piece, axis: int, start: int, shape: list, readers: int):
+    def store_piece(self, stored, piece, axis: int, start: int, shape: list):
         with tf.device(self.host_device):
             return [*(stored or []), tf.identity(piece)]
 
+    def token(self, stored):
+        return stored[-1]
+
     def assemble(self, stored, like, axis: int):
         with tf.device(self.host_device):
-            whole = tf.concat(stored, axis=axis)
+            host = tf.concat(stored, axis=axis)
         with tf.device(like.device):
-            return tf.identity(whole)
+            whole = tf.identity(host)
+        self._outputs[whole.ref()] = host
+        return whole
+
+    def replaced(self, op, whole) -> None:
+        """Nothing to count: TensorFlow frees the host concat after its last reader. (Split
+        ops that read `whole` and were split before it still copy it to the host.)"""
 
 
 def _on_device(array, shape: list):
     """A py_func's result copied into TensorFlow's allocator (as a swap-in is: lms/swap.py),
-    with the static shape Grappler needs."""
+    with the static shape the analysis sizes it by and Grappler needs."""
+    array.set_shape(shape)
     copy = tf.raw_ops.DeepCopy(x=array)
     return tf.ensure_shape(copy, shape)
 
 
-def _piece_op(op, inputs):
-    """A copy of `op` (type and attributes) over `inputs`."""
-    attrs = {key: op.node_def.attr[key] for key in op.node_def.attr}
-    created = _tf_private.create_op(op.graph, op.type, inputs, [t.dtype for t in op.outputs], attrs)
-    return created.outputs[0]
+def _handle(handle):
+    """A host copy's handle: one int64 (so that the analysis sizes it, 8 bytes)."""
+    handle.set_shape([1])
+    return handle
 
 
-def _piece_sizes(sizes, rows: int):
-    """A shape vector with its batch replaced by the piece's."""
-    return tf.concat([tf.constant([rows], sizes.dtype), sizes[1:]], 0)
+def _piece_sizes(sizes, axis: int, rows: int):
+    """A shape vector with its length along `axis` replaced by the piece's."""
+    return tf.concat([sizes[:axis], tf.constant([rows], sizes.dtype), sizes[axis + 1 :]], 0)
+
+
+def running_ops(graph) -> set:
+    """The ops of a function graph that TensorFlow runs: those its outputs or control outputs
+    depend on (as lms.graph_passes.mark_pruned finds them). Only those are split: a pruned
+    op's pieces never run, so their reads of a host copy shared with other split ops would
+    never come and the copy would never be freed."""
+    if not hasattr(graph, "control_outputs"):
+        return set(graph.get_operations())
+    stack = [t.op for t in graph.outputs] + list(graph.control_outputs or [])
+    found = set()
+    while stack:
+        op = stack.pop()
+        if op in found:
+            continue
+        found.add(op)
+        stack.extend(t.op for t in op.inputs)
+        stack.extend(op.control_inputs)
+    return found
+
+
+SHAPE_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank"})
+
+
+def _constant_shapes(tensor) -> set:
+    """The readers of `tensor` that read only its (static) shape are read as constants instead:
+    else they would keep its assembled whole alive for nothing (Grappler folds them later, and an
+    assemble it prunes would leave its host copy unread). Returns those readers."""
+    replaced = set()
+    for reader in list(tensor.consumers()):
+        static = all(t.shape.is_fully_defined() for t in reader.inputs)
+        if reader.type not in SHAPE_OPS or not static:
+            continue
+        with tensor.graph.as_default(), tf.control_dependencies(None):
+            for k, output in enumerate(reader.outputs):
+                shape = reader.inputs[k if reader.type == "ShapeN" else 0].shape
+                value = {"Size": shape.num_elements(), "Rank": shape.rank}.get(reader.type)
+                value = shape.as_list() if value is None else value
+                constant = tf.constant(value, output.dtype)
+                for consumer in list(output.consumers()):
+                    for position, x in enumerate(consumer.inputs):
+                        if x is output:
+                            _tf_private.update_input(consumer, position, constant)
+        replaced.add(reader)
+    return replaced
 
 
 def split_op(op, pieces: int, io, why: str = "") -> Split:
     """Replace `op` in its graph by `pieces` pieces computed in sequence (module docstring); its
-    readers and the ops that wait for it read and wait for the combined output."""
+    readers and the ops that wait for it read and wait for the combined output. `op` must be one
+    that runs (`running_ops`); `io` must be the same for every op split in a graph."""
     found = layout(op)
     if isinstance(found, str):
         raise ValueError(f"cannot split {op.name}: {found}")
     graph, out = op.graph, op.outputs[0]
-    axis, rules = found.axis, found.rules
+    setattr(graph, REWRITTEN_MARK, True)  # the next plan of this step traces it afresh
+    axis = found.axis
     bounds = np.array_split(np.arange(found.length), max(2, min(pieces, found.length)))
     bounds = [(int(r[0]), int(r[-1]) + 1) for r in bounds]
+    shapes = _constant_shapes(out)  # they go on reading `out`: pruned with it
     readers = [(c, i) for c in out.consumers() for i, x in enumerate(c.inputs) if x is out]
+    readers = [(c, i) for c, i in readers if c not in shapes]
     size = sum(t.shape.num_elements() * t.dtype.size for t in (*op.inputs, out))
     scope = f"{SCOPE}/{op.name.replace('/', '_')}"
     with graph.as_default(), tf.control_dependencies(None), tf.name_scope(scope):
-        kept = {i: io.keep(x, len(bounds)) for i, x in enumerate(op.inputs) if rules[i] == "slice"}
-        stored, total, previous = None, None, []
+        kept = {i: io.keep(op.inputs[i], len(bounds)) for i in found.kept}
+
+        def read(i, lo, hi):
+            return io.read(kept[i], op.inputs[i], axis, lo, hi)
+
+        # the first piece reads when every sliced input is on the host, not as soon as one is
+        # (a read early in the step would hold its slice on the device until the piece runs)
+        stored, total, previous = None, None, [h.op for h in kept.values()]
         for start, stop in bounds:
             with tf.control_dependencies(previous):
-                args = []
-                for i, x in enumerate(op.inputs):
-                    if rules[i] == "slice":
-                        args.append(io.read(kept[i], x, axis, start, stop))
-                    elif rules[i] == "sizes":
-                        args.append(_piece_sizes(x, stop - start))
-                    else:
-                        args.append(x)
-            piece = _piece_op(op, args)
-            if found.combine == "sum":  # a filter's gradient: the batch's contributions add up
+                piece = found.piece(op, start, stop, read)
+            if found.combine == "sum":  # a filter's gradient: the pieces' contributions add up
                 total = piece if total is None else total + piece
                 previous = [total.op]
                 continue
-            stored = io.store_piece(stored, piece, axis, start, out.shape.as_list(), 1)
-            previous = [stored[-1] if isinstance(stored, list) else stored]
+            stored = io.store_piece(stored, piece, axis, start, out.shape.as_list())
+            previous = [io.token(stored)]
         whole = total if found.combine == "sum" else io.assemble(stored, out, axis)
     for reader, position in readers:
         _tf_private.update_input(reader, position, whole)
     # the ops that waited for it wait for the combined output, and no longer for it (it is
     # pruned, never run)
     _tf_private.move_control_outputs(op, whole.op)
+    io.replaced(op, whole)
     return Split(op.name, op.type, len(bounds), axis, size, why)
 
 

@@ -1,27 +1,34 @@
 """When and what `LMS` splits (lms/split.py does the splitting): ops named by the `split`
-option always; with "auto" (not yet the default), the op that sets the floor, one at a time,
-only while no plan fits without it. Splitting is the lever after every swapping parameter: a
+option always; with "auto" (not yet the default), only while no plan fits, in rounds.
+
+Round r splits every op whose own device bytes (`lms.lifetimes.footprints`) exceed a share of
+the room the budget leaves beside the resident bytes: first the ops larger than the room (no
+swap plan can fit while they are whole: the floor), then those above 3/4, 1/2 and 1/3 of it
+(what still crowds the closest plan's peak beside the op running there). Each op gets enough
+pieces for one piece to take at most half the room; one tuning per round, not per op, keeps
+planning fast. Splitting stops at the first plan that fits, after the last round, or when the
+floor is an op that cannot be split. Splitting is the lever after every swapping parameter: a
 plan that fits by swapping never pays for pieces (their extra host copies and smaller kernels)."""
 
 import logging
 
 from lms.budget import format_size
 from lms.errors import NothingFitsError
-from lms.lifetimes import largest_footprint
-from lms.split import Split, layout, pieces_for, split_op, splittable
+from lms.lifetimes import footprints, largest_footprint
+from lms.split import SCOPE, Split, layout, pieces_for, running_ops, split_op, splittable
 
 log = logging.getLogger("lms")
-MAX_SPLITS = 32  # ops split for one step before giving up
+ROUNDS = (1.0, 0.75, 0.5, 1 / 3)  # shares of the room above which an op is split, round by round
 
 
 def forced_splits(graph, wanted: dict, io) -> list[Split]:
     """Split every op whose type or name `wanted` lists, into that many pieces."""
-    splits = []
+    splits, running = [], running_ops(graph)
     for op in list(graph.get_operations()):
         pieces = wanted.get(op.name, wanted.get(op.type))
         if pieces is None:
             continue
-        reason = splittable(op)
+        reason = splittable(op) if op in running else "TensorFlow prunes it: it never runs"
         if reason:
             log.info("not splitting %s as asked: %s", op.name, reason)
             continue
@@ -29,43 +36,90 @@ def forced_splits(graph, wanted: dict, io) -> list[Split]:
     return splits
 
 
-def split_to_fit(graph, analysis, budget: int, error: NothingFitsError, io, analyse, tune):
-    """Split the floor's op and tune again until a plan fits: (analysis, tuned, splits).
-    `analyse()` reads the edited graph again; `tune(analysis)` tunes or raises NothingFitsError.
-    Raises the last NothingFitsError, saying why splitting stopped, when none fits; it carries
-    the `analysis` of the graph as split and the `splits`, for the closest plan."""
-    splits = []
-    for _ in range(MAX_SPLITS):
-        floor = largest_footprint(analysis)
-        op = graph.get_operation_by_name(floor.name)
-        reason = splittable(op)
-        if reason:
-            error.args = (f"{error}; splitting cannot lower the floor: {op.name}: {reason}",)
-            error.analysis, error.splits = analysis, splits
-            raise error
-        room = budget - analysis.resident_bytes
-        pieces = pieces_for(floor.bytes, room, layout(op).length)
-        why = (
-            f"its {format_size(floor.bytes)} and the resident "
-            f"{format_size(analysis.resident_bytes)} exceed what swapping can fit in "
-            f"{format_size(budget)}"
-        )
-        split = split_op(op, pieces, io, why)
-        splits.append(split)
-        log.info(
-            "split %s (%s, %s) into %d pieces along axis %d: %s",
-            op.name,
-            op.type,
-            format_size(floor.bytes),
-            split.pieces,
-            split.axis,
-            why,
-        )
-        analysis = analyse()
-        try:
-            return analysis, tune(analysis), splits
-        except NothingFitsError as again:
-            error = again
-    error.args = (f"{error}; gave up after splitting {len(splits)} ops",)
+def _closest_peak(error: NothingFitsError) -> float:
+    return error.closest.simulation.peak_bytes if error.closest is not None else float("inf")
+
+
+def _stop(error: NothingFitsError, why: str, analysis, splits) -> NothingFitsError:
+    error.args = (f"{error}; {why}",)
     error.analysis, error.splits = analysis, splits
-    raise error
+    return error
+
+
+def _targets(graph, analysis, threshold: float) -> list:
+    """The unsplit ops above `threshold` bytes that can be split, largest first."""
+    found = []
+    for footprint in sorted(footprints(analysis), key=lambda f: f.bytes, reverse=True):
+        if footprint.bytes <= threshold:
+            break
+        if footprint.name.startswith(f"{SCOPE}/"):  # a piece: already split
+            continue
+        op = graph.get_operation_by_name(footprint.name)
+        if splittable(op) is None:
+            found.append((op, footprint.bytes))
+    return found
+
+
+def split_to_fit(graph, analysis, budget: int, error: NothingFitsError, io, analyse, tune):
+    """Split in rounds (module docstring) and tune again until a plan fits: (analysis, tuned,
+    splits). `analyse()` reads the edited graph again; `tune(analysis)` tunes or raises
+    NothingFitsError. Raises the last NothingFitsError, saying why splitting stopped, when none
+    fits; it carries the `analysis` of the graph as split and the `splits`, for the closest
+    plan."""
+    splits, previous, closest = [], _closest_peak(error), None
+    for share in ROUNDS:
+        room = budget - analysis.resident_bytes
+        if room <= 0:
+            why = (
+                f"splitting cannot help: the resident {format_size(analysis.resident_bytes)} "
+                f"alone fill the budget of {format_size(budget)}"
+            )
+            raise _stop(error, why, analysis, splits)
+        floor = largest_footprint(analysis)
+        floor_op = graph.get_operation_by_name(floor.name)
+        reason = splittable(floor_op)
+        if floor.bytes > room and reason:
+            why = f"splitting cannot lower the floor: {floor.name}: {reason}"
+            raise _stop(error, why, analysis, splits)
+        targets = _targets(graph, analysis, share * room)
+        if not targets:
+            continue
+        for op, bytes_ in targets:
+            pieces = pieces_for(bytes_, room, layout(op).length)
+            why = (
+                f"its {format_size(bytes_)} are over {share:.2g} of the "
+                f"{format_size(room)} the budget of {format_size(budget)} leaves beside "
+                f"the resident {format_size(analysis.resident_bytes)}"
+            )
+            split = split_op(op, pieces, io, why)
+            splits.append(split)
+            log.info(
+                "split %s (%s) into %d pieces along axis %d: %s",
+                op.name,
+                op.type,
+                split.pieces,
+                split.axis,
+                why,
+            )
+        analysis = analyse()
+        closest = None
+        try:
+            tuned = tune(analysis)
+        except NothingFitsError as again:
+            error, peak = again, _closest_peak(again)
+        else:
+            if tuned.simulation.peak_bytes <= budget:
+                return analysis, tuned, splits
+            # its bytes asked fit, not with the allocator's padding: splitting goes on
+            closest, peak = tuned, tuned.simulation.peak_bytes
+        log.info(
+            "after %d splits the closest plan's peak is %s (before: %s)",
+            len(splits),
+            format_size(peak),
+            format_size(previous),
+        )
+        previous = peak
+    if closest is not None:  # the tuner keeps such a plan: the closed loop measures it
+        return analysis, closest, splits
+    why = f"after splitting {len(splits)} ops, no op left above {ROUNDS[-1]:.2g} of the room"
+    raise _stop(error, why, analysis, splits)

@@ -25,8 +25,9 @@ LMS_FIELDS = {
 }
 # Accepted in an `lms` table but resolved (and hashed) only when given, so that the hashes of
 # LMS trials recorded before the field existed still match: lms's default applies. `link`
-# (emulated device only) is {bandwidth = "16GB/s", latency = "10us"}, hashed in bytes/s and s.
-OPTIONAL_LMS_FIELDS = ("ordering", "link")
+# (emulated device only) is {bandwidth = "16GB/s", latency = "10us"}, hashed in bytes/s and s;
+# `split` is "auto", "off" or {op type or name = pieces} (lms.Options.split).
+OPTIONAL_LMS_FIELDS = ("ordering", "link", "split")
 
 
 def check_lms_table(table: dict) -> dict:
