@@ -16,6 +16,7 @@ from lms_equivalence import EQUIVALENCE_CASES, aggressive, assert_same_updates
 import lms
 from lms import _tf_private
 from lms.errors import ParameterError
+from lms.halo import ROW_OPS
 from lms.rewriter import rewrite
 from lms.split import BATCH_OPS, ELEMENTWISE_OPS, HostPieces, running_ops, split_op, splittable
 from lms.swap import HostStore
@@ -128,7 +129,7 @@ def test_a_batch_of_one_splits_along_the_rows_with_halos(case, pieces):
     store, split = HostStore(), []
     io = HostPieces(store)  # one for the graph: the pool reads the convolution's pieces in place
     for op in list(concrete.graph.get_operations()):
-        if op.type in BATCH_OPS and op.type not in ("BiasAddGrad", "ConcatV2", "Tile", "Slice"):
+        if op.type in ROW_OPS:
             assert splittable(op) is None, (op.type, splittable(op))
             split.append(split_op(op, pieces, io))
     assert len(split) == 5  # the convolution, its two gradients, the pool and its gradient
@@ -210,6 +211,42 @@ def test_a_padding_and_its_gradients_slice_split_shifted(batch):
     got = _tf_private.concrete_function_from_graph(concrete, concrete.graph)(x)
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g.numpy(), w, rtol=1e-5, atol=1e-5 * np.abs(w).max())
+    assert io.store.held_bytes == 0
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_batch_norms_statistics_and_their_gradients_split_over_the_pieces(batch):
+    """Keras 3's batch norm computes its moments with Mean, SquaredDifference and Tile; split,
+    each piece's partial Mean is weighted by its share of the rows and the pieces are summed, so
+    the result is the same batch norm (to 1e-5; the conv bias's gradient, which batch norm makes
+    ~0, to 1e-6 of the largest value). Keras 2 fuses it (FusedBatchNormV3): not split yet."""
+    inputs = keras.Input((14, 12, 3), batch_size=batch)
+    y = keras.layers.Conv2D(4, 3, padding="same")(inputs)
+    y = keras.layers.BatchNormalization()(y, training=True)
+    model = keras.Model(inputs, keras.layers.Activation("relu")(y))
+    x = tf.random.stateless_normal([batch, 14, 12, 3], seed=(1, 2))
+
+    def step(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            out = model(x, training=True)
+            loss = tf.reduce_sum(out * out)
+        return [out, *tape.gradient(loss, [x, *model.trainable_variables])]
+
+    want = [t.numpy() for t in tf.function(step)(x)]
+    concrete = tf.function(step).get_concrete_function(x)
+    io, running, split = HostPieces(HostStore()), running_ops(concrete.graph), set()
+    for op in list(concrete.graph.get_operations()):
+        kinds = op.type in BATCH_OPS or op.type in ELEMENTWISE_OPS
+        if kinds and op in running and splittable(op) is None:
+            split.add(split_op(op, 3, io).op_type)
+    if not keras.__version__.startswith("2."):
+        assert {"Mean", "Sum", "Tile", "SquaredDifference", "Conv2D"} <= split
+    got = _tf_private.concrete_function_from_graph(concrete, concrete.graph)(x)
+    scale = max(np.abs(w).max() for w in want)  # the conv bias's gradient: rounding of ~0
+    for g, w in zip(got, want, strict=True):
+        atol = max(1e-5 * np.abs(w).max(), 1e-6 * scale)
+        np.testing.assert_allclose(g.numpy(), w, rtol=1e-5, atol=atol)
     assert io.store.held_bytes == 0
 
 
