@@ -198,7 +198,7 @@ class LMS(keras.callbacks.Callback):
         analysed = time.perf_counter()
         try:
             analysis, tuned = self._tune_or_split(
-                concrete, analysis, parameters or self.parameters, budget, paired
+                concrete, analysis, parameters or self.parameters, budget
             )
         except NothingFitsError as error:
             analysis = getattr(error, "analysis", analysis)
@@ -222,9 +222,9 @@ class LMS(keras.callbacks.Callback):
             log_plan(analysis, tuned.plan)
         return concrete, analysis, tuned, timings, budget
 
-    def _tune_or_split(self, concrete, analysis, parameters, budget, paired):
-        """Tune; when nothing fits and `split` is "auto", split the floor's op into pieces and
-        tune again, op by op (lms/splitting.py). Returns (analysis, tuned)."""
+    def _tune_or_split(self, concrete, analysis, parameters, budget):
+        """Tune; when nothing fits and `split` is "auto", split ops into pieces in rounds and
+        tune again after each (lms/splitting.py). Returns (analysis, tuned)."""
         try:
             return self._tune_paired_first(concrete, analysis, parameters, budget)
         except NothingFitsError as error:
@@ -232,13 +232,21 @@ class LMS(keras.callbacks.Callback):
                 raise
             failed = error
 
-        def analyse():
-            return self._analyse(concrete, paired)
+        # "without LMS" stays the step as traced, not as split
+        plain = failed.closest.baseline if failed.closest is not None else None
+
+        def analyse():  # unpaired: splitting comes after the paired reads were given up
+            return self._analyse(concrete, frozenset())
 
         def tune(split_analysis):
-            self._paired_analysis, tuned = self._tune_paired_first(
-                concrete, split_analysis, parameters, budget
-            )
+            self._paired_analysis = split_analysis
+            try:
+                tuned = self._tune_or_apply(split_analysis, parameters, budget)
+            except NothingFitsError as error:
+                if error.closest is not None and plain is not None:
+                    error.closest.baseline = plain
+                raise
+            tuned.baseline = plain or tuned.baseline
             return tuned
 
         try:

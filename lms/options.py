@@ -46,10 +46,11 @@ class Options:
         peaks; a plan over the budget but under the device memory is then kept with a warning).
     calibration_cache: path of a JSON file where corrected budgets are kept by the step's graph
         and device, so that the next run starts from the plan that held.
-    split: "auto" splits the op that sets the floor into pieces computed one after the other,
-        only when no plan fits without it (lms/split.py: element-wise ops so far); "off" (the
-        default until its reach and cost are measured, issue 31) never splits; a dict
-        {op type or op name: pieces} splits those ops always (to check equivalence).
+    split: "auto" (the default) splits the ops too large for the budget into pieces computed
+        one after the other, only when no plan fits by swapping alone (lms/splitting.py); a
+        step that fits never pays for pieces. "off" never splits (swapping alone: its reach is
+        bounded by the largest op); a dict {op type or op name: pieces} splits those ops always
+        (to check equivalence).
     """
 
     device_memory: int | str | None = None  # None: the GPU's, read when the LMS object is made
@@ -70,7 +71,7 @@ class Options:
     calibration_steps: int = CALIBRATION_STEPS
     max_corrections: int = MAX_CORRECTIONS
     calibration_cache: str | os.PathLike | None = None
-    split: str | dict = "off"
+    split: str | dict = "auto"
 
     def __post_init__(self):
         serialization = self.serialization

@@ -1,9 +1,11 @@
 """The report's limits table: per workload, host and search, the largest size that trained with
 LMS off and with LMS on, and the factor LMS gained (in pixels or voxels for resolution, in samples
-for batch), and beside the gain the swap-only bound (`suite.reporting.swap_bound`): how far
-swapping alone could go, and the op that sets it. Each limit's margin follows
-(`suite.running.boundary`): its verdict, then the measured peak over the budget at the limit and at
-the first size that failed; a gain from an uncertain limit says so."""
+for batch), with splitting too where a search ran with `lms.split`, and beside the gain the
+swap-only bound (`suite.reporting.swap_bound`): how far swapping alone could go, and the op that
+sets it; last, what set each limit (the search's stop, or the first size that failed and why).
+Each limit's margin follows (`suite.running.boundary`): its verdict, then the measured peak over
+the budget at the limit and at the first size that failed; a gain from an uncertain limit says
+so."""
 
 from collections import defaultdict
 
@@ -66,41 +68,88 @@ def rate_at_limit_text(record: SearchRecord | None) -> str:
     return f"{rate:.3g} img/s, {elements:.3g} {info.rate_unit}"
 
 
+def _variant(record: SearchRecord) -> str:
+    """ "off", "on" (swapping alone: the suite's LMS unless a spec asks for splitting) or
+    "split" (`lms.split` "auto" or forced)."""
+    if record.mode == "off":
+        return "off"
+    return "on" if (record.lms or {}).get("split", "off") == "off" else "split"
+
+
+OUTCOME_TEXT = {"out_of_memory": "out of memory", "timed_out": "timed out"}
+
+
+def _cause(error: str) -> str:
+    """The clause of a failed trial's error that says what stopped it (lms's own wording)."""
+    for marker, text in (
+        ("splitting cannot lower the floor: ", "floor op {} cannot be split"),
+        ("alone fill the budget", "resident bytes fill the budget"),
+        ("no op left above", "every large op split, plan still over"),
+        ("MemoryError", "host memory"),
+        ("the largest operation, ", "largest op {}"),
+    ):
+        if marker in error:
+            name = error.split(marker, 1)[1].split(":")[0].split(",")[0]
+            return text.format("/".join(name.split("/")[1:]) or name)  # without the model
+    return error.splitlines()[0][:60] if error else ""
+
+
+def stopped_by(record: SearchRecord | None, errors: dict) -> str:
+    """What set a search's limit: its stop, or the first size that failed and why."""
+    if record is None:
+        return ""
+    if record.stop_reached:
+        return "the search's stop"
+    if record.smallest_failed is None:
+        return "—"
+    outcome = OUTCOME_TEXT.get(record.failed_outcome, record.failed_outcome or "failed")
+    failed = [t for t in record.trials if t.value == record.smallest_failed and t.outcome != "ok"]
+    cause = _cause(errors.get((record.host, failed[0].spec_hash), "") or "") if failed else ""
+    return f"{outcome} at {record.smallest_failed}" + (f" ({cause})" if cause else "")
+
+
 def limits_table(
     search_records: list[SearchRecord], trial_records: list[TrialRecord]
 ) -> str | None:
-    """One row per (search, host); the LMS-off and LMS-on searches side by side. The trial
-    records hold the LMS reports the swap-only bound is estimated from."""
+    """One row per (search, host); the LMS-off and LMS-on searches side by side, and the
+    searches with splitting (issue 31) beside them when any ran. The trial records hold the LMS
+    reports the swap-only bound is estimated from, and the errors that say what set a limit."""
     reports = lms_reports(trial_records)
+    errors = {(t.host, t.spec_hash): t.error for t in trial_records if t.error}
     pairs = defaultdict(dict)
-    for record in search_records:  # newest record of each mode wins
-        pairs[(record.limit_key, record.host)][record.mode] = record
+    for record in search_records:  # newest record of each variant wins
+        pairs[(record.limit_key, record.host)][_variant(record)] = record
     if not pairs:
         return None
+    splitting = any("split" in modes for modes in pairs.values())
     rows = []
     for (_, host), modes in sorted(pairs.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-        any_record = modes.get("off") or modes.get("on")
+        off, on, split = modes.get("off"), modes.get("on"), modes.get("split")
+        any_record = off or on or split
         p = any_record.params
         fixed = f"batch {p.batch}" if any_record.searched == "resolution" else f"{p.resolution}px"
-        off, on = modes.get("off"), modes.get("on")
         trials = "/".join(str(len(m.trials)) if m else "—" for m in (off, on))
-        rows.append(
-            [
-                p.workload,
-                f"max {any_record.searched} ({fixed}, {p.precision})",
-                host,
-                format_bytes(p.memory_budget_bytes) if p.memory_budget_bytes else "device",
-                _limit_text(off),
-                _limit_text(on),
-                gain_text(off, on),
-                bound_text(off, on, reports),
-                margin_cell(off),
-                margin_cell(on),
-                rate_at_limit_text(off),
-                rate_at_limit_text(on),
-                trials,
-            ]
-        )
+        row = [
+            p.workload,
+            f"max {any_record.searched} ({fixed}, {p.precision})",
+            host,
+            format_bytes(p.memory_budget_bytes) if p.memory_budget_bytes else "device",
+            _limit_text(off),
+            _limit_text(on),
+            gain_text(off, on),
+            bound_text(off, on, reports),
+            margin_cell(off),
+            margin_cell(on),
+            rate_at_limit_text(off),
+            rate_at_limit_text(on),
+            trials,
+        ]
+        if splitting:
+            row += [_limit_text(split), gain_text(off, split), rate_at_limit_text(split)]
+        causes = [(name, stopped_by(m, errors)) for name, m in modes.items()]
+        order = {"off": 0, "on": 1, "split": 2}
+        row.append("; ".join(f"{n}: {c}" for n, c in sorted(causes, key=lambda x: order[x[0]])))
+        rows.append(row)
     headers = [
         "workload",
         "search",
@@ -116,4 +165,7 @@ def limits_table(
         "rate at limit, on",
         "trials off/on",
     ]
+    if splitting:
+        headers += ["with splitting", "gain with splitting", "rate at limit, splitting"]
+    headers.append("what set the limits")
     return tabulate(rows, headers, tablefmt="github", disable_numparse=True)

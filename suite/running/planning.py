@@ -11,7 +11,7 @@ from pathlib import Path
 import lms
 from suite import lms_seam
 from suite.errors import SuiteError
-from suite.lms_seam import lms_options
+from suite.lms_seam import SUITE_SPLIT_DEFAULT, lms_options
 from suite.specs import Spec, Trial, TrialParams
 from suite.specs.model import lms_text
 from suite.units import parse_size
@@ -29,7 +29,7 @@ def plan_trial(params: TrialParams, device_memory=None, plot: Path | None = None
     from suite.workloads import build_workload, data, training
 
     info = params.info
-    options = lms_options(params) or {"batch_size": params.batch}
+    options = lms_options(params) or {"batch_size": params.batch, "split": SUITE_SPLIT_DEFAULT}
     options["device_memory"] = lms_seam.device_memory(params)
     if device_memory is not None:  # a GPU's memory: plan with a GPU's swaps and allocator
         options["device_memory"] = device_memory

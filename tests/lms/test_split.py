@@ -293,7 +293,7 @@ def test_the_split_option_is_checked():
     for bad in ("on", {"AddN": 1}, {"AddN": True}, {}):
         with pytest.raises(ParameterError, match="split"):
             lms.LMS(device_memory="1GiB", split=bad)
-    assert lms.LMS(device_memory="1GiB").options.split == "off"
+    assert lms.LMS(device_memory="1GiB").options.split == "auto"
 
 
 def _largest_splittable(graph, count: int, types) -> list:

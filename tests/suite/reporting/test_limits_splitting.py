@@ -1,0 +1,74 @@
+"""The limits table with splitting (issue 31): a search whose LMS table asks for `split` gets its
+own columns beside swapping's, and every limit says what set it, from the failed trial's error."""
+
+from report_cases import HOST, LMS_EVERYTHING, record, search_record, write_record
+
+from suite.records import store_host
+from suite.reporting.report import render_report
+
+FLOOR_ERROR = (
+    "NothingFitsError: no LMS parameters fit the budget of 270 MiB: the best simulated peak is "
+    "301 MiB (without LMS 2.41 GiB); splitting cannot lower the floor: "
+    "googlenet_1/pool1_1/LRN: LRN is not split yet"
+)
+SWAP_ERROR = (
+    "NothingFitsError: no LMS parameters fit the budget of 270 MiB: the best simulated peak is "
+    "330 MiB (without LMS 590 MiB); the largest operation, googlenet_1/pool1_1/MaxPoolGrad, "
+    "needs 161 MiB"
+)
+
+
+def _search(tmp_path, ref, mode, largest, failed, error, split=None):
+    made = search_record("alpha", ref, "max-resolution", mode, largest, failed)
+    if split:
+        made["search_hash"] += "-split"
+        made["lms"] = {**LMS_EVERYTHING, "split": split}
+    spec_hash = f"{made['search_hash']}-{failed}"
+    trial = record("alpha", ref, spec_hash, 1.0, 0.1, outcome="out_of_memory")
+    trial["error"] = error
+    write_record(tmp_path, trial)
+    made["trials"] = [
+        {
+            "value": failed,
+            "spec_hash": spec_hash,
+            "outcome": "out_of_memory",
+            "reused": False,
+            "peak_memory_bytes": None,
+            "images_per_sec": None,
+            "repeat": 0,
+        }
+    ]
+    write_record(tmp_path, made)
+
+
+def _cells(tmp_path) -> dict:
+    text = render_report(tmp_path, tmp_path / "out").read_text()
+    limits = text[text.index("## Limits") :]
+    lines = [line for line in limits.splitlines() if line.startswith("|")]
+    headers = [c.strip() for c in lines[0].split("|")[1:-1]]
+    row = next(line for line in lines if line.startswith("| googlenet"))
+    return dict(zip(headers, [c.strip() for c in row.split("|")[1:-1]], strict=True))
+
+
+def test_a_search_with_splitting_gets_its_columns_and_each_limit_says_what_set_it(tmp_path):
+    ref = store_host(tmp_path, HOST)
+    _search(tmp_path, ref, "off", 160, 192, "ResourceExhaustedError: OOM when allocating")
+    _search(tmp_path, ref, "on", 256, 288, SWAP_ERROR)
+    _search(tmp_path, ref, "on", 512, 544, FLOOR_ERROR, split="auto")
+    cells = _cells(tmp_path)
+    assert (cells["LMS on"], cells["with splitting"]) == ("256", "512")
+    assert cells["gain with splitting"] == "10.24× pixels"  # (512 / 160)²
+    assert cells["what set the limits"] == (
+        "off: out of memory at 192 (ResourceExhaustedError: OOM when allocating); "
+        "on: out of memory at 288 (largest op pool1_1/MaxPoolGrad); "
+        "split: out of memory at 544 (floor op pool1_1/LRN cannot be split)"
+    )
+
+
+def test_without_searches_with_splitting_the_table_keeps_its_columns(tmp_path):
+    ref = store_host(tmp_path, HOST)
+    _search(tmp_path, ref, "off", 160, 192, "boom")
+    _search(tmp_path, ref, "on", 256, 288, SWAP_ERROR)
+    cells = _cells(tmp_path)
+    assert "with splitting" not in cells and cells["LMS on"] == "256"
+    assert cells["what set the limits"].startswith("off: out of memory at 192 (boom); on: ")
