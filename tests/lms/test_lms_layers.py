@@ -27,6 +27,7 @@ LAYERS = [
     # the rewritten step: swap mechanisms, split ops, the rewrite, its profile
     (
         "lms.swap",
+        "lms.halo",
         "lms.split",
         "lms.splitting",
         "lms.rewriter",
