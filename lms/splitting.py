@@ -1,14 +1,15 @@
 """When and what `LMS` splits (lms/split.py does the splitting): ops named by the `split`
-option always; with "auto" (not yet the default), only while no plan fits, in rounds.
+option always; with "auto" (the default), only while no plan fits by swapping alone, in rounds.
 
 Round r splits every op whose own device bytes (`lms.lifetimes.footprints`) exceed a share of
 the room the budget leaves beside the resident bytes: first the ops larger than the room (no
-swap plan can fit while they are whole: the floor), then those above 3/4, 1/2 and 1/3 of it
-(what still crowds the closest plan's peak beside the op running there). Each op gets enough
-pieces for one piece to take at most half the room; one tuning per round, not per op, keeps
-planning fast. Splitting stops at the first plan that fits, after the last round, or when the
-floor is an op that cannot be split. Splitting is the lever after every swapping parameter: a
-plan that fits by swapping never pays for pieces (their extra host copies and smaller kernels)."""
+swap plan can fit while they are whole: the floor), then those above 3/4, 1/2, 1/3, 1/4 and 1/6
+of it (what still crowds the closest plan's peak beside the op running there). Each op gets
+enough pieces for one piece to take at most an eighth of the room (lms.split.PIECE_SHARE); one
+tuning per round, not per op. Splitting stops at the first plan that fits, after the last
+round, or when the floor is an op that cannot be split. Splitting is the lever after every
+swapping parameter: a plan that fits by swapping never pays for pieces (their extra host copies
+and smaller kernels)."""
 
 import logging
 
@@ -18,7 +19,9 @@ from lms.lifetimes import footprints, largest_footprint
 from lms.split import SCOPE, Split, layout, pieces_for, running_ops, split_op, splittable
 
 log = logging.getLogger("lms")
-ROUNDS = (1.0, 0.75, 0.5, 1 / 3)  # shares of the room above which an op is split, round by round
+# shares of the room above which an op is split, round by round (the last two: Eigen's CPU
+# kernels, whose convolution gradients' temporaries crowd ResNet50 1024² b1 after four rounds)
+ROUNDS = (1.0, 0.75, 0.5, 1 / 3, 1 / 4, 1 / 6)
 
 
 def forced_splits(graph, wanted: dict, io) -> list[Split]:
