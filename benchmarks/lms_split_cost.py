@@ -57,11 +57,11 @@ def main(workload="googlenet", resolution="512", batch="1", ops="3", pieces="4")
     )
     split = planner.wrap(case.step)
     plain = workload_case(workload, int(resolution), int(batch))
+    for function in (plain.step, split):  # warm up: plan, trace, Grappler, first allocations
+        seconds(function, plain)
+        seconds(function, plain)
     for split_op in planner.report.splits:
         print(f"split {split_op['op']} ({split_op['op_type']}) into {split_op['pieces']}")
-    for function in (plain.step, split):  # warm up: trace, Grappler, first allocations
-        seconds(function, plain)
-        seconds(function, plain)
     ratios = []
     for repeat in range(REPEATS):
         whole, pieces_ = seconds(plain.step, plain), seconds(split, plain)
