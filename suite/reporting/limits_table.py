@@ -7,6 +7,7 @@ Each limit's margin follows (`suite.running.boundary`): its verdict, then the me
 the budget at the limit and at the first size that failed; a gain from an uncertain limit says
 so."""
 
+import re
 from collections import defaultdict
 
 from tabulate import tabulate
@@ -79,8 +80,22 @@ def _variant(record: SearchRecord) -> str:
 OUTCOME_TEXT = {"out_of_memory": "out of memory", "timed_out": "timed out"}
 
 
+MEASURED = re.compile(r"measured peak (\d+) B exceeds the memory budget (\d+) B")
+
+
+def _op_name(name: str) -> str:
+    """An op's name without the gradient tape's and the model's scopes."""
+    parts = name.split("/")
+    parts = parts[1:] if parts[0] == "gradient_tape" else parts
+    return "/".join(parts[1:]) or name
+
+
 def _cause(error: str) -> str:
     """The clause of a failed trial's error that says what stopped it (lms's own wording)."""
+    measured = MEASURED.search(error)
+    if measured:
+        peak, budget = (format_bytes(int(b)) for b in measured.groups())
+        return f"measured peak {peak} over {budget}"
     for marker, text in (
         ("splitting cannot lower the floor: ", "floor op {} cannot be split"),
         ("alone fill the budget", "resident bytes fill the budget"),
@@ -90,7 +105,7 @@ def _cause(error: str) -> str:
     ):
         if marker in error:
             name = error.split(marker, 1)[1].split(":")[0].split(",")[0]
-            return text.format("/".join(name.split("/")[1:]) or name)  # without the model
+            return text.format(_op_name(name))
     return error.splitlines()[0][:60] if error else ""
 
 

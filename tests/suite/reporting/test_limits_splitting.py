@@ -9,7 +9,7 @@ from suite.reporting.report import render_report
 FLOOR_ERROR = (
     "NothingFitsError: no LMS parameters fit the budget of 270 MiB: the best simulated peak is "
     "301 MiB (without LMS 2.41 GiB); splitting cannot lower the floor: "
-    "googlenet_1/pool1_1/LRN: LRN is not split yet"
+    "gradient_tape/googlenet_1/pool1_1/LRNGrad: LRNGrad is not split yet"
 )
 SWAP_ERROR = (
     "NothingFitsError: no LMS parameters fit the budget of 270 MiB: the best simulated peak is "
@@ -52,16 +52,17 @@ def _cells(tmp_path) -> dict:
 
 def test_a_search_with_splitting_gets_its_columns_and_each_limit_says_what_set_it(tmp_path):
     ref = store_host(tmp_path, HOST)
-    _search(tmp_path, ref, "off", 160, 192, "ResourceExhaustedError: OOM when allocating")
+    measured = "measured peak 461830912 B exceeds the memory budget 419430400 B (emulated device)"
+    _search(tmp_path, ref, "off", 160, 192, measured)
     _search(tmp_path, ref, "on", 256, 288, SWAP_ERROR)
     _search(tmp_path, ref, "on", 512, 544, FLOOR_ERROR, split="auto")
     cells = _cells(tmp_path)
     assert (cells["LMS on"], cells["with splitting"]) == ("256", "512")
     assert cells["gain with splitting"] == "10.24× pixels"  # (512 / 160)²
     assert cells["what set the limits"] == (
-        "off: out of memory at 192 (ResourceExhaustedError: OOM when allocating); "
+        "off: out of memory at 192 (measured peak 440 MiB over 400 MiB); "
         "on: out of memory at 288 (largest op pool1_1/MaxPoolGrad); "
-        "split: out of memory at 544 (floor op pool1_1/LRN cannot be split)"
+        "split: out of memory at 544 (floor op pool1_1/LRNGrad cannot be split)"
     )
 
 
