@@ -18,7 +18,15 @@ from lms import _tf_private
 from lms.errors import ParameterError
 from lms.halo import ROW_OPS
 from lms.rewriter import rewrite
-from lms.split import BATCH_OPS, ELEMENTWISE_OPS, HostPieces, running_ops, split_op, splittable
+from lms.split import (
+    BATCH_OPS,
+    ELEMENTWISE_OPS,
+    DevicePieces,
+    HostPieces,
+    running_ops,
+    split_op,
+    splittable,
+)
 from lms.swap import HostStore
 
 pytestmark = pytest.mark.compat
@@ -289,6 +297,26 @@ def test_a_chain_of_split_ops_passes_its_pieces_host_to_host(order):
     outputs = conv + y + z + y + conv + x.numpy().size  # ... + the pools' and the input's grads
     kept = x.numpy().size + z
     assert store.take_traffic().out_bytes == 2 * 4 * (outputs + kept)
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_the_gpu_paths_pieces_compute_the_same_on_the_cpu(batch):
+    """DevicePieces (a GPU's host copies through the CPU device, a host concat) exercised here,
+    where both devices are the CPU: every op of a conv -> pool -> pool step that can be split,
+    split in three, along the batch or the rows; its memory is only a GPU's to measure."""
+    x = tf.random.stateless_normal([batch, 20, 16, 3], seed=(1, 2))
+    kernel = tf.random.stateless_normal([3, 3, 3, 4], seed=(3, 4))
+    want = [t.numpy() for t in tf.function(_chain)(x, kernel)]
+    concrete = tf.function(_chain).get_concrete_function(x, kernel)
+    io, running, split = DevicePieces(), running_ops(concrete.graph), set()
+    for op in list(concrete.graph.get_operations()):
+        if op in running and splittable(op) is None:
+            split.add(split_op(op, 3, io).op_type)
+    kinds = {"Conv2D", "MaxPool", "MaxPoolGrad", "Conv2DBackpropFilter", "Conv2DBackpropInput"}
+    assert kinds <= split
+    got = _tf_private.concrete_function_from_graph(concrete, concrete.graph)(x, kernel)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g.numpy(), w, rtol=1e-5, atol=1e-5 * np.abs(w).max())
 
 
 def test_the_split_option_is_checked():
