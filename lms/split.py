@@ -110,6 +110,7 @@ class Layout:
     length: int
     rules: tuple  # per input: "slice", "whole" or "sizes"
     combine: str  # "assemble" or "sum"
+    read_axis: int | None = None  # the inputs' axis when not `axis` (a reduction's)
 
     @property
     def kept(self) -> tuple:
@@ -209,15 +210,23 @@ def _keeps_split_axis(op) -> "Layout | ShiftLayout | str":
 
 def _reduction_layout(op) -> "Layout | ReductionLayout | str":
     """Sum or Mean over axes that include the split axis of its input: the pieces' partial sums
-    (a Mean's weighted by the piece's share of the rows) add up on the device."""
+    (a Mean's weighted by the piece's share of the rows) add up on the device. Over other axes:
+    each piece reduces its own rows (read along the input's axis that becomes the output's split
+    axis: an upsampling's gradient sums interleaved axes), assembled as any output."""
     axes = tf.get_static_value(op.inputs[1])
-    shape = op.inputs[0].shape.as_list()
+    shape, out = op.inputs[0].shape.as_list(), op.outputs[0].shape.as_list()
+    if axes is None:
+        return f"a {op.type} over axes not known statically"
+    reduced = {int(a) % len(shape) for a in np.atleast_1d(axes)}
     axis = split_axis(shape)
-    if axes is None or axis is None:
-        return f"a {op.type} over axes not known statically, or of neither a batch nor rows"
-    if axis not in {int(a) % len(shape) for a in np.atleast_1d(axes)}:
-        return f"a {op.type} that keeps the split axis is not split yet"
-    return ReductionLayout(axis, shape[axis])
+    if axis is not None and axis in reduced:
+        return ReductionLayout(axis, shape[axis])
+    kept = list(range(len(shape)))
+    kept = kept if op.get_attr("keep_dims") else [a for a in kept if a not in reduced]
+    out_axis = split_axis(out)
+    if out_axis is None or out_axis >= len(kept) or shape[kept[out_axis]] != out[out_axis]:
+        return f"a {op.type} whose output has neither a batch nor rows above 1 of its input's"
+    return Layout(out_axis, out[out_axis], ("slice", "whole"), "assemble", kept[out_axis])
 
 
 @dataclass(frozen=True)
@@ -569,8 +578,11 @@ def split_op(op, pieces: int, io, why: str = "") -> Split:
     with graph.as_default(), tf.control_dependencies(None), tf.name_scope(scope):
         kept = {i: io.keep(op.inputs[i], len(bounds)) for i in found.kept}
 
+        read_axis = getattr(found, "read_axis", None)
+        read_axis = axis if read_axis is None else read_axis
+
         def read(i, lo, hi):
-            return io.read(kept[i], op.inputs[i], axis, lo, hi)
+            return io.read(kept[i], op.inputs[i], read_axis, lo, hi)
 
         # the first piece reads when every sliced input is on the host, not as soon as one is
         # (a read early in the step would hold its slice on the device until the piece runs)

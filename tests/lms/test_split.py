@@ -260,6 +260,40 @@ def test_batch_norms_statistics_and_their_gradients_split_over_the_pieces(batch)
     assert io.store.held_bytes == 0
 
 
+def test_an_upsampling_its_gradients_sums_and_a_skip_concat_split_along_the_depth():
+    """The 3D U-Net's decoder at a batch of 1: UpSampling3D (three Tiles over interleaved axes),
+    its gradient (Sums over those axes, read along the input's axis that becomes the output's
+    depth), the skip connection's ConcatV2 and its gradient's Slices, split in three: the same
+    bits."""
+    inputs = keras.Input((8, 6, 6, 3), batch_size=1)
+    skip = keras.layers.Conv3D(4, 3, padding="same")(inputs)
+    up = keras.layers.UpSampling3D(2)(keras.layers.MaxPooling3D(2)(skip))
+    joined = keras.layers.Concatenate()([up, skip])
+    model = keras.Model(inputs, keras.layers.Conv3D(2, 3, padding="same")(joined))
+    x = tf.random.stateless_normal([1, 8, 6, 6, 3], seed=(1, 2))
+
+    def step(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            loss = tf.reduce_sum(tf.square(model(x)))
+        return tape.gradient(loss, [x, *model.trainable_variables])
+
+    want = [t.numpy() for t in tf.function(step)(x)]
+    concrete = tf.function(step).get_concrete_function(x)
+    io, running, split = HostPieces(HostStore()), running_ops(concrete.graph), []
+    for op in list(concrete.graph.get_operations()):
+        kinds = ("Tile", "Slice", "ConcatV2", "Sum")
+        if op.type in kinds and op in running and splittable(op) is None:
+            split.append(split_op(op, 3, io).op_type)
+    assert {"ConcatV2", "Slice"} <= set(split)
+    if not keras.__version__.startswith("2."):  # Keras 2 repeats by slices and a ConcatV2
+        assert split.count("Tile") >= 3 and split.count("Sum") >= 3
+    got = _tf_private.concrete_function_from_graph(concrete, concrete.graph)(x)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g.numpy(), w)
+    assert io.store.held_bytes == 0
+
+
 def _chain(x, kernel):
     with tf.GradientTape() as tape:
         tape.watch([x, kernel])
