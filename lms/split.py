@@ -97,6 +97,7 @@ BATCH_OPS = {
     "PadV2": None,
     "Sum": None,  # over the split axis (_reduction_layout: batch norm's moments, a bias's grad)
     "Mean": None,
+    "Reshape": None,  # unit axes around the split axis (_reshape_layout)
 }  # fmt: skip
 
 
@@ -246,6 +247,20 @@ class ReductionLayout:
         return partial
 
 
+def _reshape_layout(op) -> "Layout | str":
+    """Reshape that keeps the split axis whole with nothing but ones before it on both sides
+    (an upsampling's gradient views its input with unit axes inserted): each piece reshapes its
+    own rows, read along the input's axis and stored along the output's."""
+    shape, out = op.inputs[0].shape.as_list(), op.outputs[0].shape.as_list()
+    out_axis = split_axis(out)
+    in_axis = next((a for a, n in enumerate(shape) if n != 1), None)
+    if out_axis is None or in_axis is None or shape[in_axis] != out[out_axis]:
+        return "a Reshape that moves rows across the split axis"
+    if any(n != 1 for n in out[:out_axis]):
+        return "a Reshape that moves rows across the split axis"
+    return Layout(out_axis, out[out_axis], ("slice", "sizes"), "assemble", in_axis)
+
+
 def _pad_layout(op) -> "ShiftLayout | str":
     """Pad or PadV2 with static paddings: output row r is input row r - (padding before)."""
     paddings = tf.get_static_value(op.inputs[1])
@@ -302,6 +317,7 @@ def _batch_layout(op) -> Layout | RowLayout | str:
         "PadV2": _pad_layout,
         "Sum": _reduction_layout,
         "Mean": _reduction_layout,
+        "Reshape": _reshape_layout,
     }
     if op.type in special:
         return special[op.type](op)
