@@ -171,6 +171,24 @@ class Calibration:
         )
         return int(target)
 
+    def best_kept_earlier(self) -> "Attempt | None":
+        """An earlier attempt whose measured peak fit the device memory while the current one
+        does not: the loop plans it again (the same budget gives the same plan) rather than give
+        up. Corrections can make a plan worse (a split plan's pieces planned for less room), so
+        the best measured plan is not always the last."""
+        current = self.current
+        if (
+            current.outcome != "out_of_memory"
+            and (current.measured_peak_bytes or 0) <= self.device_limit_bytes
+        ):
+            return None
+        fitting = [
+            a
+            for a in self.attempts[:-1]
+            if a.outcome == "over" and (a.measured_peak_bytes or 0) <= self.device_limit_bytes
+        ]
+        return min(fitting, key=lambda a: a.measured_peak_bytes, default=None)
+
     def keep_or_fail(self, why: str) -> None:
         """No better plan can be had (`why`): keep the current one when its measured peak fits
         the device memory (with a warning: it is over the budget's margin), else raise

@@ -39,6 +39,7 @@ class LMSFunction:
         self._calibrations = {}  # input signature -> the closed loop's Calibration
         self._free_order = False  # TensorFlow refused an enforced order: plan in its own
         self._floor_measured = set()  # signatures whose plan that swaps the most was measured
+        self._replanned = set()  # signatures whose best earlier plan was planned again
         self._warned_leftovers = False
         self._traffic, self._steps = Traffic(), 0
         self._copies = None  # GPU: a profiled step's copy events (lms.copy_events.copy_totals)
@@ -173,6 +174,26 @@ class LMSFunction:
         asked = self.lms.parameters
         floor = floor_parameters(asked.resolved(ordering=0) if self._free_order else asked)
         if key in self._floor_measured:
+            earlier = calibration.best_kept_earlier()
+            if earlier is not None and key not in self._replanned:
+                self._replanned.add(key)
+                log.warning(
+                    "LMS: %s; planning again for %s, whose plan measured %s, under the device "
+                    "memory",
+                    why,
+                    format_size(earlier.budget_bytes),
+                    format_size(earlier.measured_peak_bytes),
+                )
+                asked = self.lms.parameters
+                self.function = _retraced(self.function)
+                self._prepared[key] = self.lms._prepare(
+                    self.function,
+                    args,
+                    asked.resolved(ordering=0) if self._free_order else asked,
+                    budget=earlier.budget_bytes,
+                    calibration=calibration,
+                )
+                return
             calibration.keep_or_fail(why)
             return
         self._floor_measured.add(key)

@@ -65,6 +65,34 @@ def test_used_up_corrections_keep_a_plan_that_fits_the_device_else_name_every_pe
     assert "measured 130 MiB (over)" in message and "measured 115 MiB (over)" in message
 
 
+def test_a_worse_correction_sends_the_loop_back_to_the_best_plan_that_fit_the_device():
+    """A split plan's corrections can measure worse (its pieces planned for less room): the
+    3D U-Net 64³ b1 in 400 MiB measured 378, 396, 432 and 691 MiB and the loop gave up though
+    the first fit the device. The best earlier attempt under the device memory is planned
+    again; none, when the current one fits, or when none did."""
+    loop = Calibration(limit_bytes=100 * MiB, device_limit_bytes=110 * MiB, max_corrections=2)
+    loop.begin(100 * MiB, 95 * MiB)
+    loop.observe(105 * MiB)  # over the budget, under the device
+    loop.begin(90 * MiB, 88 * MiB)
+    loop.observe(108 * MiB)
+    loop.begin(80 * MiB, 150 * MiB)
+    loop.observe(160 * MiB)  # over the device
+    best = loop.best_kept_earlier()
+    assert best is not None and best.budget_bytes == 100 * MiB
+    loop.begin(100 * MiB, 95 * MiB)  # planned again
+    loop.observe(104 * MiB)
+    assert loop.best_kept_earlier() is None  # the current one fits the device: keep_or_fail
+    loop.keep_or_fail("after 2 corrections")
+    assert loop.accepted and loop.current.outcome == "kept"
+
+    loop = Calibration(limit_bytes=100 * MiB, device_limit_bytes=110 * MiB, max_corrections=1)
+    loop.begin(100 * MiB, 95 * MiB)
+    loop.observe(120 * MiB)
+    loop.begin(80 * MiB, 78 * MiB)
+    loop.observe(130 * MiB)
+    assert loop.best_kept_earlier() is None  # none fit the device
+
+
 def test_an_out_of_memory_step_counts_as_a_peak_over_the_device():
     loop = Calibration(limit_bytes=100 * MiB, device_limit_bytes=110 * MiB)
     loop.begin(100 * MiB, 90 * MiB)
