@@ -104,7 +104,8 @@ def test_specs_lists_every_shipped_spec_with_its_studies():
         spec = load_spec(name)
         # the trials `inv run` counts: every configuration times its repeats
         processes = sum(t.repeats for t in spec.trials)
-        assert line.startswith(f"{name}: {processes} trials (" if processes else f"{name}: ")
+        trials = f"{processes} trial{'' if processes == 1 else 's'} ("
+        assert line.startswith(f"{name}: {trials}" if processes else f"{name}: ")
         # the whole description, re-flowed: not cut mid-sentence
         start = lines.index(line) + 1
         text = []

@@ -1,5 +1,6 @@
-"""The limits table with splitting (issue 31): a search whose LMS table asks for `split` gets its
-own columns beside swapping's, and every limit says what set it, from the failed trial's error."""
+"""The limits table (suite/reporting/limits_table.py) with splitting (issue 31): a search whose
+LMS table asks for `split` gets its own columns beside swapping's, and every limit says what set
+it, from the failed trial's error."""
 
 from report_cases import HOST, LMS_EVERYTHING, record, search_record, write_record
 
