@@ -1,6 +1,8 @@
 """Every private TensorFlow API `lms` relies on, in one place (tested on TF 2.14.1 and newest).
 
 - `Operation._update_input(index, tensor)`: reroute one input of an op already in a graph.
+- `Operation._is_stateful`: whether an op has side effects (a split's static bounds are only
+  computed from stateless constants).
 - `Operation._add_control_input(op)`: add a control dependency to an existing op.
 - `Operation._set_device(device)`: place an op already in a graph.
 - `Graph._create_op_internal(type, inputs, dtypes, attrs)`: a copy of an op (its type and
@@ -19,6 +21,10 @@ from tensorflow.python.util import _pywrap_util_port
 
 def update_input(op, index: int, tensor) -> None:
     op._update_input(index, tensor)
+
+
+def is_stateful(op) -> bool:
+    return bool(op._is_stateful)
 
 
 def add_control_input(op, control_op) -> None:

@@ -174,7 +174,7 @@ def static_value(tensor, limit: int = 32):
         op = stack.pop()
         if op.name in ops:
             continue
-        if len(ops) >= limit or op.type == "Placeholder" or op._is_stateful:
+        if len(ops) >= limit or op.type == "Placeholder" or _tf_private.is_stateful(op):
             return None
         ops[op.name] = op
         stack.extend(t.op for t in op.inputs)
