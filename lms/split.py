@@ -7,21 +7,22 @@ Split into k pieces along the batch (or, with a batch of 1, along the rows: axis
 a 3D tensor), piece p reads slices p of its inputs and writes slice p of its output, so only 1/k
 of them is on the device at a time:
 
-- each input that has the output's shape is kept on the host once (`keep`) and read back a slice
-  per piece (`read`); inputs that broadcast along the split axis (a bias, a scale) are read whole;
-- each piece's output goes to the host into its place in one host array (`store`), which the
-  op's readers then take back whole (`assemble`): the whole output exists on the device only for
-  its readers, whom the planner can serve with swaps as any tensor;
+- each sliced input is kept on the host once (`keep`: one copy per tensor, shared by every split
+  op that reads it) and read back a slice per piece (`read`); inputs that broadcast along the
+  split axis (a bias, a scale) are read whole;
+- each piece's output goes to the host into its place in one host array (`store`); a split op
+  that reads it reads that array in place, other readers take it back whole (`assemble`), which
+  the planner can serve with swaps as any tensor;
 - the pieces run in sequence: piece p + 1 reads its slices only after piece p is stored.
 
 The pieces are ordinary ops of the step's graph, added before it is analysed: the simulator,
-the tuner and the closed loop see them as they see every op (how many pieces, on which axis, is
-the new lever: `lms/api.py` splits the floor's op only when no plan fits without it).
+the tuner and the closed loop see them as they see every op (lms/splitting.py decides what to
+split, only when no plan fits without it).
 
-This version splits element-wise operations (along the batch or the rows: Keras 3 ResNet50's
-AddN floor) and convolutions, pooling and their gradients along the batch (a filter's gradient
-is the sum of the pieces'); with a batch of 1 those need halos along the rows, and batch norm
-statistics across pieces: not split yet (`splittable` says why).
+Split here: element-wise ops, ConcatV2, Tile, Slice, Pad, Reshape, Sum and Mean (`layout`);
+window ops (convolutions, max pooling and their gradients) along the batch here, and with a
+batch of 1 along the rows with halos (lms/halo.py). Not split: Keras 2's fused batch norm,
+average pooling at a batch of 1 (`splittable` says why).
 """
 
 import dataclasses
