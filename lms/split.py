@@ -181,10 +181,8 @@ def static_value(tensor, limit: int = 32):
         stack.extend(t.op for t in op.inputs)
         if op.control_inputs:
             return None
-    graph_def = tensor.graph.as_graph_def()
-    kept = [node for node in graph_def.node if node.name in ops]
-    del graph_def.node[:]
-    graph_def.node.extend(kept)
+    graph_def = tf.compat.v1.GraphDef()  # those ops alone, not the whole step serialized
+    graph_def.node.extend(op.node_def for op in ops.values())
     with tf.Graph().as_default() as graph:
         tf.graph_util.import_graph_def(graph_def, name="")
         with tf.compat.v1.Session(graph=graph) as session:
@@ -379,7 +377,7 @@ class HostPieces:
         self.store = store
         self._outputs = {}  # a split op's combined output (ref) -> its HostArray
         self._kept = {}  # a tensor kept on the host for split ops (ref) -> its HostArray
-        self._keeps = {}  # those keeps' ops -> their reads
+        self._keeps = {}  # those keeps' ops -> the same HostArrays
         self._gone = set()  # the ops no longer run: replaced by pieces, or keeps made moot
         self._traced = None  # (the step's ops before any split, those of them that run)
 
@@ -396,8 +394,7 @@ class HostPieces:
                 lambda a: self.store.put_whole(a, count[0]), [tensor], tf.int64, stateful=True
             )
         )
-        self._kept[tensor.ref()] = HostArray(handle, count)
-        self._keeps[handle.op] = count
+        self._kept[tensor.ref()] = self._keeps[handle.op] = HostArray(handle, count)
         return handle
 
     def read(self, kept, like, axis: int, start: int, stop: int):
@@ -448,7 +445,7 @@ class HostPieces:
                     if tensor is reader.outputs[0]:
                         _tf_private.update_input(consumer, position, host.handle)
             _tf_private.move_control_outputs(reader, host.handle.op)  # first pieces' waits
-            host.readers[0] += self._keeps.pop(reader)[0]
+            host.readers[0] += self._keeps.pop(reader).readers[0]
             self._gone.add(reader)
         for tensor in (*op.inputs, whole):
             host = self._outputs.get(tensor.ref())

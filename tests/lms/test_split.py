@@ -150,6 +150,30 @@ def test_a_batch_of_one_splits_along_the_rows_with_halos(case, pieces):
     assert store.held_bytes == 0
 
 
+def _split_every(graph, io, wanted) -> list[str]:
+    """Split, in three, every op of `graph` that runs, can be split and `wanted(op)` accepts:
+    the types split, in graph order."""
+    running, split = running_ops(graph), []
+    for op in list(graph.get_operations()):
+        if wanted(op) and op in running and splittable(op) is None:
+            split.append(split_op(op, 3, io).op_type)
+    return split
+
+
+def _model_step(model, training=False, output=False):
+    """A step's gradients of sum(model(x)²) for x and the weights (and the output first)."""
+
+    def step(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            out = model(x, training=training)
+            loss = tf.reduce_sum(out * out)
+        gradients = tape.gradient(loss, [x, *model.trainable_variables])
+        return [out, *gradients] if output else gradients
+
+    return step
+
+
 @pytest.mark.parametrize("three_d", [False, True], ids=["2d", "3d"])
 def test_convolutions_pooling_and_their_gradients_split_along_the_batch(three_d):
     """Forward, input gradient and pooling pieces are assembled; a filter's gradient is the sum
@@ -173,11 +197,8 @@ def test_convolutions_pooling_and_their_gradients_split_along_the_batch(three_d)
 
     want = [t.numpy() for t in step(x, kernel)]
     concrete = step.get_concrete_function(x, kernel)
-    store, split = HostStore(), []
-    io, running = HostPieces(store), running_ops(concrete.graph)
-    for op in list(concrete.graph.get_operations()):
-        if op.type in BATCH_OPS and op in running and splittable(op) is None:
-            split.append(split_op(op, 3, io).op_type)
+    store = HostStore()
+    split = _split_every(concrete.graph, HostPieces(store), lambda op: op.type in BATCH_OPS)
     kinds = "3D" if three_d else "2D"
     assert {t.replace("V2", "") for t in split} >= {
         f"Conv{kinds}",
@@ -203,20 +224,12 @@ def test_a_padding_and_its_gradients_slice_split_shifted(batch):
     padded = keras.layers.ZeroPadding2D(((3, 2), (1, 1)))(inputs)
     model = keras.Model(inputs, keras.layers.Conv2D(4, 7, strides=2)(padded))
     x = tf.random.stateless_normal([batch, 14, 12, 3], seed=(1, 2))
-
-    def step(x):
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            loss = tf.reduce_sum(tf.square(model(x)))
-        return tape.gradient(loss, [x, *model.trainable_variables])
-
+    step = _model_step(model)
     want = [t.numpy() for t in tf.function(step)(x)]
     concrete = tf.function(step).get_concrete_function(x)
-    io, running, split = HostPieces(HostStore()), running_ops(concrete.graph), []
+    io = HostPieces(HostStore())
     kinds = ("Pad", "Slice", "Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter")
-    for op in list(concrete.graph.get_operations()):
-        if op.type in kinds and op in running and splittable(op) is None:
-            split.append(split_op(op, 3, io).op_type)
+    split = _split_every(concrete.graph, io, lambda op: op.type in kinds)
     assert {"Pad", "Slice", "Conv2DBackpropInput"} <= set(split)
     got = _tf_private.concrete_function_from_graph(concrete, concrete.graph)(x)
     for g, w in zip(got, want, strict=True):
@@ -235,21 +248,12 @@ def test_batch_norms_statistics_and_their_gradients_split_over_the_pieces(batch)
     y = keras.layers.BatchNormalization()(y, training=True)
     model = keras.Model(inputs, keras.layers.Activation("relu")(y))
     x = tf.random.stateless_normal([batch, 14, 12, 3], seed=(1, 2))
-
-    def step(x):
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            out = model(x, training=True)
-            loss = tf.reduce_sum(out * out)
-        return [out, *tape.gradient(loss, [x, *model.trainable_variables])]
-
+    step = _model_step(model, training=True, output=True)
     want = [t.numpy() for t in tf.function(step)(x)]
     concrete = tf.function(step).get_concrete_function(x)
-    io, running, split = HostPieces(HostStore()), running_ops(concrete.graph), set()
-    for op in list(concrete.graph.get_operations()):
-        kinds = op.type in BATCH_OPS or op.type in ELEMENTWISE_OPS
-        if kinds and op in running and splittable(op) is None:
-            split.add(split_op(op, 3, io).op_type)
+    io = HostPieces(HostStore())
+    kinds = BATCH_OPS.keys() | ELEMENTWISE_OPS
+    split = set(_split_every(concrete.graph, io, lambda op: op.type in kinds))
     if not keras.__version__.startswith("2."):
         assert {"Mean", "Sum", "Tile", "SquaredDifference", "Conv2D"} <= split
     got = _tf_private.concrete_function_from_graph(concrete, concrete.graph)(x)
@@ -271,20 +275,12 @@ def test_an_upsampling_its_gradients_sums_and_a_skip_concat_split_along_the_dept
     joined = keras.layers.Concatenate()([up, skip])
     model = keras.Model(inputs, keras.layers.Conv3D(2, 3, padding="same")(joined))
     x = tf.random.stateless_normal([1, 8, 6, 6, 3], seed=(1, 2))
-
-    def step(x):
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            loss = tf.reduce_sum(tf.square(model(x)))
-        return tape.gradient(loss, [x, *model.trainable_variables])
-
+    step = _model_step(model)
     want = [t.numpy() for t in tf.function(step)(x)]
     concrete = tf.function(step).get_concrete_function(x)
-    io, running, split = HostPieces(HostStore()), running_ops(concrete.graph), []
-    for op in list(concrete.graph.get_operations()):
-        kinds = ("Tile", "Slice", "ConcatV2", "Sum")
-        if op.type in kinds and op in running and splittable(op) is None:
-            split.append(split_op(op, 3, io).op_type)
+    io = HostPieces(HostStore())
+    kinds = ("Tile", "Slice", "ConcatV2", "Sum")
+    split = _split_every(concrete.graph, io, lambda op: op.type in kinds)
     assert {"ConcatV2", "Slice"} <= set(split)
     if not keras.__version__.startswith("2."):  # Keras 2 repeats by slices and a ConcatV2
         assert split.count("Tile") >= 3 and split.count("Sum") >= 3
@@ -342,10 +338,7 @@ def test_the_gpu_paths_pieces_compute_the_same_on_the_cpu(batch):
     kernel = tf.random.stateless_normal([3, 3, 3, 4], seed=(3, 4))
     want = [t.numpy() for t in tf.function(_chain)(x, kernel)]
     concrete = tf.function(_chain).get_concrete_function(x, kernel)
-    io, running, split = DevicePieces(), running_ops(concrete.graph), set()
-    for op in list(concrete.graph.get_operations()):
-        if op in running and splittable(op) is None:
-            split.add(split_op(op, 3, io).op_type)
+    split = set(_split_every(concrete.graph, DevicePieces(), lambda op: True))
     kinds = {"Conv2D", "MaxPool", "MaxPoolGrad", "Conv2DBackpropFilter", "Conv2DBackpropInput"}
     assert kinds <= split
     got = _tf_private.concrete_function_from_graph(concrete, concrete.graph)(x, kernel)
