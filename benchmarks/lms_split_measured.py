@@ -1,0 +1,69 @@
+"""A split plan measured (issue 31): one step wrapped by `lms.LMS(device_memory, split=...)` in
+this fresh process on the emulated device, run until the closed loop settles, then three steps
+measured; or the plain step. Prints one JSON line: the measured peak, the plan's budget and
+simulated peak, the ops split, the seconds per step and the closed loop's attempts (planned
+for, simulated, measured). Needs TF_CPU_ALLOCATOR_USE_BFC=true.
+
+    TF_CPU_ALLOCATOR_USE_BFC=true .venv/bin/python benchmarks/lms_split_measured.py \\
+        googlenet 2048 1 400MiB auto          # or "off", or "plain" (no LMS)
+
+Run each case in its own process, several times, and with TF_ENABLE_ONEDNN_OPTS=0 and =1:
+the executor's order and the allocator's state vary between processes.
+"""
+
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
+
+import tensorflow as tf  # noqa: E402
+from lms_cases import workload_case  # noqa: E402
+
+import lms  # noqa: E402
+
+SETTLE = 6  # calls before measuring: the closed loop's plans and their measured steps
+
+
+def measured(function, case, steps: int) -> tuple[int, float]:
+    tf.config.experimental.reset_memory_stats("CPU:0")
+    started = time.perf_counter()
+    for _ in range(steps):
+        float(function(case.images, case.labels))
+    seconds = (time.perf_counter() - started) / steps
+    return tf.config.experimental.get_memory_info("CPU:0")["peak"], seconds
+
+
+def main(workload: str, resolution: str, batch: str, memory: str, split: str) -> None:
+    case = workload_case(workload, int(resolution), int(batch))
+    if split == "plain":
+        float(case.step(case.images, case.labels))
+        peak, seconds = measured(case.step, case, 2)
+        print(json.dumps({"plain_peak_bytes": peak, "step_s": seconds}))
+        return
+    planner = lms.LMS(device_memory=memory, split=split)
+    step = planner.wrap(case.step)
+    for _ in range(SETTLE):
+        float(step(case.images, case.labels))
+    peak, seconds = measured(step, case, 3)
+    report = planner.report
+    print(
+        json.dumps(
+            {
+                "measured_peak_bytes": peak,
+                "device_memory": memory,
+                "budget_bytes": report.budget_bytes,
+                "simulated_peak_bytes": report.peak_bytes_with_lms,
+                "splits": len(report.splits or ()),
+                "step_s": seconds,
+                "calibration": report.calibration,
+            },
+            default=str,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
