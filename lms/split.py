@@ -99,6 +99,8 @@ BATCH_OPS = {
     "Sum": None,  # over the split axis (_reduction_layout: batch norm's moments, a bias's grad)
     "Mean": None,
     "Reshape": None,  # unit axes around the split axis (_reshape_layout)
+    "ExpandDims": None,  # the same views of the rows with a unit axis inserted or removed
+    "Squeeze": None,
 }  # fmt: skip
 
 
@@ -113,6 +115,11 @@ class Layout:
     rules: tuple  # per input: "slice", "whole" or "sizes"
     combine: str  # "assemble" or "sum"
     read_axis: int | None = None  # the inputs' axis when not `axis` (a reduction's)
+    # rows per unit of [start, stop): of the inputs read (a Reshape that factors the rows into
+    # (rows / f, f): output row r is input rows [r f, r f + f)) and of the output stored (one that
+    # merges (rows, f) into rows f: unit u is output rows [u f, u f + f))
+    read_rows: int = 1
+    store_rows: int = 1
 
     @property
     def kept(self) -> tuple:
@@ -124,9 +131,9 @@ class Layout:
         args = []
         for i, x in enumerate(op.inputs):
             if self.rules[i] == "slice":
-                args.append(read(i, start, stop))
+                args.append(read(i, start * self.read_rows, stop * self.read_rows))
             elif self.rules[i] == "sizes":
-                args.append(_piece_sizes(x, self.axis, stop - start))
+                args.append(_piece_sizes(x, self.axis, (stop - start) * self.store_rows))
             else:
                 args.append(x)
         return _tf_private.copy_op(op, args)
@@ -246,18 +253,38 @@ class ReductionLayout:
         return partial
 
 
+def _leading_axis(shape: list) -> int | None:
+    """The first axis above 1: with only ones before it, the slowest-varying one."""
+    return next((a for a, n in enumerate(shape) if n != 1), None)
+
+
 def _reshape_layout(op) -> "Layout | str":
-    """Reshape that keeps the split axis whole with nothing but ones before it on both sides
-    (an upsampling's gradient views its input with unit axes inserted): each piece reshapes its
-    own rows, read along the input's axis and stored along the output's."""
+    """Reshape that keeps the split axis whole with nothing but ones before it on both sides:
+    each piece reshapes its own rows, read along the input's axis and stored along the
+    output's. An upsampling's gradient does both: it views the rows of its input with unit axes
+    inserted ([1, D, H, W, C] as [1, D, H, W/2, 2, C]), then with a unit axis before every axis
+    ([1, 1, 1, D, 1, H, ...], a Tile's gradient: the rows are then the output's fourth axis).
+    ExpandDims and Squeeze are such views too (their other input, an axis, read whole)."""
     shape, out = op.inputs[0].shape.as_list(), op.outputs[0].shape.as_list()
+    rules = {"Reshape": ("slice", "sizes"), "ExpandDims": ("slice", "whole")}.get(
+        op.type, ("slice",)
+    )
+    in_axis = _leading_axis(shape)
     out_axis = split_axis(out)
-    in_axis = next((a for a, n in enumerate(shape) if n != 1), None)
-    if out_axis is None or in_axis is None or shape[in_axis] != out[out_axis]:
+    out_axis = _leading_axis(out) if out_axis is None else out_axis
+    if out_axis is None or in_axis is None or any(n != 1 for n in out[:out_axis]):
         return "a Reshape that moves rows across the split axis"
-    if any(n != 1 for n in out[:out_axis]):
-        return "a Reshape that moves rows across the split axis"
-    return Layout(out_axis, out[out_axis], ("slice", "sizes"), "assemble", in_axis)
+    rows, out_rows = shape[in_axis], out[out_axis]
+    if rows == out_rows:
+        return Layout(out_axis, out_rows, rules, "assemble", in_axis)
+    # UpSampling's repeat: its forward merges (rows, f) into rows f, its gradient factors them
+    factor = shape[in_axis + 1] if len(shape) > in_axis + 1 else 0
+    if rows * factor == out_rows and shape[in_axis + 2 :] == out[out_axis + 1 :]:
+        return Layout(out_axis, rows, rules, "assemble", in_axis, store_rows=factor)
+    factor = out[out_axis + 1] if len(out) > out_axis + 1 else 0
+    if out_rows * factor == rows and shape[in_axis + 1 :] == out[out_axis + 2 :]:
+        return Layout(out_axis, out_rows, rules, "assemble", in_axis, read_rows=factor)
+    return "a Reshape that moves rows across the split axis"
 
 
 def _pad_layout(op) -> "ShiftLayout | str":
@@ -317,6 +344,8 @@ def _batch_layout(op) -> Layout | RowLayout | str:
         "Sum": _reduction_layout,
         "Mean": _reduction_layout,
         "Reshape": _reshape_layout,
+        "ExpandDims": _reshape_layout,
+        "Squeeze": _reshape_layout,
     }
     if op.type in special:
         return special[op.type](op)
@@ -608,7 +637,8 @@ def split_op(op, pieces: int, io, why: str = "") -> Split:
                 total = piece if total is None else total + piece
                 previous = [total.op]
                 continue
-            stored = io.store_piece(stored, piece, axis, start, out.shape.as_list())
+            rows = getattr(found, "store_rows", 1)
+            stored = io.store_piece(stored, piece, axis, start * rows, out.shape.as_list())
             previous = [io.token(stored)]
         whole = total if found.combine == "sum" else io.assemble(stored, out, axis)
     for reader, position in readers:

@@ -7,7 +7,8 @@ swap plan can fit while they are whole: the floor), then those above 3/4, 1/2, 1
 of it (what still crowds the closest plan's peak beside the op running there). Each op gets
 enough pieces for one piece to take at most an eighth of the room (lms.split.PIECE_SHARE); one
 tuning per round, not per op. Splitting stops at the first plan that fits, after the last
-round, or when the floor is an op that cannot be split. Splitting is the lever after every
+round, when the floor is an op that cannot be split, or before a round that would take the plan
+past MAX_PIECES pieces. Splitting is the lever after every
 swapping parameter: a plan that fits by swapping never pays for pieces (their extra host copies
 and smaller kernels)."""
 
@@ -22,6 +23,11 @@ log = logging.getLogger("lms")
 # shares of the room above which an op is split, round by round (the last two: Eigen's CPU
 # kernels, whose convolution gradients' temporaries crowd ResNet50 1024² b1 after four rounds)
 ROUNDS = (1.0, 0.75, 0.5, 1 / 3, 1 / 4, 1 / 6)
+# the most pieces one plan may have: each adds about ten ops to the graph (reads, halo, store)
+# and its analysis and tuning time. GoogLeNet 4096² b1 in 400 MiB fits with 7,565 (81 s, 2.3 GiB
+# of planning process), ResNet50 2048² b1 with 8,271 (39 s, 1.9 GiB); ResNet50 4096² b1, whose
+# input alone leaves a sixth of the room, had passed 13 GiB before its first round was built.
+MAX_PIECES = 16384
 
 
 def forced_splits(graph, wanted: dict, io) -> list[Split]:
@@ -70,6 +76,7 @@ def split_to_fit(graph, analysis, budget: int, error: NothingFitsError, io, anal
     fits; it carries the `analysis` of the graph as split and the `splits`, for the closest
     plan."""
     splits, previous, closest = [], _closest_peak(error), None
+    why = f"after splitting {{}} ops, no op left above {ROUNDS[-1]:.2g} of the room"
     for share in ROUNDS:
         room = budget - analysis.resident_bytes
         if room <= 0:
@@ -84,17 +91,26 @@ def split_to_fit(graph, analysis, budget: int, error: NothingFitsError, io, anal
         if floor.bytes > room and reason:
             why = f"splitting cannot lower the floor: {floor.name}: {reason}"
             raise _stop(error, why, analysis, splits)
-        targets = _targets(graph, analysis, share * room)
+        targets = [
+            (op, bytes_, pieces_for(bytes_, room, layout(op).length))
+            for op, bytes_ in _targets(graph, analysis, share * room)
+        ]
         if not targets:
             continue
-        for op, bytes_ in targets:
-            pieces = pieces_for(bytes_, room, layout(op).length)
+        planned = sum(split.pieces for split in splits) + sum(n for *_, n in targets)
+        if planned > MAX_PIECES:  # checked before the graph grows by them
             why = (
+                f"{{}} ops split; the next round would make {planned:,} pieces, over the "
+                f"{MAX_PIECES:,} a plan may have (lms.splitting.MAX_PIECES)"
+            )
+            break
+        for op, bytes_, pieces in targets:
+            reason = (
                 f"its {format_size(bytes_)} are over {share:.2g} of the "
                 f"{format_size(room)} the budget of {format_size(budget)} leaves beside "
                 f"the resident {format_size(analysis.resident_bytes)}"
             )
-            split = split_op(op, pieces, io, why)
+            split = split_op(op, pieces, io, reason)
             splits.append(split)
             log.info(
                 "split %s (%s) into %d pieces along axis %d: %s",
@@ -102,7 +118,7 @@ def split_to_fit(graph, analysis, budget: int, error: NothingFitsError, io, anal
                 op.type,
                 split.pieces,
                 split.axis,
-                why,
+                reason,
             )
         analysis = analyse()
         closest = None
@@ -124,5 +140,4 @@ def split_to_fit(graph, analysis, budget: int, error: NothingFitsError, io, anal
         previous = peak
     if closest is not None:  # the tuner keeps such a plan: the closed loop measures it
         return analysis, closest, splits
-    why = f"after splitting {len(splits)} ops, no op left above {ROUNDS[-1]:.2g} of the room"
-    raise _stop(error, why, analysis, splits)
+    raise _stop(error, why.format(len(splits)), analysis, splits)

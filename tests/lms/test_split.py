@@ -6,6 +6,8 @@ check's ten models; with `split="auto"`, a step that swapping alone cannot fit f
 simulation.
 Marked compat: also run on TensorFlow 2.14.1 (Keras 2)."""
 
+import logging
+
 import keras
 import numpy as np
 import pytest
@@ -14,6 +16,7 @@ from lms_cases import workload_case
 from lms_equivalence import EQUIVALENCE_CASES, aggressive, assert_same_updates
 
 import lms
+import lms.splitting
 from lms import _tf_private
 from lms.errors import ParameterError
 from lms.halo import ROW_OPS
@@ -23,6 +26,7 @@ from lms.split import (
     ELEMENTWISE_OPS,
     DevicePieces,
     HostPieces,
+    layout,
     running_ops,
     split_op,
     splittable,
@@ -267,8 +271,9 @@ def test_batch_norms_statistics_and_their_gradients_split_over_the_pieces(batch)
 def test_an_upsampling_its_gradients_sums_and_a_skip_concat_split_along_the_depth():
     """The 3D U-Net's decoder at a batch of 1: UpSampling3D (three Tiles over interleaved axes),
     its gradient (Sums over those axes, read along the input's axis that becomes the output's
-    depth), the skip connection's ConcatV2 and its gradient's Slices, split in three: the same
-    bits."""
+    depth), the Reshapes between them (the repeat's rows merged and factored, and viewed with
+    unit axes before every axis), the skip connection's ConcatV2 and its gradient's Slices,
+    split in three: the same bits."""
     inputs = keras.Input((8, 6, 6, 3), batch_size=1)
     skip = keras.layers.Conv3D(4, 3, padding="same")(inputs)
     up = keras.layers.UpSampling3D(2)(keras.layers.MaxPooling3D(2)(skip))
@@ -279,15 +284,68 @@ def test_an_upsampling_its_gradients_sums_and_a_skip_concat_split_along_the_dept
     want = [t.numpy() for t in tf.function(step)(x)]
     concrete = tf.function(step).get_concrete_function(x)
     io = HostPieces(HostStore())
-    kinds = ("Tile", "Slice", "ConcatV2", "Sum")
+    kinds = ("Tile", "Slice", "ConcatV2", "Sum", "Reshape", "ExpandDims")
     split = _split_every(concrete.graph, io, lambda op: op.type in kinds)
     assert {"ConcatV2", "Slice"} <= set(split)
     if not keras.__version__.startswith("2."):  # Keras 2 repeats by slices and a ConcatV2
         assert split.count("Tile") >= 3 and split.count("Sum") >= 3
+        # per repeated axis: the forward's merge, the gradient's view and its unit axes; the
+        # depth's factoring too
+        assert split.count("Reshape") >= 3 * 3 + 1
     got = _tf_private.concrete_function_from_graph(concrete, concrete.graph)(x)
     for g, w in zip(got, want, strict=True):
         np.testing.assert_array_equal(g.numpy(), w)
     assert io.store.held_bytes == 0
+
+
+def _rows_reshaped(x):
+    """Rows merged with the next axis, factored, viewed with unit axes and expanded: the views an
+    upsampling's repeat and its gradient take of the rows."""
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        merged = tf.reshape(x * x, [1, 24, 5, 2])  # (8, 3) rows merged into 24
+        factored = tf.reshape(merged * 2.0, [1, 6, 4, 5, 2])  # 24 rows factored as (6, 4)
+        viewed = tf.reshape(factored + 1.0, [1, 1, 6, 1, 4, 5, 2])
+        loss = tf.reduce_sum(tf.expand_dims(viewed * viewed, 2))
+    return [merged, factored, viewed, loss, tape.gradient(loss, x)]
+
+
+def test_reshapes_that_keep_rows_apart_split_and_the_others_do_not():
+    """A Reshape (ExpandDims, Squeeze) splits when each piece's rows are whole rows of its input:
+    the same rows, rows merged with the next axis (stored f output rows per input row), or rows
+    factored as (rows / f, f) (read f input rows per output row), unit axes before them or not.
+    The three split in three: the same bits, and nothing left on the host."""
+    x = tf.random.stateless_normal([1, 8, 3, 5, 2], seed=(5, 6))
+    want = [t.numpy() for t in tf.function(_rows_reshaped)(x)]
+    concrete = tf.function(_rows_reshaped).get_concrete_function(x)
+    found = {
+        tuple(op.outputs[0].shape.as_list()): layout(op)
+        for op in concrete.graph.get_operations()
+        if op.type == "Reshape" and op.inputs[0].shape.rank > 1 and "gradient" not in op.name
+    }
+    merged, factored, viewed = (
+        found[(1, 24, 5, 2)],
+        found[(1, 6, 4, 5, 2)],
+        found[(1, 1, 6, 1, 4, 5, 2)],
+    )
+    assert (merged.length, merged.store_rows, merged.read_rows) == (8, 3, 1)
+    assert (factored.length, factored.read_rows, factored.store_rows) == (6, 4, 1)
+    assert (viewed.axis, viewed.read_axis, viewed.length) == (2, 1, 6)
+    io = HostPieces(HostStore())
+    split = _split_every(concrete.graph, io, lambda op: op.type in ("Reshape", "ExpandDims"))
+    assert split.count("Reshape") >= 3 and "ExpandDims" in split
+    got = _tf_private.concrete_function_from_graph(concrete, concrete.graph)(x)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g.numpy(), w)
+    assert io.store.held_bytes == 0
+
+    # rows that move across the split axis: transposed, or merged with an axis they do not lead
+    def moved(t):
+        return [tf.reshape(t, [1, 3, 8, 5, 2]), tf.reshape(t, [1, 4, 30, 2])]
+
+    graph = tf.function(moved).get_concrete_function(x).graph
+    reasons = [layout(op) for op in graph.get_operations() if op.type == "Reshape"]
+    assert reasons == ["a Reshape that moves rows across the split axis"] * 2
 
 
 def _chain(x, kernel):
@@ -407,3 +465,20 @@ def test_auto_split_fits_what_swapping_alone_cannot_in_simulation():
     assert {"AddN", "MaxPoolGrad", "Conv2D"} <= {s["op_type"] for s in split.splits}
     assert all(s["pieces"] >= 2 and s["axis"] == 1 for s in split.splits)
     assert lms.PlanReport.from_dict(split.to_dict()).splits == split.splits
+
+
+def test_auto_split_stops_before_a_round_would_pass_the_pieces_a_plan_may_have(monkeypatch, caplog):
+    """A size whose rounds would need more pieces than a plan may have (each adds ops to the
+    graph and time to the planning: ResNet50 4096² b1 in 400 MiB grew its planning process past
+    13 GiB) gets no such round: the plan keeps the pieces it has, and says why it stopped."""
+    case = workload_case("googlenet", 1024, 1)
+    args = (case.step, case.images, case.labels)
+    unbounded = lms.LMS(device_memory="150MiB", calibration_steps=0).plan_only(*args)
+    assert unbounded.fits
+    made = [s["pieces"] for s in unbounded.splits]
+    monkeypatch.setattr(lms.splitting, "MAX_PIECES", sum(made) // 2)
+    with caplog.at_level(logging.INFO, logger="lms"):
+        bounded = lms.LMS(device_memory="150MiB", calibration_steps=0).plan_only(*args)
+    assert not bounded.fits
+    assert 0 < sum(s["pieces"] for s in bounded.splits) <= sum(made) // 2
+    assert "over the" in caplog.text and "lms.splitting.MAX_PIECES" in caplog.text
