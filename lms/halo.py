@@ -13,8 +13,12 @@ computes with VALID padding. Per op kind, piece [a, b) is:
   covers get a gradient of 0, as in the whole op);
 - filter gradient: the sum over output-row pieces of each piece's gradient.
 
-Not along the rows: average pooling (SAME divides by the count inside the image, which a padded
-piece would change), NCHW layouts (the GPU's own after Grappler's layout pass; graphs are split
+Average pooling with SAME padding divides each window's sum by the count of its elements inside
+the image. A piece pads with zeros and computes with VALID padding (dividing by the whole
+window), then scales each output by window / count (per axis: separable); its gradient scales the
+incoming gradient so first, then spreads it as a VALID gradient over the padded region.
+
+Not along the rows: NCHW layouts (the GPU's own after Grappler's layout pass; graphs are split
 before it, in NHWC).
 """
 
@@ -36,7 +40,9 @@ CONVOLUTIONS = {
 }  # fmt: skip
 MAX_POOLS = {"MaxPool": "forward", "MaxPool3D": "forward"}
 MAX_POOLS |= {"MaxPoolGrad": "input_grad", "MaxPool3DGrad": "input_grad"}
-ROW_OPS = CONVOLUTIONS | MAX_POOLS
+AVG_POOLS = {"AvgPool": "forward", "AvgPool3D": "forward"}
+AVG_POOLS |= {"AvgPoolGrad": "input_grad", "AvgPool3DGrad": "input_grad"}
+ROW_OPS = CONVOLUTIONS | MAX_POOLS | AVG_POOLS
 
 
 @dataclass(frozen=True)
@@ -61,6 +67,13 @@ class Window:
         first = start * self.stride - self.before
         return first, first + (stop - start - 1) * self.stride + self.extent
 
+    def scales(self, start: int, stop: int) -> np.ndarray:
+        """Per output row in [start, stop): the window's extent over the count of its rows
+        inside the image (what turns a zero-padded VALID average into a SAME one)."""
+        first = np.arange(start, stop) * self.stride - self.before
+        inside = np.minimum(first + self.extent, self.size_in) - np.maximum(first, 0)
+        return self.extent / inside
+
     def rows_out(self, start: int, stop: int) -> tuple[int, int]:
         """The output rows whose windows touch input rows [start, stop)."""
         first = math.ceil((start + self.before - self.extent + 1) / self.stride)
@@ -79,13 +92,13 @@ def _windows(op, kind: str) -> list[Window] | str:
         return f"{op.type} in {data_format} (rows are split in NHWC / NDHWC only)"
     if kind == "forward":
         inputs, outputs = op.inputs[0].shape, op.outputs[0].shape
-    elif kind == "input_grad":
-        inputs, outputs = op.outputs[0].shape, op.inputs[2].shape
+    elif kind == "input_grad":  # the incoming gradient is the last input
+        inputs, outputs = op.outputs[0].shape, op.inputs[-1].shape
     else:
         inputs, outputs = op.inputs[0].shape, op.inputs[2].shape
     rank = inputs.rank
     strides = _attr_list(op, "strides")
-    if op.type in MAX_POOLS:
+    if op.type in MAX_POOLS or op.type in AVG_POOLS:
         kernel, dilations = _attr_list(op, "ksize"), [1] * rank
     else:
         filter_shape = _filter_shape(op, kind)
@@ -139,9 +152,26 @@ class RowLayout:
         rows = self.windows[0]
         lo, hi = rows.rows_in(start, stop)
         padded = self._padded_rows(op, read, 0, lo, hi)
+        if op.type in AVG_POOLS:
+            return self._to_same(_valid_op(op, [padded]), start, stop)
         if self.kind == "forward":
             return _valid_op(op, [padded, op.inputs[1]] if len(op.inputs) > 1 else [padded])
         return _valid_op(op, [padded, op.inputs[1], read(2, start, stop)])
+
+    def _to_same(self, pooled, start: int, stop: int):
+        """An average pool's (or its incoming gradient's) output rows [start, stop) scaled by
+        window / count inside the image, axis by axis (`Window.scales`); as is where no window
+        leaves the image (VALID padding)."""
+        spans = [(start, stop)] + [(0, w.size_out) for w in self.windows[1:]]
+        rank = len(self.windows) + 2
+        for axis, (window, (a, b)) in enumerate(zip(self.windows, spans, strict=True), 1):
+            scales = window.scales(a, b)
+            if np.all(scales == 1):
+                continue
+            shape = [1] * rank
+            shape[axis] = b - a
+            pooled = pooled * tf.constant(scales.reshape(shape), pooled.dtype)
+        return pooled
 
     def _padded_rows(self, op, read, i: int, lo: int, hi: int):
         """Input i's rows [lo, hi) (padded coordinates), padded where they leave the image and
@@ -167,6 +197,10 @@ class RowLayout:
         if op.type in MAX_POOLS:
             orig_input = self._padded_rows(op, read, 0, lo, hi)
             inputs = [orig_input, read(1, first, last), read(2, first, last)]
+        elif op.type in AVG_POOLS:
+            sizes = [1, *(b - a for a, b in region), shape[-1]]
+            scaled = self._to_same(read(1, first, last), first, last)
+            inputs = [tf.constant(sizes, op.inputs[0].dtype), scaled]
         else:
             sizes = [1, *(b - a for a, b in region), shape[-1]]
             inputs = [tf.constant(sizes, op.inputs[0].dtype), op.inputs[1], read(2, first, last)]
@@ -201,16 +235,15 @@ def row_layout(op) -> RowLayout | str:
     """How a windowed op with a batch of 1 splits along the rows, or why it cannot."""
     kind = ROW_OPS.get(op.type)
     if kind is None:
-        return (
-            f"{op.type} with a batch of 1 is not split along the rows (an average pool's SAME "
-            "padding divides by the count inside the image)"
-        )
+        return f"{op.type} with a batch of 1 is not split along the rows"
     windows = _windows(op, kind)
     if isinstance(windows, str):
         return windows
     kept = {"forward": (0,), "input_grad": (2,), "filter_grad": (0, 2)}[kind]
     if op.type in MAX_POOLS and kind == "input_grad":
         kept = (0, 1, 2)
+    if op.type in AVG_POOLS and kind == "input_grad":
+        kept = (1,)
     layout = RowLayout(kind, tuple(windows), kept, "sum" if kind == "filter_grad" else "assemble")
     if layout.length < 2:
         return f"{op.type} has a single row to split"

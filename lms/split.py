@@ -19,10 +19,11 @@ The pieces are ordinary ops of the step's graph, added before it is analysed: th
 the tuner and the closed loop see them as they see every op (lms/splitting.py decides what to
 split, only when no plan fits without it).
 
-Split here: element-wise ops, ConcatV2, Tile, Slice, Pad, Reshape, Sum and Mean (`layout`);
-window ops (convolutions, max pooling and their gradients) along the batch here, and with a
-batch of 1 along the rows with halos (lms/halo.py). Not split: Keras 2's fused batch norm,
-average pooling at a batch of 1 (`splittable` says why).
+Split here: element-wise ops, ConcatV2, Tile, Slice, Pad, Sum and Mean, and the views of the
+rows (Reshape, ExpandDims, Squeeze: rows kept, merged with the next axis or factored, as an
+upsampling's repeat and its gradient do) (`layout`); window ops (convolutions, max and average
+pooling and their gradients) along the batch here, and with a batch of 1 along the rows with
+halos (lms/halo.py). Not split: Keras 2's fused batch norm (`splittable` says why).
 """
 
 import dataclasses
@@ -269,6 +270,8 @@ def _reshape_layout(op) -> "Layout | str":
     rules = {"Reshape": ("slice", "sizes"), "ExpandDims": ("slice", "whole")}.get(
         op.type, ("slice",)
     )
+    if op.type == "Squeeze" and not op.get_attr("squeeze_dims"):
+        return "a Squeeze of every unit axis (a piece of one row would lose its axis too)"
     in_axis = _leading_axis(shape)
     out_axis = split_axis(out)
     out_axis = _leading_axis(out) if out_axis is None else out_axis

@@ -68,19 +68,19 @@ def test_what_cannot_be_split_says_why():
     @tf.function
     def step(x, kernel, row):
         y = tf.nn.conv2d(x, kernel, 1, "SAME")
-        pooled = tf.nn.avg_pool2d(y, 2, 2, "SAME")
-        return y + row, tf.nn.softmax(y), pooled
+        channels_first = tf.nn.max_pool2d(tf.transpose(y, [0, 3, 1, 2]), 2, 2, "SAME", "NCHW")
+        return y + row, tf.nn.softmax(y), channels_first  # (built, never run: NCHW on a CPU)
 
     x = tf.zeros([1, 8, 8, 2])
     graph = step.get_concrete_function(x, tf.zeros([3, 3, 2, 2]), tf.zeros([1, 8, 1, 2])).graph
     ops = {op.type: op for op in graph.get_operations()}
     assert splittable(ops["Conv2D"]) is None  # along the rows, with halos
-    assert "an average pool's SAME padding" in splittable(ops["AvgPool"])
+    assert "MaxPool in NCHW" in splittable(ops["MaxPool"])
     assert "Softmax is not split yet" in splittable(ops["Softmax"])
     # the row broadcasts along the rows, the split axis of a batch of 1
     assert "neither matches nor broadcasts along axis 1" in splittable(ops["AddV2"])
-    with pytest.raises(ValueError, match="cannot split AvgPool2D: AvgPool with a batch of 1"):
-        split_op(ops["AvgPool"], 2, HostPieces(HostStore()))
+    with pytest.raises(ValueError, match="cannot split MaxPool2d: MaxPool in NCHW"):
+        split_op(ops["MaxPool"], 2, HostPieces(HostStore()))
 
 
 # batch-1 window ops along the rows: (2D or 3D, padding, stride, dilation, depthwise, kernel)
@@ -154,13 +154,54 @@ def test_a_batch_of_one_splits_along_the_rows_with_halos(case, pieces):
     assert store.held_bytes == 0
 
 
-def _split_every(graph, io, wanted) -> list[str]:
-    """Split, in three, every op of `graph` that runs, can be split and `wanted(op)` accepts:
-    the types split, in graph order."""
+# average pools with a batch of 1: (2D or 3D, window, stride, padding)
+AVG_POOL_CASES = {
+    "same-3x3-stride2": ("2d", 3, 2, "SAME"),
+    "same-2x2-stride2": ("2d", 2, 2, "SAME"),
+    "same-5x5-stride1": ("2d", 5, 1, "SAME"),
+    "valid-3x3-stride2": ("2d", 3, 2, "VALID"),
+    "3d-same-3-stride2": ("3d", 3, 2, "SAME"),
+}
+
+
+@pytest.mark.parametrize("pieces", [2, 5, 23])
+@pytest.mark.parametrize("case", AVG_POOL_CASES.values(), ids=AVG_POOL_CASES)
+def test_a_batch_of_one_splits_average_pools_along_the_rows(case, pieces):
+    """Average pooling and its gradient with a batch of 1 split along the rows: SAME padding
+    divides each window by its count inside the image, which the pieces' zero-padded VALID
+    averages are scaled back to; the same output and input gradient to 1e-5."""
+    dims, window, stride, padding = case
+    shape = [1, 13, 11, 9, 3] if dims == "3d" else [1, 23, 17, 3]
+    pool = tf.nn.avg_pool3d if dims == "3d" else tf.nn.avg_pool2d
+
+    @tf.function
+    def step(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = pool(x * x, window, stride, padding)
+            loss = tf.reduce_sum(y * y)
+        return [y, tape.gradient(loss, x)]
+
+    x = tf.random.stateless_normal(shape, seed=(5, 6))
+    want = [t.numpy() for t in step(x)]
+    concrete = step.get_concrete_function(x)
+    io = HostPieces(HostStore())
+    kinds = ("AvgPool", "AvgPool3D", "AvgPoolGrad", "AvgPool3DGrad")
+    split = _split_every(concrete.graph, io, lambda op: op.type in kinds, pieces)
+    assert len(split) == 2  # the pool and its gradient
+    got = _tf_private.concrete_function_from_graph(concrete, concrete.graph)(x)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g.numpy(), w, rtol=1e-5, atol=1e-5 * np.abs(w).max())
+    assert io.store.held_bytes == 0
+
+
+def _split_every(graph, io, wanted, pieces: int = 3) -> list[str]:
+    """Split, in three (or `pieces`), every op of `graph` that runs, can be split and
+    `wanted(op)` accepts: the types split, in graph order."""
     running, split = running_ops(graph), []
     for op in list(graph.get_operations()):
         if wanted(op) and op in running and splittable(op) is None:
-            split.append(split_op(op, 3, io).op_type)
+            split.append(split_op(op, pieces, io).op_type)
     return split
 
 
