@@ -7,6 +7,7 @@ benchmarks/lms_split_cost.py (cost).
 
     .venv/bin/python benchmarks/lms_split.py                       # the recorded cases
     .venv/bin/python benchmarks/lms_split.py googlenet 512 16 300MiB
+    .venv/bin/python benchmarks/lms_split.py MobileNetV2 2048 1 400MiB   # a Keras application
 """
 
 import sys
@@ -15,7 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
 
-from lms_cases import workload_case  # noqa: E402
+from lms_cases import named_case  # noqa: E402
 
 import lms  # noqa: E402
 
@@ -29,7 +30,7 @@ MiB = 2**20
 
 
 def measure(name: str, resolution: int, batch: int, device_memory: str) -> None:
-    case = workload_case(name, resolution, batch)
+    case = named_case(name, resolution, batch)
     args = (case.step, case.images, case.labels)
     for split in ("off", "auto"):
         planner = lms.LMS(device_memory=device_memory, calibration_steps=0, split=split)

@@ -7,6 +7,9 @@ for, simulated, measured). Needs TF_CPU_ALLOCATOR_USE_BFC=true.
     TF_CPU_ALLOCATOR_USE_BFC=true .venv/bin/python benchmarks/lms_split_measured.py \\
         googlenet 2048 1 400MiB auto          # or "off", or "plain" (no LMS)
 
+The workload is one of the suite's, or a Keras application's name (MobileNetV2, DenseNet121):
+models outside the suite.
+
 Run each case in its own process, several times, and with TF_ENABLE_ONEDNN_OPTS=0 and =1:
 the executor's order and the allocator's state vary between processes.
 """
@@ -20,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
 
 import tensorflow as tf  # noqa: E402
-from lms_cases import workload_case  # noqa: E402
+from lms_cases import named_case  # noqa: E402
 
 import lms  # noqa: E402
 
@@ -37,7 +40,7 @@ def measured(function, case, steps: int) -> tuple[int, float]:
 
 
 def main(workload: str, resolution: str, batch: str, memory: str, split: str) -> None:
-    case = workload_case(workload, int(resolution), int(batch))
+    case = named_case(workload, int(resolution), int(batch))
     if split == "plain":
         float(case.step(case.images, case.labels))
         peak, seconds = measured(case.step, case, 2)

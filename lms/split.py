@@ -23,7 +23,8 @@ Split here: element-wise ops, ConcatV2, Tile, Slice, Pad, Sum and Mean, and the 
 rows (Reshape, ExpandDims, Squeeze: rows kept, merged with the next axis or factored, as an
 upsampling's repeat and its gradient do) (`layout`); window ops (convolutions, max and average
 pooling and their gradients) along the batch here, and with a batch of 1 along the rows with
-halos (lms/halo.py). Not split: Keras 2's fused batch norm (`splittable` says why).
+halos (lms/halo.py); Keras 2's fused batch norm and its gradient in passes (lms/split_norm.py).
+`splittable` says why an op is not split.
 """
 
 import dataclasses
@@ -36,6 +37,7 @@ import tensorflow as tf
 from lms import _tf_private
 from lms.graph import REWRITTEN_MARK, SPLIT_SCOPE
 from lms.halo import RowLayout, row_layout
+from lms.split_norm import FUSED_NORMS, NormLayout, norm_layout, split_norm
 
 # one output, computed element by element from inputs of its shape or broadcast to it
 ELEMENTWISE_OPS = frozenset(
@@ -366,21 +368,25 @@ def _batch_layout(op) -> Layout | RowLayout | str:
     return row_layout(op)  # with a batch of 1, along the rows with halos (lms/halo.py)
 
 
-def layout(op) -> Layout | RowLayout | str:
+def layout(op) -> Layout | RowLayout | NormLayout | str:
     """How `op` splits, or why it cannot."""
-    if op.type not in ELEMENTWISE_OPS and op.type not in BATCH_OPS:
+    norm = op.type in FUSED_NORMS
+    if op.type not in ELEMENTWISE_OPS and op.type not in BATCH_OPS and not norm:
         return (
-            f"{op.type} is not split yet (element-wise ops are, and convolutions, pooling and "
-            "their gradients; batch norm needs statistics across pieces)"
+            f"{op.type} is not split yet (element-wise ops are, convolutions, pooling, batch "
+            "norm and their gradients, and the views and sums around them)"
         )
-    if len(op.outputs) != 1 or not op.outputs[0].shape.is_fully_defined():
+    if (len(op.outputs) != 1 and not norm) or not op.outputs[0].shape.is_fully_defined():
         return "its output has no static shape"
     if not op.outputs[0].dtype.is_floating:
         return "its output is not floating-point data (indices or shape arithmetic)"
-    if any(not t.shape.is_fully_defined() for t in op.inputs):
+    inputs = op.inputs[:3] if norm else op.inputs  # (a gradient's saved statistics: no shape)
+    if any(not t.shape.is_fully_defined() for t in inputs):
         return "an input has no static shape"
     if any(op.outputs[0] is t for t in op.graph.outputs):
         return "its output is the step's output"
+    if norm:
+        return norm_layout(op, split_axis(op.inputs[FUSED_NORMS[op.type]].shape.as_list()))
     return _elementwise_layout(op) if op.type in ELEMENTWISE_OPS else _batch_layout(op)
 
 
@@ -616,11 +622,20 @@ def split_op(op, pieces: int, io, why: str = "") -> Split:
     axis = found.axis
     bounds = np.array_split(np.arange(found.length), max(2, min(pieces, found.length)))
     bounds = [(int(r[0]), int(r[-1]) + 1) for r in bounds]
+    size = sum(
+        (t.shape.num_elements() or 0) * t.dtype.size for t in (*op.inputs, *op.outputs)
+    )  # (a batch norm's saved statistics for its gradient: no static shape, nothing on a CPU)
+    scope = f"{SCOPE}/{op.name.replace('/', '_')}"
+    if isinstance(found, NormLayout):  # several outputs, and passes (lms/split_norm.py)
+        with graph.as_default(), tf.control_dependencies(None), tf.name_scope(scope):
+            replaced = split_norm(op, found, bounds, io, _constant_shapes)
+        for old, whole, last in replaced:
+            _tf_private.move_control_outputs(old, last)
+            io.replaced(old, whole)
+        return Split(op.name, op.type, len(bounds), axis, size, why)
     shapes = _constant_shapes(out)  # they go on reading `out`: pruned with it
     readers = [(c, i) for c in out.consumers() for i, x in enumerate(c.inputs) if x is out]
     readers = [(c, i) for c, i in readers if c not in shapes]
-    size = sum(t.shape.num_elements() * t.dtype.size for t in (*op.inputs, out))
-    scope = f"{SCOPE}/{op.name.replace('/', '_')}"
     with graph.as_default(), tf.control_dependencies(None), tf.name_scope(scope):
         kept = {i: io.keep(op.inputs[i], len(bounds)) for i in found.kept}
 

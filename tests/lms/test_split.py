@@ -13,7 +13,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from lms_cases import workload_case
-from lms_equivalence import EQUIVALENCE_CASES, aggressive, assert_same_updates
+from lms_equivalence import (
+    EQUIVALENCE_CASES,
+    aggressive,
+    assert_close_gradients,
+    assert_same_updates,
+)
 
 import lms
 import lms.splitting
@@ -31,6 +36,7 @@ from lms.split import (
     split_op,
     splittable,
 )
+from lms.split_norm import FUSED_NORMS
 from lms.swap import HostStore
 
 pytestmark = pytest.mark.compat
@@ -287,7 +293,7 @@ def test_batch_norms_statistics_and_their_gradients_split_over_the_pieces(batch)
     """Keras 3's batch norm computes its moments with Mean, SquaredDifference and Tile; split,
     each piece's partial Mean is weighted by its share of the rows and the pieces are summed, so
     the result is the same batch norm (to 1e-5; the conv bias's gradient, which batch norm makes
-    ~0, to 1e-6 of the largest value). Keras 2 fuses it (FusedBatchNormV3): not split yet."""
+    ~0, to 1e-6 of the largest value). Keras 2 fuses it: test_split_norm.py."""
     inputs = keras.Input((14, 12, 3), batch_size=batch)
     y = keras.layers.Conv2D(4, 3, padding="same")(inputs)
     y = keras.layers.BatchNormalization()(y, training=True)
@@ -302,10 +308,7 @@ def test_batch_norms_statistics_and_their_gradients_split_over_the_pieces(batch)
     if not keras.__version__.startswith("2."):
         assert {"Mean", "Sum", "Tile", "SquaredDifference", "Conv2D"} <= split
     got = _tf_private.concrete_function_from_graph(concrete, concrete.graph)(x)
-    scale = max(np.abs(w).max() for w in want)  # the conv bias's gradient: rounding of ~0
-    for g, w in zip(got, want, strict=True):
-        atol = max(1e-5 * np.abs(w).max(), 1e-6 * scale)
-        np.testing.assert_allclose(g.numpy(), w, rtol=1e-5, atol=atol)
+    assert_close_gradients([g.numpy() for g in got], want)
     assert io.store.held_bytes == 0
 
 
@@ -457,18 +460,23 @@ def _largest_splittable(graph, count: int, types) -> list:
     for op in graph.get_operations():
         if op.type in types and op in running and splittable(op) is None:
             tensors = (*op.inputs, *op.outputs)
-            sizes.append((sum(t.shape.num_elements() * t.dtype.size for t in tensors), op.name))
+            size = sum((t.shape.num_elements() or 0) * t.dtype.size for t in tensors)
+            sizes.append((size, op.name))
     return [name for _, name in sorted(sizes, reverse=True)[:count]]
 
 
 @pytest.mark.parametrize("make, tolerance", EQUIVALENCE_CASES.values(), ids=EQUIVALENCE_CASES)
 def test_a_step_with_its_largest_element_wise_ops_split_makes_the_same_updates(
-    make, tolerance, exact_arithmetic
+    make, tolerance, exact_arithmetic, request
 ):
-    """The three largest element-wise ops and the three largest convolutions, pooling ops or
-    their gradients (along the batch, or with a batch of 1 along the rows with halos) in three
-    pieces each, then every swappable tensor swapped (pieces included): the rewrite and the
-    split together."""
+    """The three largest element-wise ops, the three largest convolutions, pooling ops or
+    their gradients (along the batch, or with a batch of 1 along the rows with halos) and the
+    two largest fused batch norms (Keras 2's) in three pieces each, then every swappable tensor
+    swapped (pieces included): the rewrite and the split together.
+
+    Not MobileNetV2's batch norms: its early layers' updates there differ from the fused
+    kernel's by up to 0.8 % when a batch norm's sums are ordered otherwise, and by as much with
+    Keras 2's own unfused batch norm (test_split_norm.py compares the split with that)."""
     case = make()
     concrete = case.step.get_concrete_function(case.images, case.labels)
     store = HostStore()
@@ -477,8 +485,12 @@ def test_a_step_with_its_largest_element_wise_ops_split_makes_the_same_updates(
     assert len(names) == 3
     names += _largest_splittable(concrete.graph, 3, BATCH_OPS)
     assert len(names) == 6
+    if request.node.callspec.id != "mobilenetv2":
+        names += _largest_splittable(concrete.graph, 2, FUSED_NORMS)
     for name in names:
-        split_op(concrete.graph.get_operation_by_name(name), 3, io)
+        op = concrete.graph.get_operation_by_name(name)
+        if splittable(op) is None:  # (a fused batch norm's gradient: split with its forward)
+            split_op(op, 3, io)
     analysis = lms.analyze(concrete.graph)
     plan = lms.plan(analysis, aggressive().parameters)
     rewritten = rewrite(concrete, analysis, plan, store)
@@ -486,16 +498,13 @@ def test_a_step_with_its_largest_element_wise_ops_split_makes_the_same_updates(
     assert store.held_bytes == 0
 
 
-@pytest.mark.skipif(
-    keras.__version__.startswith("2."),
-    reason="Keras 2's ResNet50 fuses batch norm: its floor is FusedBatchNormGradV3, not split yet",
-)
 def test_auto_split_fits_what_swapping_alone_cannot_in_simulation():
     """ResNet50 at 1024² b1 in 400 MiB: swapping alone stops at its largest AddN (a batch norm's
-    input gradient, 192 MiB with its inputs; best peak 399.7 MiB over the 360 MiB budget). With
-    "auto", rounds split the ops that crowd the room beside the resident bytes (AddNs along the
-    rows, the first max pool's gradient and convolutions with halos) and a plan fits (356.8 MiB
-    here), in two tunings more, not one per op."""
+    input gradient, 192 MiB with its inputs; best peak 399.7 MiB over the 360 MiB budget; with
+    Keras 2, at a fused batch norm's gradient: 527.5 MiB). With "auto", rounds split the ops
+    that crowd the room beside the resident bytes (AddNs along the rows, the first max pool's
+    gradient, convolutions with halos, Keras 2's fused batch norms) and a plan fits (356.8 MiB
+    here; 348.6 with Keras 2), in a few tunings more, not one per op."""
     case = workload_case("resnet50", 1024, 1)
     args = (case.step, case.images, case.labels)
     swapped = lms.LMS(device_memory="400MiB", calibration_steps=0, split="off").plan_only(*args)
@@ -503,7 +512,11 @@ def test_auto_split_fits_what_swapping_alone_cannot_in_simulation():
     # Eigen's, whose temporaries are larger)
     split = lms.LMS(device_memory="400MiB", calibration_steps=0).plan_only(*args)  # "auto"
     assert split.fits and split.peak_bytes_with_lms <= split.budget_bytes
-    assert {"AddN", "MaxPoolGrad", "Conv2D"} <= {s["op_type"] for s in split.splits}
+    types = {s["op_type"] for s in split.splits}
+    if keras.__version__.startswith("2."):
+        assert types & {"FusedBatchNormV3", "FusedBatchNormGradV3"}
+    else:
+        assert {"AddN", "MaxPoolGrad", "Conv2D"} <= types
     assert all(s["pieces"] >= 2 and s["axis"] == 1 for s in split.splits)
     assert lms.PlanReport.from_dict(split.to_dict()).splits == split.splits
 

@@ -79,6 +79,14 @@ def applications_case(name, resolution, batch=2):
     return Case(model, loss_fn, images, labels)
 
 
+def named_case(name, resolution, batch=1):
+    """A suite workload by its name, else a Keras application (MobileNetV2, DenseNet121, ...):
+    what the benchmarks take on their command line."""
+    if name in WORKLOADS:
+        return workload_case(name, resolution, batch)
+    return applications_case(name, resolution, batch)
+
+
 def step_update(case, function):
     """The loss and every variable's update of one training step from the initial state, on the
     function's second call (so that state a first call leaves behind, e.g. in the host store,

@@ -42,6 +42,16 @@ FP32_TOLERANCE, FP16_TOLERANCE = (1e-4, 1e-6), (2e-2, 1e-4)
 MAX_POOL_TIES_TOLERANCE = (3e-2, 1e-6)
 
 
+def assert_close_gradients(got, want):
+    """Each tensor of `got` to 1e-5 of `want`'s, or to 1e-6 of the largest value of them all:
+    a gradient that is ~0 in exact arithmetic (a convolution's bias that batch norm follows) is
+    rounding, ordered otherwise when its op is split."""
+    scale = max(np.abs(w).max() for w in want)
+    for g, w in zip(got, want, strict=True):
+        atol = max(1e-5 * np.abs(w).max(), 1e-6 * scale)
+        np.testing.assert_allclose(np.asarray(g), w, rtol=1e-5, atol=atol)
+
+
 def update_tolerance(case, tolerance=None):
     """(rtol, floor): the given one, else the one of the case's precision."""
     return tolerance or (FP16_TOLERANCE if case.precision == "fp16" else FP32_TOLERANCE)
