@@ -534,5 +534,5 @@ def test_auto_split_stops_before_a_round_would_pass_the_pieces_a_plan_may_have(m
     with caplog.at_level(logging.INFO, logger="lms"):
         bounded = lms.LMS(device_memory="150MiB", calibration_steps=0).plan_only(*args)
     assert not bounded.fits
-    assert 0 < sum(s["pieces"] for s in bounded.splits) <= sum(made) // 2
+    assert sum(s["pieces"] for s in bounded.splits) <= sum(made) // 2
     assert "over the" in caplog.text and "lms.splitting.MAX_PIECES" in caplog.text
