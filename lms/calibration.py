@@ -43,7 +43,7 @@ class Attempt:
     simulated_peak_bytes: int  # the plan's simulated peak (allocator model included)
     measured_peak_bytes: int | None = None  # the largest of the measured steps' peaks
     steps: int = 0  # steps measured
-    outcome: str = "measuring"  # measuring | fits | over | out_of_memory | kept
+    outcome: str = "measuring"  # measuring | fits | over | out_of_memory | kept | skipped
     note: str | None = None  # why the simulation doubted it (nothing fit: the closest plan)
 
     def as_dict(self) -> dict:
@@ -144,6 +144,17 @@ class Calibration:
         # at least the device: what the step asked for when it failed is not known
         attempt.measured_peak_bytes = max(peak_bytes or 0, self.device_limit_bytes + 1)
 
+    def skip(self, why: str) -> None:
+        """The current plan is not run (`why`): it cannot fit, and the loop goes on as if it had
+        failed (lms/function.py: a plan simulated far over the device memory)."""
+        self.current.outcome, self.current.note = "skipped", why
+
+    def _failed(self, attempt) -> bool:
+        """Whether `attempt` ran out of the device memory, measured over it, or was skipped."""
+        if attempt.outcome in ("out_of_memory", "skipped"):
+            return True
+        return (attempt.measured_peak_bytes or 0) > self.device_limit_bytes
+
     def next_budget(self) -> int | None:
         """The budget to plan for after the current attempt overran: the plan's own simulated
         peak scaled by budget / measured peak. None: no correction is left (see `keep_or_fail`)."""
@@ -176,11 +187,7 @@ class Calibration:
         does not: the loop plans it again (the same budget gives the same plan) rather than give
         up. Corrections can make a plan worse (a split plan's pieces planned for less room), so
         the best measured plan is not always the last."""
-        current = self.current
-        if (
-            current.outcome != "out_of_memory"
-            and (current.measured_peak_bytes or 0) <= self.device_limit_bytes
-        ):
+        if not self._failed(self.current):
             return None
         fitting = [
             a
@@ -194,9 +201,7 @@ class Calibration:
         the device memory (with a warning: it is over the budget's margin), else raise
         NothingFitsError naming every attempt's measured peak."""
         attempt = self.current
-        if attempt.outcome != "out_of_memory" and (
-            attempt.measured_peak_bytes <= self.device_limit_bytes
-        ):
+        if not self._failed(attempt):
             log.warning(
                 "LMS: %s the plan's measured peak %s is over the budget %s but fits the device "
                 "memory %s: keeping it",

@@ -11,6 +11,7 @@ from lms_cases import run_child
 
 import lms
 from lms.calibration import Calibration, CalibrationCache
+from lms.errors import NothingFitsError
 
 MiB = 2**20
 pytestmark = pytest.mark.compat
@@ -91,6 +92,26 @@ def test_a_worse_correction_sends_the_loop_back_to_the_best_plan_that_fit_the_de
     loop.begin(80 * MiB, 78 * MiB)
     loop.observe(130 * MiB)
     assert loop.best_kept_earlier() is None  # none fit the device
+
+
+def test_a_skipped_plan_counts_as_one_over_the_device():
+    """A plan the loop does not run (simulated far over the device memory) is no plan to keep:
+    the best earlier one that fit the device is planned again, else the loop fails naming it."""
+    loop = Calibration(limit_bytes=100 * MiB, device_limit_bytes=110 * MiB, max_corrections=1)
+    loop.begin(100 * MiB, 95 * MiB)
+    loop.observe(105 * MiB)  # over the budget, under the device
+    loop.begin(80 * MiB, 400 * MiB)
+    loop.skip("simulated 400 MiB, over 1.5x the device memory: not run")
+    assert loop.best_kept_earlier().budget_bytes == 100 * MiB
+
+    loop = Calibration(limit_bytes=100 * MiB, device_limit_bytes=110 * MiB, max_corrections=1)
+    loop.begin(100 * MiB, 95 * MiB)
+    loop.observe(130 * MiB)
+    loop.begin(80 * MiB, 400 * MiB)
+    loop.skip("simulated 400 MiB, over 1.5x the device memory: not run")
+    assert loop.best_kept_earlier() is None
+    with pytest.raises(NothingFitsError, match=r"measured nothing \(skipped\)"):
+        loop.keep_or_fail("after 1 correction")
 
 
 def test_an_out_of_memory_step_counts_as_a_peak_over_the_device():
@@ -180,3 +201,16 @@ def test_when_no_plan_holds_the_error_names_every_measured_peak():
     error = result["error"]
     assert error is not None and "no LMS plan kept the measured peak" in error
     assert error.count("measured ") >= 2 and "(over)" in error
+
+
+def test_the_plan_that_swaps_the_most_is_not_run_when_it_simulates_far_over_the_device():
+    """30 MiB of device memory, 25 of them held outside the step: the split plans measure over
+    and the corrections find nothing; the plan that swaps the most (not split: 47 MiB simulated)
+    is not run to be measured, and the loop fails saying so."""
+    _, result = run_child("_lms_loop.py", "30", "25", "")
+    attempts = result["calibration"]["attempts"]
+    assert attempts[-1]["outcome"] == "skipped" and attempts[-1]["measured_peak_bytes"] is None
+    assert attempts[-1]["simulated_peak_bytes"] > 1.5 * 30 * MiB
+    assert all(a["outcome"] == "over" for a in attempts[:-1])
+    error = result["error"]
+    assert "the plan that swaps the most was not run" in error and "(skipped)" in error
