@@ -28,6 +28,7 @@ LAYERS = [
     (
         "lms.swap",
         "lms.halo",
+        "lms.split_norm",
         "lms.split",
         "lms.splitting",
         "lms.rewriter",
