@@ -138,6 +138,8 @@ def split_to_fit(graph, analysis, budget: int, error: NothingFitsError, io, anal
             format_size(previous),
         )
         previous = peak
+    why = why.format(len(splits))
     if closest is not None:  # the tuner keeps such a plan: the closed loop measures it
+        log.info("Splitting stopped (%s): keeping the closest plan", why)
         return analysis, closest, splits
-    raise _stop(error, why.format(len(splits)), analysis, splits)
+    raise _stop(error, why, analysis, splits)
