@@ -45,8 +45,9 @@ def norm_layout(op, axis: int | None) -> "NormLayout | str":
     it cannot."""
     if op.name in getattr(op.graph, _DONE, ()):  # (a gradient split with its forward)
         return "it is split already"
-    if op.get_attr("data_format").decode() not in ("NHWC", "NDHWC"):
-        return f"{op.type} in {op.get_attr('data_format').decode()} (split in NHWC only)"
+    data_format = op.get_attr("data_format").decode()
+    if data_format not in ("NHWC", "NDHWC"):
+        return f"{op.type} in {data_format} (split in NHWC only)"
     x = op.inputs[FUSED_NORMS[op.type]]
     if axis is None:
         return "its input has neither a batch nor rows above 1"
@@ -105,6 +106,11 @@ class _Passes:
         return self.io.assemble(stored, like, self.axis), self.previous[0].op
 
 
+def _per_channel(x) -> int:
+    """How many values each channel's statistics are over: the batch and the pixels."""
+    return x.shape.num_elements() // x.shape[-1]
+
+
 def _channel_sum(x, dtype):
     return tf.reduce_sum(tf.cast(x, dtype), axis=list(range(x.shape.rank - 1)))
 
@@ -112,13 +118,13 @@ def _channel_sum(x, dtype):
 def _statistics(passes: _Passes, kept, x, dtype):
     """The batch's mean and biased variance per channel, in two passes (the variance around the
     mean, as the kernel computes it)."""
-    count = x.shape.num_elements() // x.shape[-1]
+    count = _per_channel(x)
     mean = passes.total(lambda a, b: _channel_sum(passes.read(kept, x, a, b), dtype)) / count
 
     def squares(a, b):
         return _channel_sum(tf.square(tf.cast(passes.read(kept, x, a, b), dtype) - mean), dtype)
 
-    return mean, passes.total(squares) / count, count
+    return mean, passes.total(squares) / count
 
 
 def _replace(op, outputs: dict, shapes: set) -> None:
@@ -149,7 +155,7 @@ def split_norm(op, layout: NormLayout, bounds, io, constant_shapes) -> list:
     dtype = scale.dtype
     kept = passes.keep(x, 3 if layout.kind == "training" else 1)
     if layout.kind == "training":
-        mean, variance, count = _statistics(passes, kept, x, dtype)
+        mean, variance = _statistics(passes, kept, x, dtype)
     else:
         mean, variance = mean_in, var_in
 
@@ -170,6 +176,7 @@ def split_norm(op, layout: NormLayout, bounds, io, constant_shapes) -> list:
     outputs = {0: whole}
     if layout.kind == "training":
         factor = op.get_attr("exponential_avg_factor")
+        count = _per_channel(x)
         corrected = variance * (count / max(count - 1, 1))
         if factor != 1:
             mean_out = (1 - factor) * mean_in + factor * mean
@@ -190,10 +197,8 @@ def _gradient(op, passes: _Passes, statistics, constant_shapes):
     dtype, epsilon = scale.dtype, op.get_attr("epsilon")
     kept_dy = passes.keep(dy, 2)
     kept_x = passes.keep(x, 2 if statistics else 4)
-    if statistics is None:
-        mean, variance, count = _statistics(passes, kept_x, x, dtype)
-    else:
-        (mean, variance), count = statistics, x.shape.num_elements() // x.shape[-1]
+    mean, variance = statistics or _statistics(passes, kept_x, x, dtype)
+    count = _per_channel(x)
     inverse = tf.math.rsqrt(variance + epsilon)
 
     def read(a, b):
