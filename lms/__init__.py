@@ -32,6 +32,9 @@ if TYPE_CHECKING:  # `X as X`: a re-export, as type checkers read it
         parse_size as parse_size,
     )
     from lms.errors import (
+        HostMemoryError as HostMemoryError,
+    )
+    from lms.errors import (
         LMSError as LMSError,
     )
     from lms.errors import (
@@ -43,6 +46,7 @@ if TYPE_CHECKING:  # `X as X`: a re-export, as type checkers read it
     from lms.explain import explain_peak as explain_peak
     from lms.function import LMSFunction as LMSFunction
     from lms.graph import Analysis as Analysis
+    from lms.host_memory import check_host_memory as check_host_memory
     from lms.link import Link as Link
     from lms.link import named_links as named_links
     from lms.options import Options as Options
@@ -105,6 +109,7 @@ _EXPORTS = {
     "BestFitAllocator": "lms.allocator",
     "DeviceCopy": "lms.swap",
     "FloorOp": "lms.report",
+    "HostMemoryError": "lms.errors",
     "HostStore": "lms.swap",
     "LMS": "lms.api",
     "LMSError": "lms.errors",
@@ -127,6 +132,7 @@ _EXPORTS = {
     "Timeline": "lms.report",
     "Tuned": "lms.tuner",
     "analyze": "lms.analysis",
+    "check_host_memory": "lms.host_memory",
     "check_options": "lms.options",
     "cpu_paired_reads": "lms.analysis",
     "explain_peak": "lms.explain",

@@ -24,6 +24,7 @@ from lms.cpu_host import cpu_kernels
 from lms.device import EIGEN_KERNELS_WARNING, has_gpu, memory_growth
 from lms.errors import NothingFitsError, ParameterError
 from lms.function import LMSFunction
+from lms.host_memory import check_host_memory
 from lms.options import Options
 from lms.parameters import Parameters
 from lms.plan_report import build_report
@@ -330,6 +331,10 @@ class LMS(keras.callbacks.Callback):
         concrete, analysis, tuned, timings, planned = self._analyse_and_tune(
             function, args, measured, parameters, budget, first
         )
+        emulated = self._mechanism_kind() == "host-store"  # the device's buffers: host memory
+        host_peak = int(tuned.simulation.host.max()) if tuned.simulation.steps else 0
+        device_peak = tuned.simulation.peak_bytes
+        check_host_memory(host_peak, device_peak, emulated, self.options.host_memory)
         started = time.perf_counter()
         callable_ = concrete
         if tuned.plan is not None:

@@ -20,3 +20,12 @@ class NothingFitsError(LMSError):
     """
 
     closest = None
+
+
+class HostMemoryError(LMSError, MemoryError):
+    """The plan needs more host memory than the host has (lms/host_memory.py): the step would be
+    killed by the kernel's OOM killer. `need` and `available` are bytes."""
+
+    def __init__(self, message: str, need: int = 0, available: int = 0):
+        super().__init__(message)
+        self.need, self.available = need, available

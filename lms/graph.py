@@ -47,6 +47,9 @@ PY_FUNC_OPS = frozenset({"PyFunc", "EagerPyFunc"})
 REWRITTEN_MARK = "_lms_rewritten"
 SPLIT_SCOPE = "lms_split"  # where lms/split.py adds a split op's pieces
 HOST_STORE_SCOPES = (f"{SPLIT_SCOPE}/",)
+# a graph's host arrays of split ops: {array: [bytes, [names of the ops that create it or store
+# a piece in it]]} (lms/split.py)
+HOST_ARRAYS = "_lms_host_arrays"
 # Never swapped (docs/lms.md): besides the above, shape arithmetic and host-side values.
 NEVER_SWAP_OPS = NO_BUFFER_OPS | ALIAS_OPS | frozenset({"Shape", "ShapeN", "Size", "Rank"})
 NON_DATA_DTYPES = (tf.resource, tf.variant, tf.string)
@@ -136,6 +139,9 @@ class Analysis:
     # While loops and what their tensor lists keep for the gradient (lms/loops.py), which LMS
     # cannot swap: [(op name, bytes)], largest first
     loops: list = field(default_factory=list)
+    # what the step holds in host memory besides swapped tensors: split ops' host arrays and,
+    # computing on a GPU, the host's tensors: [(bytes, [op indices that create, fill or read it])]
+    host_arrays: list = field(default_factory=list)
     # plan-independent facts, computed once
     cache: dict[CacheKey, object] = field(default_factory=dict, repr=False)
 
@@ -232,9 +238,13 @@ def read_graph(
     for i, op in enumerate(ops):
         levels[op.level].append(i)
 
+    held = _host_arrays(graph, tf_ops, ops, tensors)
     for info, rank, itemsize in zip(tensors, ranks, itemsizes, strict=True):
         op = ops[info.producer]
         on_host = host_device_marker is not None and host_device_marker in devices[info.producer]
+        if on_host and info.bytes and op.runs and op.type not in NO_BUFFER_OPS | ALIAS_OPS:
+            readers = [c for c, _ in info.consumers if ops[c].runs]
+            held.append((info.bytes, [info.producer, *readers]))
         if op.type in NO_BUFFER_OPS and op.type != "Placeholder" or on_host:
             info.bytes = 0  # (a host tensor of a GPU step is not in the GPU's memory)
         elif op.type in PY_FUNC_OPS and op.name.startswith(HOST_STORE_SCOPES):
@@ -286,6 +296,7 @@ def read_graph(
             ((ops[i].name, size) for i, size in loops.items() if ops[i].runs),
             key=lambda loop: -loop[1],
         ),
+        host_arrays=held,
     )
     if quiet:
         return analysis
@@ -296,6 +307,25 @@ def read_graph(
     if unknown:
         log.info("%d tensors have no static size and count as 0 bytes", unknown)
     return analysis
+
+
+def _host_arrays(graph, tf_ops, ops, tensors) -> list:
+    """The split ops' host arrays (HOST_ARRAYS) that the step runs: (bytes, the ops that
+    create or fill each, and the readers of its handles)."""
+    arrays = getattr(graph, HOST_ARRAYS, None)
+    if not arrays:
+        return []
+    index = {op.name: i for i, op in enumerate(tf_ops)}
+    found = []
+    for size, names in arrays.values():
+        fillers = [index[n] for n in names if n in index and ops[index[n]].runs]
+        if not fillers or fillers[0] != index.get(names[0]):  # its creator never runs
+            continue
+        members = set(fillers)
+        for i in fillers:
+            members.update(c for t in ops[i].outputs for c, _ in tensors[t].consumers)
+        found.append((size, sorted(i for i in members if ops[i].runs)))
+    return found
 
 
 def dependencies(ops: list, tensors: list) -> tuple[list, list]:

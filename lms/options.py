@@ -51,6 +51,11 @@ class Options:
         step that fits never pays for pieces. "off" never splits (swapping alone: its reach is
         bounded by the largest op); a dict {op type or op name: pieces} splits those ops always
         (to check equivalence).
+    host_memory: "auto" (the default) checks, before a step runs, that the host has the memory
+        the plan needs (its simulated host peak; on the emulated device plus the device's
+        simulated peak) against what is available then (lms/host_memory.py), and raises
+        HostMemoryError if not, instead of the kernel's OOM killer ending the process later;
+        bytes or "64GiB" check against that; None does not check.
     """
 
     device_memory: int | str | None = None  # None: the GPU's, read when the LMS object is made
@@ -72,6 +77,7 @@ class Options:
     max_corrections: int = MAX_CORRECTIONS
     calibration_cache: str | os.PathLike | None = None
     split: str | dict = "auto"
+    host_memory: int | str | None = "auto"
 
     def __post_init__(self):
         serialization = self.serialization
@@ -102,6 +108,8 @@ class Options:
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ParameterError(f"{name} must be an integer >= 0; received {value!r}")
         check_split(self.split)
+        if self.host_memory not in ("auto", None):
+            object.__setattr__(self, "host_memory", parse_size(self.host_memory, "host_memory"))
         cache = self.calibration_cache
         if cache is not None and not isinstance(cache, str | os.PathLike):
             raise ParameterError(

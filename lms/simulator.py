@@ -7,7 +7,8 @@ producer runs and freed after its last reader (aliases included); the step's
 outputs live to the end; variables and inputs are resident throughout. With a plan, a swapped
 tensor's device buffer lives until its swap-out and its near readers; each swap-in allocates a
 copy after its trigger, freed after the group's last reader; the host holds the tensor from the
-swap-out to its last swap-in. Unlike TFLMSv2's simulator it counts kernel temporaries, those of
+swap-out to its last swap-in, and a split op's host array (`Analysis.host_arrays`) from its
+first op to its last reader. Unlike TFLMSv2's simulator it counts kernel temporaries, those of
 the kernel set the step runs with (`Analysis.kernels`, lms/kernels.py): a oneDNN convolution or a
 cuDNN workspace about as large as the op's largest tensor, Eigen's gradients' working-set col
 buffers (those also while the op before runs, in the free order); the largest temporary of a
@@ -63,6 +64,10 @@ def simulate(analysis: Analysis, plan: Plan | None = None, allocator=None) -> Si
     last, copies = static.last, ()
     if plan:
         last, copies = _add_swaps(analysis, plan, static, step_of, steps, device, host)
+    for size, members in analysis.host_arrays:  # split ops' host arrays: not swaps
+        held = step_of[members]
+        host[held.min()] += size
+        host[held.max() + 1] -= size
     forwarding = forwarded(analysis, static, last, copies, step_of)
     outputs, at, _ = forwarding
     # a forwarded output takes its input's buffer: one buffer instead of two at its step

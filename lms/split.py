@@ -35,7 +35,7 @@ import numpy as np
 import tensorflow as tf
 
 from lms import _tf_private
-from lms.graph import REWRITTEN_MARK, SPLIT_SCOPE
+from lms.graph import HOST_ARRAYS, REWRITTEN_MARK, SPLIT_SCOPE
 from lms.halo import RowLayout, row_layout
 from lms.split_norm import FUSED_NORMS, NormLayout, norm_layout, split_norm
 
@@ -404,6 +404,7 @@ class HostArray:
     handle: object  # the last piece's store: the array's handle once every piece is in
     readers: list  # [count], read when the first piece creates the array
     released: bool = False  # the assemble's read taken back (no live reader of the whole)
+    name: str = ""  # the op that creates it: the array's key in the graph's HOST_ARRAYS
 
 
 class HostPieces:
@@ -432,7 +433,9 @@ class HostPieces:
                 lambda a: self.store.put_whole(a, count[0]), [tensor], tf.int64, stateful=True
             )
         )
-        self._kept[tensor.ref()] = self._keeps[handle.op] = HostArray(handle, count)
+        kept = HostArray(handle, count, name=handle.op.name)
+        self._kept[tensor.ref()] = self._keeps[handle.op] = kept
+        _hold(handle.op, kept.name, _bytes(tensor.shape.as_list(), tensor.dtype))
         return handle
 
     def read(self, kept, like, axis: int, start: int, stop: int):
@@ -456,6 +459,8 @@ class HostPieces:
                 stateful=True,
             )
         )
+        host.name = host.name or host.handle.op.name  # the first piece's store creates it
+        _hold(host.handle.op, host.name, _bytes(shape, piece.dtype))
         return host
 
     def token(self, stored):
@@ -555,6 +560,21 @@ def _on_device(array, shape: list):
     device, 899 MiB planned for a budget of 360)."""
     array.set_shape(shape)
     return tf.raw_ops.DeepCopy(x=tf.ensure_shape(array, shape))
+
+
+def _bytes(shape: list, dtype) -> int:
+    return math.prod(shape) * dtype.size if None not in shape else 0
+
+
+def _hold(op, array: str, size: int) -> None:
+    """Note on `op`'s graph that `op` creates (or adds a piece to) the host array `array` of
+    `size` bytes: the analysis counts the array in the host's memory from its first op to the
+    last reader of any of its handles (lms.graph.host_arrays)."""
+    arrays = getattr(op.graph, HOST_ARRAYS, None)
+    if arrays is None:
+        arrays = {}
+        setattr(op.graph, HOST_ARRAYS, arrays)
+    arrays.setdefault(array, [size, []])[1].append(op.name)
 
 
 def _handle(handle):

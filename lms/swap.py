@@ -14,6 +14,7 @@ one by one through TensorFlow's Python op constructors (benchmarks/lms_speed.py)
 """
 
 import itertools
+import math
 import threading
 from dataclasses import dataclass, fields
 
@@ -30,11 +31,18 @@ def aligned_copy(array: np.ndarray) -> np.ndarray:
     """A copy of `array` in 64-byte aligned memory: TensorFlow wraps such an array returned by a
     numpy_function without copying it, and copies any other into a buffer of its allocator (an
     allocation no op is named for, beside the swap-in's own copy)."""
-    raw = np.empty(array.nbytes + ALIGNMENT, dtype=np.uint8)
-    offset = -raw.ctypes.data % ALIGNMENT
-    copy = raw[offset : offset + array.nbytes].view(array.dtype).reshape(array.shape)
+    copy = aligned_empty(array.shape, array.dtype)
     np.copyto(copy, array)
     return copy
+
+
+def aligned_empty(shape, dtype) -> np.ndarray:
+    """An uninitialised array in 64-byte aligned memory (see `aligned_copy`)."""
+    dtype = np.dtype(dtype)
+    nbytes = math.prod(shape) * dtype.itemsize
+    raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
+    offset = -raw.ctypes.data % ALIGNMENT
+    return raw[offset : offset + nbytes].view(dtype).reshape(shape)
 
 
 def node(name: str, op: str, inputs, device: str = "", **attrs) -> node_def_pb2.NodeDef:
@@ -131,6 +139,7 @@ class HostStore(SwapMechanism):
 
     def __init__(self, link: Link | None = None):
         self._arrays, self._readers = {}, {}
+        self._held = self._peak = 0  # bytes held now, and the most since `take_peak`
         self._lock = threading.Lock()
         self._handles = itertools.count()
         self._tokens = None
@@ -149,12 +158,24 @@ class HostStore(SwapMechanism):
         with self._lock:
             return sum(a.nbytes for a in self._arrays.values())
 
+    def take_peak(self) -> int:
+        """The most bytes the store held at once since the last call (what the simulator's
+        host curve predicts: swapped tensors and split ops' host arrays)."""
+        with self._lock:
+            peak, self._peak = self._peak, self._held
+        return peak
+
+    def _hold(self, nbytes: int) -> None:  # under the lock
+        self._held += nbytes
+        self._peak = max(self._peak, self._held)
+
     def clear(self) -> tuple[int, int]:
         """Drop whatever a step left behind; return how many arrays and bytes that was."""
         with self._lock:
             left = (len(self._arrays), sum(a.nbytes for a in self._arrays.values()))
             self._arrays.clear()
             self._readers.clear()
+            self._held = 0
         return left
 
     def _put(self, array, readers):
@@ -167,6 +188,7 @@ class HostStore(SwapMechanism):
         with self._lock:
             self._arrays[handle] = copy
             self._readers[handle] = int(readers)
+            self._hold(copy.nbytes)
             self._traffic.swap_outs += 1
             self._traffic.out_bytes += array.nbytes
             self._traffic.out_transfer_seconds += seconds
@@ -183,6 +205,7 @@ class HostStore(SwapMechanism):
             self._readers[key] -= 1
             if self._readers[key] == 0:
                 del self._arrays[key], self._readers[key]
+                self._held -= array.nbytes
         return array
 
     def _count_in(self, nbytes: int) -> None:
@@ -224,8 +247,9 @@ class HostStore(SwapMechanism):
         with self._lock:
             if key < 0:
                 key = next(self._handles)
-                self._arrays[key] = aligned_copy(np.empty(tuple(shape), piece.dtype))
+                self._arrays[key] = aligned_empty(tuple(int(n) for n in shape), piece.dtype)
                 self._readers[key] = int(readers)
+                self._hold(self._arrays[key].nbytes)
             array = self._arrays[key]
             index = [slice(None)] * array.ndim
             index[int(axis)] = slice(int(start), int(start) + piece.shape[int(axis)])

@@ -30,7 +30,9 @@ LMS_FIELDS = {
 # suite runs LMS with "off" (swapping alone) although lms's own default is "auto": a recorded
 # trial's hash keeps meaning what it ran (no trial before issue 31 split), and the limits
 # table shows splitting's reach beside swapping's (a spec asks for it: split = "auto").
-OPTIONAL_LMS_FIELDS = ("ordering", "link", "split")
+# `host_memory` ("64GiB", hashed in bytes) is the host memory lms checks a plan against before
+# its step runs (lms.Options.host_memory; not given: what the host has available then).
+OPTIONAL_LMS_FIELDS = ("ordering", "link", "split", "host_memory")
 SUITE_SPLIT_DEFAULT = "off"
 
 
@@ -38,8 +40,9 @@ def check_lms_table(table: dict) -> dict:
     """`table` (an `lms` table of a spec) resolved with the defaults and checked by lms itself;
     raises lms.ParameterError, whose message names the parameter."""
     resolved = {**LMS_FIELDS, **table}
-    if resolved["device_memory"] is not None:
-        resolved["device_memory"] = lms.parse_size(resolved["device_memory"], "device_memory")
+    for name in ("device_memory", "host_memory"):
+        if resolved.get(name) is not None:
+            resolved[name] = lms.parse_size(resolved[name], name)
     if resolved.get("link") is not None:  # one spelling per link: "16GB/s" and 16e9 hash alike
         link = lms.Link.of(resolved["link"]).as_dict()  # 12 digits: "10us" is 10 * 1e-6 = 1e-5
         resolved["link"] = {key: float(f"{value:.12g}") for key, value in link.items()}
@@ -71,6 +74,19 @@ def lms_options(params: "TrialParams") -> dict | None:
     options["device_memory"] = device_memory(params)
     options["batch_size"] = params.batch
     return options
+
+
+def host_memory_fits(report: dict, params: "TrialParams", emulated: bool) -> bool:
+    """Whether this host has the memory a planned trial needs (`report`: its plan as a dict):
+    the check lms makes before the trial's step runs (lms.check_host_memory), made on a
+    prediction's plan so that a search does not aim at a size the host cannot hold."""
+    limit = (params.lms or {}).get("host_memory", "auto")
+    try:
+        host_peak, device_peak = report["host_peak_bytes"], report["peak_bytes_with_lms"]
+        lms.check_host_memory(host_peak, device_peak, emulated, limit)
+    except lms.HostMemoryError:
+        return False
+    return True
 
 
 def make_planner(params: "TrialParams", plot=None) -> "lms.LMS | None":

@@ -90,7 +90,7 @@ def _op_name(name: str) -> str:
     return "/".join(parts[1:]) or name
 
 
-def _cause(error: str) -> str:
+def failure_cause(error: str) -> str:
     """The clause of a failed trial's error that says what stopped it (lms's own wording)."""
     measured = MEASURED.search(error)
     if measured:
@@ -100,6 +100,8 @@ def _cause(error: str) -> str:
         ("splitting cannot lower the floor: ", "floor op {} cannot be split"),
         ("alone fill the budget", "resident bytes fill the budget"),
         ("no op left above", "every large op split, plan still over"),
+        ("OOM killer", "host memory: killed by the OOM killer"),
+        ("host memory: the plan holds", "host memory: the plan needs more than the host has"),
         ("MemoryError", "host memory"),
         ("the largest operation, ", "largest op {}"),
     ):
@@ -119,7 +121,8 @@ def stopped_by(record: SearchRecord | None, errors: dict) -> str:
         return "—"
     outcome = OUTCOME_TEXT.get(record.failed_outcome, record.failed_outcome or "failed")
     failed = [t for t in record.trials if t.value == record.smallest_failed and t.outcome != "ok"]
-    cause = _cause(errors.get((record.host, failed[0].spec_hash), "") or "") if failed else ""
+    error = errors.get((record.host, failed[0].spec_hash), "") if failed else ""
+    cause = failure_cause(error or "")
     return f"{outcome} at {record.smallest_failed}" + (f" ({cause})" if cause else "")
 
 

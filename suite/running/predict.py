@@ -6,7 +6,8 @@ probed size from TensorSpecs (nothing runs, only weights are allocated) and aski
 fits:
 - LMS off: the simulated peak without LMS within the device memory (the trial's memory budget,
   else the GPU's memory);
-- LMS on: the auto-tuner (or the given parameters) finds a plan within LMS's budget.
+- LMS on: the auto-tuner (or the given parameters) finds a plan within LMS's budget, and this
+  host has the host memory the plan needs (lms.check_host_memory, as before a trial's step).
 A child process because tracing many sizes grows the process, and the parent stays TensorFlow-free.
 With `--parent`, it ends itself (and removes the request's directory) when that process is gone.
 """
@@ -27,7 +28,7 @@ def _fits(params: "TrialParams", mode: str) -> Probe:
 
     import lms
     from suite.errors import SuiteError
-    from suite.lms_seam import device_memory, lms_options
+    from suite.lms_seam import device_memory, host_memory_fits, lms_options
     from suite.running.planning import plan_trial
 
     keras.backend.clear_session()
@@ -41,6 +42,8 @@ def _fits(params: "TrialParams", mode: str) -> Probe:
         return Probe(False, budget)
     # off: the plain peak within the device; on: within LMS's budget (with its safety ratio)
     fits = report["peak_bytes_without_lms"] <= budget if mode == "off" else bool(report["fits"])
+    if fits and mode != "off":  # and the host holds what the plan swaps and splits
+        fits = host_memory_fits(report, params, emulated=lms.gpu_memory_bytes() is None)
     peaks = report["peak_bytes_without_lms"], report["peak_bytes_with_lms"]
     return Probe(fits, budget, report["budget_bytes"], *peaks)
 

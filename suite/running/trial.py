@@ -51,6 +51,28 @@ def _tail(path: Path, lines: int = 15) -> str:
         return ""
 
 
+VMSTAT = Path("/proc/vmstat")
+OOM_KILLED = (
+    "host memory: the kernel's OOM killer ended the trial process (its count of kills in "
+    "/proc/vmstat rose while the trial ran)"
+)
+
+
+def oom_kills(since: int | None = None) -> int | None:
+    """The kernel's count of OOM-killer kills since boot (/proc/vmstat `oom_kill`), or with
+    `since` how many came after that count; None where it cannot be read (not Linux, a kernel
+    before 4.13). A trial killed by SIGKILL while the count rose was killed for host memory:
+    a recorded result (out_of_memory), not a crash of the suite's."""
+    try:
+        for line in VMSTAT.read_text().splitlines():
+            if line.startswith("oom_kill "):
+                count = int(line.split()[1])
+                return count if since is None else count - since
+    except OSError:
+        pass
+    return None
+
+
 def _signal_name(returncode: int) -> str:
     try:
         return signal.Signals(-returncode).name
@@ -75,6 +97,7 @@ def run_trial(
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     env = child_environment(extra_env)
+    kills_before = oom_kills()
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="trial-") as scratch, open(log_path, "wb") as log:
         params_file, result_file = Path(scratch, "params.json"), Path(scratch, "result.json")
@@ -116,4 +139,6 @@ def run_trial(
         else f"exited with code {returncode}"
     )
     error = f"trial process {how} without a result; log tail:\n{_tail(log_path)}"
+    if returncode == -signal.SIGKILL and kills_before is not None and oom_kills(kills_before):
+        return TrialResult("out_of_memory", error=f"{OOM_KILLED}; {error}", wall_s=wall)
     return TrialResult("crashed", error=error, wall_s=wall)

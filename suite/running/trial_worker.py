@@ -149,7 +149,7 @@ def run(params: "TrialParams") -> TrialResult:
                 on_step,
                 wait_for_loop=params.replicas == 1,  # workers must all run as many steps
             )
-    except lms.NothingFitsError as error:  # LMS cannot make it fit: it would not train
+    except (lms.NothingFitsError, lms.HostMemoryError) as error:  # it would not train here
         return ended("out_of_memory", f"LMS: {error}")
     except tf.errors.ResourceExhaustedError as error:
         return ended("out_of_memory", str(error).splitlines()[0][:500])

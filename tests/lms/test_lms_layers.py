@@ -13,8 +13,9 @@ LAYERS = [
     ("lms.errors",),
     # plain values and TensorFlow's private API, in one place
     ("lms.budget", "lms.parameters", "lms.link", "lms.report", "lms._tf_private"),
-    # the options, the closed loop's bookkeeping, the step-time model (no graph)
-    ("lms.options", "lms.calibration", "lms.steptime"),
+    # the options, the closed loop's bookkeeping, the step-time model, the host's memory
+    # (no graph)
+    ("lms.options", "lms.calibration", "lms.steptime", "lms.host_memory"),
     # the step's graph and what its kernels and allocator hold
     ("lms.loops", "lms.graph_passes", "lms.graph", "lms.cpu_host", "lms.kernels"),
     ("lms.allocator", "lms.padding"),

@@ -11,6 +11,7 @@ from trial_cases import TINY, tiny_spec
 
 from suite.lms_seam import check_lms_table
 from suite.records import load_host, load_trials
+from suite.reporting.limits_table import failure_cause
 from suite.running.runner import run_spec
 from suite.running.trial import run_trial
 from suite.specs import parse_spec
@@ -178,3 +179,15 @@ def test_trial_processes_train_with_one_kernel_set_whatever_the_cpu(monkeypatch,
     else:  # aarch64 keeps TensorFlow's choice (oneDNN's on Neoverse CPUs only)
         x86 = platform.machine() in ("x86_64", "AMD64")
         assert kernels == "oneDNN" if x86 else kernels in ("oneDNN", "Eigen")
+
+
+def test_a_plan_needing_more_host_memory_than_the_host_has_is_out_of_memory(tmp_path):
+    """lms checks the plan's host memory before the step runs (lms.Options.host_memory): the
+    trial is an out-of-memory result saying so, and the limits table names host memory."""
+    spec = tiny_spec(defaults='lms = {host_memory = "1MiB"}\nmemory_budget = "1GiB"')
+    run_spec(spec, tmp_path, host="h1", echo=lambda _: None)
+    (record,) = load_trials(tmp_path, "h1")
+    assert record.outcome == "out_of_memory"
+    assert record.error.startswith("LMS: host memory: the plan holds")
+    assert "of host memory given (LMS option host_memory)" in record.error
+    assert failure_cause(record.error) == "host memory: the plan needs more than the host has"
