@@ -16,16 +16,12 @@ MEMINFO = Path("/proc/meminfo")
 # what a step's process grows by beyond the simulated host and device peaks: piece copies on
 # their way, the executor running two ops at a time, freed arrays malloc keeps. Measured
 # (benchmarks/lms_host_need.py, 400 MiB emulated device, split steps): 1.10-1.14x for ResNet50
-# 1024² b1 without the closed loop, 1.21-1.23x for ResNet50 1024² and GoogLeNet 2048² with it
-# (its corrections re-plan in the same process)
+# 1024² b1 without the closed loop, 1.06-1.23x for ResNet50 1024², GoogLeNet 2048² and
+# MobileNetV2 2048² with it (its corrections re-plan in the same process)
 OVERHEAD = 1.3
-CGROUP_LIMITS = (  # (limit, usage): cgroup v2, then v1
-    (Path("/sys/fs/cgroup/memory.max"), Path("/sys/fs/cgroup/memory.current")),
-    (
-        Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"),
-        Path("/sys/fs/cgroup/memory/memory.usage_in_bytes"),
-    ),
-)
+CGROUPS = Path("/sys/fs/cgroup")
+V1 = (CGROUPS / "memory", "memory.limit_in_bytes", "memory.usage_in_bytes")
+V2 = (CGROUPS, "memory.max", "memory.current")
 
 
 def _read_int(path: Path) -> int | None:
@@ -36,9 +32,45 @@ def _read_int(path: Path) -> int | None:
     return int(text) if text.isdigit() else None  # "max": no limit
 
 
+def _own_cgroups(proc_cgroup: Path) -> list[tuple[Path, str, str, str]]:
+    """The process's memory cgroups: (controller mount, path in it, limit file, usage file)."""
+    try:
+        lines = proc_cgroup.read_text().splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            found.append((V1[0], path.lstrip("/"), *V1[1:]))
+        elif not controllers:  # the unified (v2) hierarchy
+            found.append((V2[0], path.lstrip("/"), *V2[1:]))
+    return found
+
+
+def cgroup_room(proc_cgroup: Path = Path("/proc/self/cgroup")) -> int | None:
+    """The least room (limit less usage) over the process's memory cgroup and its ancestors
+    (a container's limit, or one set higher up); None where no limit is set or readable. A
+    cgroup namespace mounts the process's own cgroup as the root: then that is where to read."""
+    rooms = []
+    for base, path, limit_name, usage_name in _own_cgroups(proc_cgroup):
+        directory = base / path
+        if not directory.is_dir():
+            directory = base  # namespaced: the mount is the process's cgroup
+        while True:
+            limit = _read_int(directory / limit_name)
+            usage = _read_int(directory / usage_name)
+            if limit is not None and usage is not None and limit < 2**60:
+                rooms.append(max(limit - usage, 0))
+            if directory == base or base not in directory.parents:
+                break
+            directory = directory.parent
+    return min(rooms) if rooms else None
+
+
 def available_bytes() -> int | None:
-    """Host memory a process can still take: MemAvailable, capped by its cgroup's limit less
-    its usage; None where neither can be read (not Linux)."""
+    """Host memory a process can still take: MemAvailable, capped by the room its memory
+    cgroups leave; None where neither can be read (not Linux)."""
     found = []
     try:
         for line in MEMINFO.read_text().splitlines():
@@ -46,11 +78,9 @@ def available_bytes() -> int | None:
                 found.append(int(line.split()[1]) * 1024)
     except OSError:
         pass
-    for limit_path, usage_path in CGROUP_LIMITS:
-        limit, usage = _read_int(limit_path), _read_int(usage_path)
-        if limit is not None and usage is not None and limit < 2**60:
-            found.append(max(limit - usage, 0))
-            break
+    room = cgroup_room()
+    if room is not None:
+        found.append(room)
     return min(found) if found else None
 
 

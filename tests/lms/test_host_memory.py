@@ -3,6 +3,12 @@ host store's measured peak is the simulated one), and a plan that needs more hos
 the host has raises HostMemoryError before its step runs, not the kernel's OOM killer after.
 Marked compat: also run on TensorFlow 2.14.1 (Keras 2)."""
 
+import contextlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from lms_cases import Case, small_cnn
 
@@ -11,6 +17,7 @@ from lms.errors import HostMemoryError, ParameterError
 from lms.host_memory import available_bytes, check_host_memory, host_need
 
 pytestmark = pytest.mark.compat
+ROOT = Path(__file__).resolve().parents[2]
 
 SPLIT = {"Conv2D": 2, "Relu": 3, "Conv2DBackpropInput": 2}
 
@@ -81,3 +88,37 @@ def test_the_check_compares_the_need_with_the_limit():
 def test_a_wrong_host_memory_names_the_option(bad):
     with pytest.raises(ParameterError, match="host_memory"):
         lms.LMS(device_memory="1GiB", host_memory=bad)
+
+
+def test_a_process_in_a_memory_limited_cgroup_sees_the_room_its_limit_leaves(tmp_path):
+    """A real cgroup (v1, as root; skipped elsewhere): a process that joins a 2 GiB memory
+    cgroup, as a container with --memory 2g runs, has at most 2 GiB available, and lms refuses a
+    plan that needs more before its step runs."""
+    group = Path("/sys/fs/cgroup/memory") / f"lms-host-{os.getpid()}"
+    try:
+        group.mkdir()
+        (group / "memory.limit_in_bytes").write_text(str(2 * 2**30))
+    except OSError as error:
+        pytest.skip(f"cannot make a memory cgroup here ({error}): needs root and cgroup v1")
+    code = (
+        "import os, sys\n"
+        f"open({str(group / 'cgroup.procs')!r}, 'w').write(str(os.getpid()))\n"
+        "from lms.host_memory import available_bytes, check_host_memory\n"
+        "from lms.errors import HostMemoryError\n"
+        "print(available_bytes())\n"
+        "try:\n"
+        "    check_host_memory(2 * 2**30, 0, emulated=False, limit='auto')\n"
+        "except HostMemoryError as error:\n"
+        "    print(error)\n"
+    )
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+        )
+    finally:
+        with contextlib.suppress(OSError):
+            group.rmdir()
+    available, message = done.stdout.splitlines()
+    assert 1 * 2**30 < int(available) <= 2 * 2**30  # the limit less what the process uses
+    assert message.startswith("host memory: the plan holds 2.00 GiB on the host")
+    assert "available now (MemAvailable, or the cgroup's limit)" in message

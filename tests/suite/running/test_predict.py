@@ -7,7 +7,7 @@ from suite.running.predict import predict
 
 
 def _candidates(lms_table: str) -> list[dict]:
-    defaults = f"lms = {{{lms_table}}}\nmemory_budget = \"1GiB\""
+    defaults = f'lms = {{{lms_table}}}\nmemory_budget = "1GiB"'
     spec = tiny_spec("[32, 48, 64]", defaults=defaults)
     return [trial.params.to_dict() for trial in spec.trials]
 
