@@ -9,8 +9,10 @@ plan was made (sampled every 2 ms) against what `lms.host_memory` checks before 
     .venv/bin/python benchmarks/lms_host_need.py                          # the recorded cases
     .venv/bin/python benchmarks/lms_host_need.py resnet50 1024 1 400MiB
     .venv/bin/python benchmarks/lms_host_need.py MobileNetV2 2048 1 400MiB   # a Keras application
+    .venv/bin/python benchmarks/lms_host_need.py resnet50 1024 1 400MiB --no-loop --steps 12
 """
 
+import argparse
 import json
 import subprocess
 import sys
@@ -27,7 +29,7 @@ CASES = [
 MiB = 2**20
 
 
-def measure(name: str, resolution: int, batch: int, device_memory: str) -> dict:
+def measure(name: str, resolution: int, batch: int, device_memory: str, loop=True, steps=2) -> dict:
     sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "support")]
     import psutil
     from lms_cases import named_case
@@ -36,7 +38,7 @@ def measure(name: str, resolution: int, batch: int, device_memory: str) -> dict:
     from lms.host_memory import host_need
 
     case = named_case(name, resolution, batch)
-    planner = lms.LMS(device_memory=device_memory)
+    planner = lms.LMS(device_memory=device_memory, **({} if loop else {"calibration_steps": 0}))
     step = planner.wrap(case.step)
     step.prepare(case.images, case.labels)  # planned: where lms checks the host's memory
     process, peak, stop = psutil.Process(), [0], threading.Event()
@@ -53,7 +55,7 @@ def measure(name: str, resolution: int, batch: int, device_memory: str) -> dict:
     step(case.images, case.labels)
     while step.calibrating:  # the closed loop's steps, then two with the plan it kept
         step(case.images, case.labels)
-    for _ in range(2):
+    for _ in range(steps):
         step(case.images, case.labels)
     stop.set()
     sampler.join()
@@ -70,19 +72,30 @@ def measure(name: str, resolution: int, batch: int, device_memory: str) -> dict:
 
 
 def main(argv: list[str]) -> None:
-    cases = [(argv[0], int(argv[1]), int(argv[2]), argv[3])] if argv else CASES
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("case", nargs="*", help="NAME RESOLUTION BATCH DEVICE_MEMORY")
+    parser.add_argument("--no-loop", action="store_true", help="calibration_steps=0")
+    parser.add_argument("--steps", type=int, default=2, help="steps after the loop's")
+    args = parser.parse_args(argv)
+    if args.case and len(args.case) != 4:
+        parser.error("a case is NAME RESOLUTION BATCH DEVICE_MEMORY")
+    cases = CASES
+    if args.case:
+        cases = [(args.case[0], int(args.case[1]), int(args.case[2]), args.case[3])]
     for name, resolution, batch, memory in cases:
+        call = f"{name!r}, {resolution}, {batch}, {memory!r}, {not args.no_loop}, {args.steps}"
         code = (
             f"import json, sys; sys.path.insert(0, {str(ROOT)!r}); "
             "from benchmarks.lms_host_need import measure; "
-            f"print(json.dumps(measure({name!r}, {resolution}, {batch}, {memory!r})))"
+            f"print(json.dumps(measure({call})))"
         )
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         if done.returncode:
             sys.exit(f"{name}: {done.stderr[-2000:]}")
         r = json.loads(done.stdout.strip().splitlines()[-1])
         print(
-            f"{name} {resolution}² b{batch} in {memory}, {r['splits']} ops split: host simulated "
+            f"{name} {resolution}{'³' if '3d' in name else '²'} b{batch} in {memory}, "
+            f"{r['splits']} ops split: host simulated "
             f"{r['simulated_host'] / MiB:.1f} MiB, store held {r['store_peak'] / MiB:.1f} MiB "
             f"({r['store_peak'] / max(r['simulated_host'], 1):.2f}x); process grew "
             f"{r['rss_growth'] / MiB:.1f} MiB over its steps, "
