@@ -224,14 +224,22 @@ class LMS(keras.callbacks.Callback):
         return concrete, analysis, tuned, timings, budget
 
     def _tune_or_split(self, concrete, analysis, parameters, budget):
-        """Tune; when nothing fits and `split` is "auto", split ops into pieces in rounds and
-        tune again after each (lms/splitting.py). Returns (analysis, tuned)."""
+        """Tune; when nothing fits, or only the bytes asked and not the allocator's chunks, and
+        `split` is "auto", split ops into pieces in rounds and tune again after each
+        (lms/splitting.py). Returns (analysis, tuned)."""
         try:
-            return self._tune_paired_first(concrete, analysis, parameters, budget)
+            analysis, tuned = self._tune_paired_first(concrete, analysis, parameters, budget)
         except NothingFitsError as error:
             if self.options.split != "auto":
                 raise
-            failed = error
+            failed, unsplit = error, None
+        else:
+            if tuned.simulation.peak_bytes <= budget or self.options.split != "auto":
+                return analysis, tuned
+            # its bytes asked fit, not with the allocator's padding (tune kept the closest):
+            # splitting may fit; if it does not, this plan stays the closest
+            failed, unsplit = NothingFitsError("only with the allocator's padding over"), tuned
+            failed.closest = tuned
 
         # "without LMS" stays the step as traced, not as split
         plain = failed.closest.baseline if failed.closest is not None else None
@@ -251,11 +259,16 @@ class LMS(keras.callbacks.Callback):
             return tuned
 
         try:
-            analysis, tuned, splits = split_to_fit(
+            _, tuned, splits = split_to_fit(
                 concrete.graph, analysis, budget, failed, self._piece_io, analyse, tune
             )
         except NothingFitsError as error:
-            self._splits += getattr(error, "splits", [])
+            made = getattr(error, "splits", [])
+            self._splits += made
+            if unsplit is not None and not made:  # the graph is as traced: tune's plan stands
+                return analysis, unsplit
+            if unsplit is not None and error.closest is not None:  # the graph is split now
+                return error.analysis, error.closest
             raise
         self._splits += splits
         return self._paired_analysis, tuned

@@ -521,6 +521,24 @@ def test_auto_split_fits_what_swapping_alone_cannot_in_simulation():
     assert lms.PlanReport.from_dict(split.to_dict()).splits == split.splits
 
 
+def test_auto_split_also_splits_when_only_the_allocators_chunks_miss_the_budget(caplog):
+    """GoogLeNet 1216² b1 in 400 MiB with oneDNN's kernels: the swap plans' bytes asked fit,
+    their BFC chunks do not (400 MiB for a 360 MiB budget), and the tuner keeps the closest
+    with a warning. Splitting used to start only when no plan's bytes fit, so this size was
+    planned over its budget (a search's prediction stopped at 1152²); now it is split too
+    (pool1's gradient into pieces: 345.7 MiB). With Eigen's kernels no plan's bytes fit."""
+    case = workload_case("googlenet", 1216, 1)
+    args = (case.step, case.images, case.labels)
+    with caplog.at_level(logging.WARNING, logger="lms"):
+        swapped = lms.LMS(device_memory="400MiB", calibration_steps=0, split="off").plan_only(*args)
+    assert not swapped.fits and swapped.peak_bytes_with_lms > swapped.budget_bytes
+    if _tf_private.onednn_enabled() and not keras.__version__.startswith("2."):
+        assert "its bytes asked fit" in caplog.text  # the case this test is about
+    split = lms.LMS(device_memory="400MiB", calibration_steps=0).plan_only(*args)
+    assert split.fits and split.peak_bytes_with_lms <= split.budget_bytes
+    assert "MaxPoolGrad" in {s["op_type"] for s in split.splits}
+
+
 def test_auto_split_stops_before_a_round_would_pass_the_pieces_a_plan_may_have(monkeypatch, caplog):
     """A size whose rounds would need more pieces than a plan may have (each adds ops to the
     graph and time to the planning: ResNet50 4096² b1 in 400 MiB grew its planning process past
