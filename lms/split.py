@@ -569,7 +569,7 @@ def _bytes(shape: list, dtype) -> int:
 def _hold(op, array: str, size: int) -> None:
     """Note on `op`'s graph that `op` creates (or adds a piece to) the host array `array` of
     `size` bytes: the analysis counts the array in the host's memory from its first op to the
-    last reader of any of its handles (lms.graph.host_arrays)."""
+    last reader of any of its handles (`lms.graph.Analysis.host_arrays`)."""
     arrays = getattr(op.graph, HOST_ARRAYS, None)
     if arrays is None:
         arrays = {}

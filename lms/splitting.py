@@ -69,13 +69,31 @@ def _targets(graph, analysis, threshold: float) -> list:
     return found
 
 
+def _piece_floor(analysis, splits, room: int, reason: str = "") -> str | None:
+    """When the plan's floor is a piece of a split op: which op, and its pieces' bytes against
+    the room (what sets the limit then is the memory of one piece: more pieces are not made
+    past one row per piece, and a window op's halo rows come with each)."""
+    floor = largest_footprint(analysis)
+    if not floor.name.startswith(f"{SCOPE}/"):
+        return None
+    scope = floor.name.split("/")[1]
+    split = next((s for s in splits if s.op.replace("/", "_") == scope), None)
+    if split is None:
+        return None
+    return (
+        f"the floor is a piece of {split.op}, split into {split.pieces} pieces: "
+        f"{format_size(floor.bytes)} of the {format_size(room)} of room beside the resident "
+        "bytes" + (f" ({reason})" if reason else "")
+    )
+
+
 def split_to_fit(graph, analysis, budget: int, error: NothingFitsError, io, analyse, tune):
     """Split in rounds (module docstring) and tune again until a plan fits: (analysis, tuned,
     splits). `analyse()` reads the edited graph again; `tune(analysis)` tunes or raises
     NothingFitsError. Raises the last NothingFitsError, saying why splitting stopped, when none
     fits; it carries the `analysis` of the graph as split and the `splits`, for the closest
     plan."""
-    splits, previous, closest = [], _closest_peak(error), None
+    splits, previous, closest, capped = [], _closest_peak(error), None, False
     why = f"after splitting {{}} ops, no op left above {ROUNDS[-1]:.2g} of the room"
     for share in ROUNDS:
         room = budget - analysis.resident_bytes
@@ -89,7 +107,8 @@ def split_to_fit(graph, analysis, budget: int, error: NothingFitsError, io, anal
         floor_op = graph.get_operation_by_name(floor.name)
         reason = splittable(floor_op)
         if floor.bytes > room and reason:
-            why = f"splitting cannot lower the floor: {floor.name}: {reason}"
+            why = _piece_floor(analysis, splits, room, reason)
+            why = why or f"splitting cannot lower the floor: {floor.name}: {reason}"
             raise _stop(error, why, analysis, splits)
         targets = [
             (op, bytes_, pieces_for(bytes_, room, layout(op).length))
@@ -103,6 +122,7 @@ def split_to_fit(graph, analysis, budget: int, error: NothingFitsError, io, anal
                 f"{{}} ops split; the next round would make {planned:,} pieces, over the "
                 f"{MAX_PIECES:,} a plan may have (lms.splitting.MAX_PIECES)"
             )
+            capped = True
             break
         for op, bytes_, pieces in targets:
             reason = (
@@ -138,7 +158,7 @@ def split_to_fit(graph, analysis, budget: int, error: NothingFitsError, io, anal
             format_size(previous),
         )
         previous = peak
-    why = why.format(len(splits))
+    why = (None if capped else _piece_floor(analysis, splits, room)) or why.format(len(splits))
     if closest is not None:  # the tuner keeps such a plan: the closed loop measures it
         log.info("Splitting stopped (%s): keeping the closest plan", why)
         return analysis, closest, splits

@@ -539,6 +539,38 @@ def test_auto_split_also_splits_when_only_the_allocators_chunks_miss_the_budget(
     assert "MaxPoolGrad" in {s["op_type"] for s in split.splits}
 
 
+def test_a_piece_too_large_for_the_room_is_named_as_what_sets_the_limit():
+    """Two rows of 1024 x 256 channels: split into its two rows (the most the rows allow), a
+    convolution gradient's piece still needs 8 MiB or more with its halo and its kernel's
+    temporary where the budget leaves 2.6 MiB. NothingFitsError says the floor is that piece,
+    and the limits table reads it as the memory of a piece."""
+    from suite.reporting.limits_table import failure_cause
+
+    f1 = tf.Variable(tf.random.stateless_normal([3, 3, 4, 256], seed=(1, 2)) * 0.1)
+    f2 = tf.Variable(tf.random.stateless_normal([3, 3, 256, 4], seed=(3, 4)) * 0.1)
+
+    @tf.function
+    def step(x):
+        with tf.GradientTape() as tape:
+            y = tf.nn.relu(tf.nn.conv2d(x, f1, 1, "SAME"))
+            loss = tf.reduce_sum(tf.nn.conv2d(y, f2, 1, "SAME"))
+        gradients = tape.gradient(loss, [f1, f2])
+        f1.assign_sub(0.01 * gradients[0])
+        f2.assign_sub(0.01 * gradients[1])
+        return loss
+
+    planner = lms.LMS(device_memory="3MiB", calibration_steps=0)
+    with pytest.raises(lms.NothingFitsError) as raised:
+        planner.wrap(step)(tf.zeros([1, 2, 1024, 4]))
+    message = str(raised.value)
+    # oneDNN's kernels: the input gradient's piece; Eigen's: the filter gradient's, whose
+    # working set is larger (and which has a single row left to split)
+    assert "; the floor is a piece of gradient_tape/Conv2DBackprop" in message
+    assert ", split into 2 pieces: " in message
+    cause = failure_cause(f"LMS: {message}")
+    assert cause.startswith("memory of a piece of gradient_tape/Conv2DBackprop")
+
+
 def test_auto_split_stops_before_a_round_would_pass_the_pieces_a_plan_may_have(monkeypatch, caplog):
     """A size whose rounds would need more pieces than a plan may have (each adds ops to the
     graph and time to the planning: ResNet50 4096² b1 in 400 MiB grew its planning process past
