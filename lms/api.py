@@ -234,8 +234,9 @@ class LMS(keras.callbacks.Callback):
                 raise
             failed, unsplit = error, None
         else:
-            if tuned.simulation.peak_bytes <= budget or self.options.split != "auto":
-                return analysis, tuned
+            fits = tuned.simulation.peak_bytes <= budget
+            if fits or self.options.split != "auto" or not parameters.needs_tuning:
+                return analysis, tuned  # (parameters given are applied as given)
             # its bytes asked fit, not with the allocator's padding (tune kept the closest):
             # splitting may fit; if it does not, this plan stays the closest
             failed, unsplit = NothingFitsError("only with the allocator's padding over"), tuned
