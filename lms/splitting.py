@@ -80,10 +80,12 @@ def _piece_floor(analysis, splits, room: int, reason: str = "") -> str | None:
     split = next((s for s in splits if s.op.replace("/", "_") == scope), None)
     if split is None:
         return None
+    share = floor.bytes / max(split.bytes / split.pieces, 1)  # > 1: halo rows, temporaries
     return (
         f"the floor is a piece of {split.op}, split into {split.pieces} pieces: "
         f"{format_size(floor.bytes)} of the {format_size(room)} of room beside the resident "
-        "bytes" + (f" ({reason})" if reason else "")
+        f"bytes, {share:.1f}x its share of the op's inputs and outputs (the halo's rows and "
+        "the kernel's temporary)" + (f"; {reason}" if reason else "")
     )
 
 
