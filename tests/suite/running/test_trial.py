@@ -54,6 +54,9 @@ def small_memory_cgroup():
     try:
         group.mkdir()
         (group / "memory.limit_in_bytes").write_text(str(64 * 2**20))
+        swap = group / "memory.memsw.limit_in_bytes"  # with swap: no swapping out of it either
+        if swap.exists():
+            swap.write_text(str(64 * 2**20))
     except OSError as error:
         pytest.skip(f"cannot make a memory cgroup here ({error}): needs root and cgroup v1")
     yield group
