@@ -346,9 +346,10 @@ class LMS(keras.callbacks.Callback):
             function, args, measured, parameters, budget, first
         )
         emulated = self._mechanism_kind() == "host-store"  # the device's buffers: host memory
-        host_peak = int(tuned.simulation.host.max()) if tuned.simulation.steps else 0
-        device_peak = tuned.simulation.peak_bytes
-        check_host_memory(host_peak, device_peak, emulated, self.options.host_memory)
+        simulation = tuned.simulation
+        check_host_memory(
+            simulation.host_peak_bytes, simulation.peak_bytes, emulated, self.options.host_memory
+        )
         started = time.perf_counter()
         callable_ = concrete
         if tuned.plan is not None:

@@ -82,6 +82,7 @@ class Fact(enum.Enum):
     ANCHORS = "anchors"
     NEXT_ANCHORS = "next anchors"
     EXECUTED = "executed"
+    HOST_ARRAYS = "host arrays"
 
 
 class CacheKey(NamedTuple):

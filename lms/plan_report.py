@@ -21,7 +21,7 @@ def build_report(analysis, tuned, budget, timings, planned=None, splits=()) -> P
         peak_op_without_lms=tuned.baseline.peak_op,
         peak_bytes_with_lms=tuned.simulation.peak_bytes,
         peak_op_with_lms=tuned.simulation.peak_op,
-        host_peak_bytes=int(tuned.simulation.host.max()) if tuned.simulation.steps else 0,
+        host_peak_bytes=tuned.simulation.host_peak_bytes,
         swapped_tensors=plan.swap_count if plan else 0,
         swap_ins=plan.swap_in_count if plan else 0,
         swapped_bytes=plan.swapped_bytes(analysis) if plan else 0,

@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from lms.graph import Analysis
+from lms.graph import Analysis, CacheKey, Fact
 from lms.lifetimes import Forwarded, forwarded, lifetimes
 from lms.padding import ADOPTING_OPS, REPLACING_OPS, Update, padding_curve
 from lms.planner import Plan, swap_out_waiter
@@ -44,11 +44,15 @@ class Simulation:
     def steps(self) -> int:
         return len(self.device)
 
+    @property
+    def host_peak_bytes(self) -> int:
+        return int(self.host.max()) if len(self.host) else 0
+
     def summary(self) -> dict:
         return {
             "peak_bytes": int(self.peak_bytes),
             "peak_op": self.peak_op,
-            "host_peak_bytes": int(self.host.max()) if len(self.host) else 0,
+            "host_peak_bytes": self.host_peak_bytes,
             "steps": self.steps,
         }
 
@@ -64,10 +68,11 @@ def simulate(analysis: Analysis, plan: Plan | None = None, allocator=None) -> Si
     last, copies = static.last, ()
     if plan:
         last, copies = _add_swaps(analysis, plan, static, step_of, steps, device, host)
-    for size, members in analysis.host_arrays:  # split ops' host arrays: not swaps
+    if analysis.host_arrays:  # split ops' host arrays: not swaps
+        sizes, members, starts = _host_array_layout(analysis)
         held = step_of[members]
-        host[held.min()] += size
-        host[held.max() + 1] -= size
+        np.add.at(host, np.minimum.reduceat(held, starts), sizes)
+        np.subtract.at(host, np.maximum.reduceat(held, starts) + 1, sizes)
     forwarding = forwarded(analysis, static, last, copies, step_of)
     outputs, at, _ = forwarding
     # a forwarded output takes its input's buffer: one buffer instead of two at its step
@@ -216,6 +221,19 @@ def _add_swaps(analysis, plan, static, step_of, steps, device, host) -> tuple:
         host[out_step] += size
         host[host_end + 1] -= size
     return new_last, moved.copies
+
+
+def _host_array_layout(analysis: Analysis) -> tuple:
+    """`Analysis.host_arrays` as arrays, once per analysis (simulate runs per tuned plan):
+    sizes, every array's ops one after another, and where each array's ops start."""
+    key = CacheKey(Fact.HOST_ARRAYS)
+    if key not in analysis.cache:
+        arrays = analysis.host_arrays
+        sizes = np.array([size for size, _ in arrays], dtype=np.int64)
+        members = np.concatenate([np.asarray(ops, dtype=np.int64) for _, ops in arrays])
+        starts = np.cumsum([0] + [len(ops) for _, ops in arrays[:-1]], dtype=np.int64)
+        analysis.cache[key] = (sizes, members, starts)
+    return analysis.cache[key]
 
 
 def placement(analysis: Analysis, plan: Plan | None = None) -> Placement:

@@ -562,6 +562,11 @@ def _on_device(array, shape: list):
     return tf.raw_ops.DeepCopy(x=tf.ensure_shape(array, shape))
 
 
+def piece_scope(op_name: str) -> str:
+    """The name scope of a split op's pieces (one level under SCOPE)."""
+    return f"{SCOPE}/{op_name.replace('/', '_')}"
+
+
 def _bytes(shape: list, dtype) -> int:
     return math.prod(shape) * dtype.size if None not in shape else 0
 
@@ -648,7 +653,7 @@ def split_op(op, pieces: int, io, why: str = "") -> Split:
     size = sum(
         (t.shape.num_elements() or 0) * t.dtype.size for t in (*op.inputs, *op.outputs)
     )  # (a batch norm's saved statistics for its gradient: no static shape, nothing on a CPU)
-    scope = f"{SCOPE}/{op.name.replace('/', '_')}"
+    scope = piece_scope(op.name)
     if isinstance(found, NormLayout):  # several outputs, and passes (lms/split_norm.py)
         with graph.as_default(), tf.control_dependencies(None), tf.name_scope(scope):
             replaced = split_norm(op, found, bounds, io, _constant_shapes)

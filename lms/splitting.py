@@ -17,7 +17,16 @@ import logging
 from lms.budget import format_size
 from lms.errors import NothingFitsError
 from lms.lifetimes import footprints, largest_footprint
-from lms.split import SCOPE, Split, layout, pieces_for, running_ops, split_op, splittable
+from lms.split import (
+    SCOPE,
+    Split,
+    layout,
+    piece_scope,
+    pieces_for,
+    running_ops,
+    split_op,
+    splittable,
+)
 
 log = logging.getLogger("lms")
 # shares of the room above which an op is split, round by round (the last two: Eigen's CPU
@@ -76,8 +85,7 @@ def _piece_floor(analysis, splits, room: int, reason: str = "") -> str | None:
     floor = largest_footprint(analysis)
     if not floor.name.startswith(f"{SCOPE}/"):
         return None
-    scope = floor.name.split("/")[1]
-    split = next((s for s in splits if s.op.replace("/", "_") == scope), None)
+    split = next((s for s in splits if floor.name.startswith(f"{piece_scope(s.op)}/")), None)
     if split is None:
         return None
     share = floor.bytes / max(split.bytes / split.pieces, 1)  # > 1: halo rows, temporaries

@@ -156,7 +156,7 @@ class HostStore(SwapMechanism):
     @property
     def held_bytes(self) -> int:
         with self._lock:
-            return sum(a.nbytes for a in self._arrays.values())
+            return self._held
 
     def take_peak(self) -> int:
         """The most bytes the store held at once since the last call (what the simulator's
@@ -172,7 +172,7 @@ class HostStore(SwapMechanism):
     def clear(self) -> tuple[int, int]:
         """Drop whatever a step left behind; return how many arrays and bytes that was."""
         with self._lock:
-            left = (len(self._arrays), sum(a.nbytes for a in self._arrays.values()))
+            left = (len(self._arrays), self._held)
             self._arrays.clear()
             self._readers.clear()
             self._held = 0
