@@ -1,8 +1,9 @@
 """Splitting's effect on the simulated plan (issue 31): for each case, the best simulated peak
 swapping alone (`split="off"`) and with `split="auto"` (lms's default), whether it fits, the op
-that sets the floor after, how many ops were split, and the time analysis and tuning took
-against the trace. Simulation only (`LMS.plan_only`, calibration off): nothing runs a step.
-What the plans measure when they run: `inv run --spec split-reach` (limits) and
+that sets the floor after, how many ops were split, the simulated host peak (swapped tensors
+and split ops' host arrays: what `lms.check_host_memory` checks), and the time analysis and
+tuning took against the trace. Simulation only (`LMS.plan_only`, calibration off): nothing
+runs a step. What the plans measure when they run: `inv run --spec split-reach` (limits) and
 benchmarks/lms_split_cost.py (cost).
 
     .venv/bin/python benchmarks/lms_split.py                       # the recorded cases
@@ -41,7 +42,8 @@ def measure(name: str, resolution: int, batch: int, device_memory: str) -> None:
             f"{report.budget_bytes / MiB:.0f} MiB), split={split}: best peak "
             f"{report.peak_bytes_with_lms / MiB:.1f} MiB, fits {report.fits}, "
             f"{len(report.splits or ())} ops split, floor {report.analysis.floor_op.name} "
-            f"({report.analysis.floor_op.bytes / MiB:.0f} MiB), analysis and tuning "
+            f"({report.analysis.floor_op.bytes / MiB:.0f} MiB), host peak "
+            f"{report.host_peak_bytes / MiB:.1f} MiB, analysis and tuning "
             f"{timings.get('tune_s', 0) + timings.get('analysis_s', 0):.2f} s, trace "
             f"{timings.get('trace_s', 0):.2f} s",
             flush=True,
