@@ -53,6 +53,8 @@ if TYPE_CHECKING:  # `X as X`: a re-export, as type checkers read it
     from lms.options import check_options as check_options
     from lms.parameters import AUTO as AUTO
     from lms.parameters import Parameters as Parameters
+    from lms.placement import PlacementReport as PlacementReport
+    from lms.placement import check_step as check_step
     from lms.planner import Plan as Plan
     from lms.planner import plan as plan
     from lms.profile import (
@@ -98,6 +100,7 @@ if TYPE_CHECKING:  # `X as X`: a re-export, as type checkers read it
     from lms.steptime import project as project
     from lms.swap import DeviceCopy as DeviceCopy
     from lms.swap import HostStore as HostStore
+    from lms.target import use_two_devices as use_two_devices
     from lms.tuner import Tuned as Tuned
     from lms.tuner import tune as tune
 
@@ -148,6 +151,9 @@ _EXPORTS = {
     "simulate": "lms.simulator",
     "swap_graph": "lms.profile",
     "tune": "lms.tuner",
+    "use_two_devices": "lms.target",
+    "PlacementReport": "lms.placement",
+    "check_step": "lms.placement",
 }
 __all__ = sorted(_EXPORTS)
 

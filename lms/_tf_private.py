@@ -13,8 +13,18 @@
   FuncGraph, sharing the original's captured variables.
 - `_pywrap_util_port.IsMklEnabled()`: whether oneDNN's CPU kernels and graph passes are on.
 - `tsl.profiler.protobuf.xplane_pb2`: the profiler's XSpace proto (not exported as tf.*).
+- `context.context().function_call_options` (`FunctionCallOptions(config_proto=...)`): the
+  Grappler configuration a function call is optimized with, per thread; TF2 has no public
+  setting of the memory optimizer's level.
+- `context.enable_run_metadata()` / `export_run_metadata()`: a call's post-optimization and
+  partition graphs (`RunMetadata.function_graphs`).
 """
 
+import contextlib
+import functools
+
+from tensorflow.core.protobuf import config_pb2, rewriter_config_pb2
+from tensorflow.python.eager import context as _context
 from tensorflow.python.eager.polymorphic_function import concrete_function as _concrete
 from tensorflow.python.util import _pywrap_util_port
 
@@ -69,3 +79,56 @@ def xplane_pb2():
     except ImportError:  # older layouts
         from tensorflow.core.profiler.protobuf import xplane_pb2 as module
     return module
+
+
+_Rewriter = rewriter_config_pb2.RewriterConfig
+
+
+@functools.lru_cache(maxsize=8)
+def lms_step_config(serialized: bytes | None):
+    """A function call's serialized ConfigProto with the Grappler settings LMS steps run with:
+
+    - the memory optimizer at SCHEDULING_HEURISTICS: its AddN scheduling stays (as TFLMSv2's
+      README asked), its swapping pass goes: on a GPU it inserts swaps of its own wherever its
+      static estimate exceeds the device, which is every LMS step (desk check M1);
+    - the layout optimizer off: in fp32 it converts a GPU step's convolutions to NCHW and wraps
+      every tensor crossing to the host (every swap, every piece) in a full-size transpose on the
+      device, which no plan counts (desk check M2).
+
+    Both passes act on GPU devices only: on the CPU the step is optimized as before. Returns a
+    ConfigProto (read-only: cached per configuration)."""
+    config = config_pb2.ConfigProto()
+    config.ParseFromString(serialized or b"")
+    rewrite = config.graph_options.rewrite_options
+    if rewrite.memory_optimization != _Rewriter.NO_MEM_OPT:
+        rewrite.memory_optimization = _Rewriter.SCHEDULING_HEURISTICS
+    rewrite.layout_optimizer = _Rewriter.OFF
+    return config
+
+
+@contextlib.contextmanager
+def lms_call_options():
+    """Function calls in this thread are optimized with `lms_step_config` (restored after)."""
+    ctx = _context.context()
+    saved = ctx.function_call_options
+    ctx.function_call_options = _context.FunctionCallOptions(
+        executor_type=saved.executor_type,
+        config_proto=lms_step_config(saved.config_proto_serialized),
+    )
+    try:
+        yield
+    finally:
+        ctx.function_call_options = saved
+
+
+@contextlib.contextmanager
+def run_metadata():
+    """Collect the run metadata of the calls inside (yields a list that holds the
+    `RunMetadata` proto once the block ends): post-optimization and partition graphs."""
+    found = []
+    _context.enable_run_metadata()
+    try:
+        yield found
+        found.append(_context.export_run_metadata())
+    finally:
+        _context.disable_run_metadata()

@@ -18,10 +18,9 @@ import tensorflow as tf
 from lms import _tf_private
 from lms.allocator import BestFitAllocator, cpu_allocator_limit
 from lms.analysis import analyze, cpu_paired_reads
-from lms.budget import budget_bytes, format_size, gpu_memory_bytes
+from lms.budget import budget_bytes, format_size
 from lms.calibration import Calibration, CalibrationCache, PeakMeter, fingerprint
-from lms.cpu_host import cpu_kernels
-from lms.device import EIGEN_KERNELS_WARNING, has_gpu, memory_growth
+from lms.device import EIGEN_KERNELS_WARNING
 from lms.errors import NothingFitsError, ParameterError
 from lms.function import LMSFunction
 from lms.host_memory import check_host_memory
@@ -30,11 +29,12 @@ from lms.parameters import Parameters
 from lms.plan_report import build_report
 from lms.planner import log_plan, plan
 from lms.report import PlanReport
-from lms.rewriter import REWRITTEN_MARK, rewrite
+from lms.rewriter import REWRITTEN_MARK, keep_from_grappler, rewrite
 from lms.simulator import simulate
-from lms.split import DevicePieces, HostPieces
+from lms.split import DevicePieces, HostPieces, running_ops
 from lms.splitting import forced_splits, split_to_fit
 from lms.swap import DeviceCopy, HostStore
+from lms.target import resolve_target
 from lms.tuner import Tuned, tune
 
 log = logging.getLogger("lms")
@@ -57,9 +57,11 @@ class LMS(keras.callbacks.Callback):
         cache = options.calibration_cache
         self.cache = CalibrationCache(cache) if cache else None
         self.link = options.link
+        # the device, worked out once: mechanism, where compute and host copies live, the meter
+        self.target = resolve_target(options.mechanism, options.device)
         device_bytes = options.device_bytes
-        if device_bytes is None:
-            device_bytes = gpu_memory_bytes() if has_gpu() else None
+        if device_bytes is None:  # the step's own GPU: TensorFlow's memory pool for it
+            device_bytes = self.target.pool_bytes() if self.target.kind == "gpu" else None
             if device_bytes is None:
                 raise ParameterError(
                     "device_memory is required without a readable GPU (on the emulated device it "
@@ -69,7 +71,6 @@ class LMS(keras.callbacks.Callback):
         # the reserve taken off
         self.device_limit = budget_bytes(device_bytes, options.reserve, 1.0)
         self.safety_ratio = options.safety_ratio
-        self.mechanism_name = options.mechanism
         self.allocator_name = options.allocator
         self.device_bytes = device_bytes
         self.batch_size, self.plot_path = options.batch_size, options.plot
@@ -92,46 +93,37 @@ class LMS(keras.callbacks.Callback):
         at 640 MiB 693 MiB, with the CPU's limit 623, measured 610-625)."""
         if self.allocator_name is None:
             return None
-        if self._mechanism_kind() == "device-copy":
-            return functools.partial(BestFitAllocator, self.device_bytes, memory_growth())
+        if not self.target.on_cpu:
+            return functools.partial(BestFitAllocator, self.device_bytes, self.target.growth())
         return functools.partial(BestFitAllocator, cpu_allocator_limit(), True)
-
-    def _mechanism_kind(self) -> str:
-        name = self.mechanism_name
-        if name == "auto":
-            name = "device-copy" if has_gpu() else "host-store"
-        return name
-
-    def _meter_device(self) -> str:
-        """The device whose allocator the closed loop reads: the GPU's with device copies, the
-        CPU's on the emulated device."""
-        return "GPU:0" if self._mechanism_kind() == "device-copy" else "CPU:0"
-
-    def _kernels(self) -> str:
-        """The kernel set the step computes with (lms/kernels.py): the emulated device's are
-        this TensorFlow's CPU kernels (oneDNN's or Eigen's)."""
-        return cpu_kernels() if self._mechanism_kind() == "host-store" else "gpu"
 
     def _device_key(self) -> str:
         """What besides the graph a calibration holds for: device, memory, kernels, versions."""
+        target = self.target
         return (
-            f"{self._mechanism_kind()}|{self.device_bytes}|{self.budget}|{self._kernels()}|"
-            f"tf{tf.__version__}|{self.parameters}|{self.allocator_name}"
+            f"{target.kind}:{target.compute_device}|{self.device_bytes}|{self.budget}|"
+            f"{target.kernels()}|tf{tf.__version__}|{self.parameters}|{self.allocator_name}"
         )
 
     def _peak_meter(self) -> PeakMeter | None:
         """The device's allocator statistics for the closed loop, or None: the loop is off, or
         TensorFlow keeps no statistics for the device (then plans are only simulated)."""
-        if not self.calibration_steps:
-            return None
+        if not self.calibration_steps or self.target.meter_device is None:
+            return None  # (two-device: both devices share the CPU's allocator)
         if self._meter is None:
-            self._meter = PeakMeter(self._meter_device())
+            self._meter = PeakMeter(self.target.meter_device)
             if not self._meter.available:
+                how = (
+                    "on the emulated device set TF_CPU_ALLOCATOR_USE_BFC=true before TensorFlow "
+                    "starts"
+                    if self.target.emulated
+                    else "TensorFlow sees no such GPU"
+                )
                 log.warning(
-                    "LMS cannot measure the step's peak on %s (on the emulated device set "
-                    "TF_CPU_ALLOCATOR_USE_BFC=true before TensorFlow starts): its plans are "
-                    "checked in simulation only",
+                    "LMS cannot measure the step's peak on %s (%s): its plans are checked in "
+                    "simulation only",
                     self._meter.device,
+                    how,
                 )
         return self._meter if self._meter.available else None
 
@@ -147,13 +139,14 @@ class LMS(keras.callbacks.Callback):
             self.cache.store(self._fingerprint, calibration, parameters.as_dict())
 
     def _mechanism(self):
-        name = self._mechanism_kind()
-        if name == "device-copy":
+        target = self.target
+        if target.device_copies:
             if self.link is not None:
                 raise ParameterError(
-                    "link emulates a link on the emulated device; this LMS copies through a GPU"
+                    "link emulates a link on the emulated device; this LMS copies through "
+                    f"TensorFlow's own copies ({target.kind})"
                 )
-            return DeviceCopy()
+            return DeviceCopy(target.host_device, target.compute_device)
         if self.store is None:
             self.store = HostStore(self.link)
         return self.store
@@ -186,7 +179,7 @@ class LMS(keras.callbacks.Callback):
                     self.cache.path,
                 )
         budget = budget or self.budget
-        on_cpu = self._mechanism_kind() == "host-store"  # the emulated device computes there
+        on_cpu = self.target.on_cpu  # the emulated and the two-device mode compute there
         if on_cpu and not _tf_private.onednn_enabled():
             log.warning(EIGEN_KERNELS_WARNING)
         paired = cpu_paired_reads() if on_cpu else frozenset()
@@ -275,11 +268,11 @@ class LMS(keras.callbacks.Callback):
         return self._paired_analysis, tuned
 
     def _pieces(self):
-        """How a split op's pieces reach the host: a GPU's host copies, else the host store
-        (also when a CPU machine only plans for a GPU: copies to the CPU device would be the
-        same memory to the analysis)."""
-        if has_gpu():
-            return DevicePieces()
+        """How a split op's pieces reach the host: TensorFlow's copies (a GPU, two-device),
+        else the host store."""
+        target = self.target
+        if target.device_copies:
+            return DevicePieces(target.host_device, target.compute_device)
         if self.store is None:
             self.store = HostStore(self.link)
         return HostPieces(self.store)
@@ -308,10 +301,10 @@ class LMS(keras.callbacks.Callback):
         analysis = analyze(
             concrete.graph,
             self.batch_size,
-            host_device_marker="CPU" if has_gpu() else None,
+            host_device_marker=self.target.host_marker,
             paired_reads=paired_reads,
         )
-        analysis.kernels = self._kernels()  # whose temporaries the simulator counts
+        analysis.kernels = self.target.kernels()  # whose temporaries the simulator counts
         return analysis
 
     def _show_loop(self, calibration: Calibration | None) -> None:
@@ -345,12 +338,19 @@ class LMS(keras.callbacks.Callback):
         concrete, analysis, tuned, timings, planned = self._analyse_and_tune(
             function, args, measured, parameters, budget, first
         )
-        emulated = self._mechanism_kind() == "host-store"  # the device's buffers: host memory
+        target = self.target
         simulation = tuned.simulation
         check_host_memory(
-            simulation.host_peak_bytes, simulation.peak_bytes, emulated, self.options.host_memory
+            simulation.host_peak_bytes,
+            simulation.peak_bytes,
+            target.emulated,  # the emulated device's buffers are host memory too
+            self.options.host_memory,
+            pinned=target.pinned_host_bytes(),
         )
         started = time.perf_counter()
+        if self._splits and self._piece_io.keeps_ops:  # TensorFlow's copies: kept from Grappler
+            running = running_ops(concrete.graph)
+            keep_from_grappler(concrete.graph, [op for op in self._piece_io.made if op in running])
         callable_ = concrete
         if tuned.plan is not None:
             callable_ = rewrite(concrete, analysis, tuned.plan, self._mechanism())

@@ -6,16 +6,20 @@ While a plan is new its measured device peak corrects it (lms/calibration.py).
 """
 
 import logging
+from contextlib import nullcontext
 from typing import TYPE_CHECKING
 
 import tensorflow as tf
 
+from lms import _tf_private
 from lms.budget import format_size
 from lms.calibration import Calibration
-from lms.errors import LMSError, NothingFitsError
+from lms.errors import HostMemoryError, LMSError, NothingFitsError
+from lms.host_memory import pinned_hint
 from lms.report import PlanReport, SwapTraffic
 from lms.steptime import SwapGraph
 from lms.swap import Traffic
+from lms.target import is_host_out_of_memory
 from lms.tuner import floor_parameters
 
 # a plan simulated at this many times the device memory is not run to be measured: no plan here
@@ -103,10 +107,15 @@ class LMSFunction:
             meter.reset()
         store = self.lms.store
         try:
-            result = callable_(*args)
-        except tf.errors.ResourceExhaustedError:
+            result = self._run(callable_, args)
+        except tf.errors.ResourceExhaustedError as error:
             if store is not None:
                 store.clear()
+            if self.lms.target.device_copies and is_host_out_of_memory(error):
+                raise HostMemoryError(
+                    f"host memory: the step ran out of the host's memory for its copies "
+                    f"({pinned_hint()}): {error.message.splitlines()[0]}"
+                ) from None
             if calibration is None or meter is None:
                 raise
             calibration.out_of_memory(meter.peak())
@@ -255,7 +264,26 @@ class LMSFunction:
         )
         if calibration is not None:
             calibration.skip_measure()  # this run is the new plan's first
-        return self._prepared[key][0](*args)
+        return self._run(self._prepared[key][0], args)
+
+    def run_metadata(self, *args):
+        """Run one more step of the current plan (after a first call) with TensorFlow's run
+        metadata on, through a fresh instantiation of its graph (TensorFlow records a function's
+        optimized and partition graphs when it instantiates it, i.e. on its first call with
+        metadata on): the `RunMetadata` proto (lms/placement.py reads it). The step trains."""
+        callable_, _ = self.prepare(*args)
+        fresh = _tf_private.concrete_function_from_graph(callable_, callable_.graph)
+        with _tf_private.run_metadata() as found:
+            self._run(fresh, args)
+        return found[0]
+
+    def _run(self, callable_, args):
+        """Call the rewritten step with the Grappler settings LMS steps run with
+        (`lms._tf_private.lms_step_config`) and, where the target names one, on its compute
+        device (the two-device mode's /CPU:1: its ops are placed by the call's device)."""
+        device = self.lms.target.compute_device
+        with _tf_private.lms_call_options(), tf.device(device) if device else nullcontext():
+            return callable_(*args)
 
     @property
     def report(self) -> PlanReport | None:
@@ -293,7 +321,7 @@ class LMSFunction:
             return None
         steps, link = self._steps, self.lms.link
         timed = {}  # direction -> (bytes, seconds) per step, of copies whose duration was measured
-        if self.lms._mechanism_kind() == "host-store":
+        if self.lms.target.emulated:
             t, source = self._traffic, "host-store"
             copy = "emulated link" if link is not None else "none"
             if link is not None:

@@ -7,12 +7,17 @@ What is available: the kernel's MemAvailable (/proc/meminfo), or less where a cg
 process (a container's memory limit), read when the plan is made; the `host_memory` option
 replaces it."""
 
+import os
 from pathlib import Path
 
 from lms.budget import format_size
 from lms.errors import HostMemoryError
 
 MEMINFO = Path("/proc/meminfo")
+# TensorFlow's pinned host allocator on a GPU host: a BFC capped by this variable, 64 GiB by
+# default (gpu_process_state.cc); swapped tensors and split ops' pieces live there
+PINNED_LIMIT_VARIABLE = "TF_GPU_HOST_MEM_LIMIT_IN_MB"
+PINNED_DEFAULT_MB = 64 * 1024
 # what a step's process grows by beyond the simulated host and device peaks: piece copies on
 # their way, the executor running two ops at a time, freed arrays malloc keeps. Measured
 # (benchmarks/lms_host_need.py, 400 MiB emulated device, split steps): 1.10-1.14x for ResNet50
@@ -84,6 +89,21 @@ def available_bytes() -> int | None:
     return min(found) if found else None
 
 
+def pinned_limit_bytes() -> int:
+    """The pinned host allocator's cap: TF_GPU_HOST_MEM_LIMIT_IN_MB, 64 GiB by default."""
+    text = os.environ.get(PINNED_LIMIT_VARIABLE, "").strip()
+    megabytes = int(text) if text.isdigit() else PINNED_DEFAULT_MB
+    return megabytes * 2**20
+
+
+def pinned_hint() -> str:
+    """How the pinned host allocator's cap is set, and what it is now."""
+    return (
+        f"TensorFlow's pinned host allocator is capped at {pinned_limit_bytes() // 2**20} MB; "
+        f"raise it with {PINNED_LIMIT_VARIABLE}=<MB> before TensorFlow starts"
+    )
+
+
 def host_need(host_peak: int, device_peak: int, emulated: bool) -> int:
     """What the step adds to the host's memory at its peak: OVERHEAD times the host's simulated
     peak and, on the emulated device, the device's simulated peak (its buffers are host memory;
@@ -91,19 +111,31 @@ def host_need(host_peak: int, device_peak: int, emulated: bool) -> int:
     return int(OVERHEAD * (host_peak + (device_peak if emulated else 0)))
 
 
-def check_host_memory(host_peak: int, device_peak: int, emulated: bool, limit) -> None:
+def check_host_memory(
+    host_peak: int, device_peak: int, emulated: bool, limit, pinned: int | None = None
+) -> None:
     """Raise HostMemoryError when the plan needs more host memory than `limit` (bytes, "auto":
-    what is available now, None: no check)."""
+    what is available now, None: no check). `pinned`: the cap of TensorFlow's pinned host
+    allocator, where a GPU host's copies live (lms.target.pinned_limit_bytes); the host's
+    memory is then the smaller of the two, and the error says how to raise the cap."""
     if limit is None:
         return
     available = available_bytes() if limit == "auto" else int(limit)
+    capped = pinned is not None and (available is None or pinned < available)
+    if capped:
+        available = pinned
     if available is None:
         return
     need = host_need(host_peak, device_peak, emulated)
     if need <= available:
         return
     device = f" and the emulated device's {format_size(device_peak)}" if emulated else ""
-    source = "available now (MemAvailable, or the cgroup's limit)" if limit == "auto" else "given"
+    if capped:
+        source = f"the pinned allocator allows ({pinned_hint()})"
+    elif limit == "auto":
+        source = "available now (MemAvailable, or the cgroup's limit)"
+    else:
+        source = "given"
     raise HostMemoryError(
         f"host memory: the plan holds {format_size(host_peak)} on the host at its peak "
         f"(swapped tensors and split ops' host arrays){device}, with the process's overhead "

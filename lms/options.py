@@ -10,7 +10,7 @@ from lms.errors import ParameterError
 from lms.link import Link
 from lms.parameters import AUTO, Parameters
 
-MECHANISMS = ("auto", "host-store", "device-copy")
+MECHANISMS = ("auto", "host-store", "device-copy", "two-device")
 ALLOCATOR_MODELS = ("bfc", None)
 
 
@@ -30,7 +30,13 @@ class Options:
     swapout_threshold, swapin_ahead, swapin_groupby, sync_mode, serialization,
         serialization_by_size, ordering: see `lms.Parameters`; -1 auto-tunes.
     mechanism: "auto" (a GPU: device copies; no GPU: the emulated device's host store),
-        "host-store" or "device-copy".
+        "host-store", "device-copy" (a GPU), or "two-device": the GPU's mechanism run for real
+        on two logical CPU devices (compute on /CPU:1, the host on /CPU:0; call
+        `lms.use_two_devices()` first), so that TensorFlow partitions, places and optimizes the
+        step as on a GPU host; its plans are simulated only (lms/target.py).
+    device: the device the step computes on, e.g. "GPU:1"; its memory pool is the default
+        device_memory and its allocator the closed loop's meter. Default: the first GPU
+        TensorFlow sees ("GPU:0"); with "two-device", "CPU:1".
     batch_size: substitutes an unknown leading dimension when sizing tensors.
     plot: path of a PNG of the simulated memory over the step, with and without LMS.
     allocator: "bfc" (default) checks the plan with the chunks TensorFlow's BFC allocator would
@@ -69,6 +75,7 @@ class Options:
     reserve: int | str | None = None
     safety_ratio: float = 0.9
     mechanism: str = "auto"
+    device: str | None = None
     batch_size: int | None = None
     plot: str | None = None
     allocator: str | None = "bfc"
@@ -89,6 +96,13 @@ class Options:
             raise ParameterError(
                 f"mechanism must be one of {MECHANISMS}; received {self.mechanism!r}"
             )
+        if self.device is not None and (
+            not isinstance(self.device, str) or self.mechanism == "host-store"
+        ):
+            raise ParameterError(
+                "device names the device a GPU step computes on, e.g. 'GPU:1' (not with "
+                f"mechanism 'host-store'); received {self.device!r}"
+            )
         if self.allocator not in ALLOCATOR_MODELS:
             raise ParameterError(
                 f"allocator must be one of {ALLOCATOR_MODELS}; received {self.allocator!r}"
@@ -98,7 +112,7 @@ class Options:
             raise ParameterError(f"batch_size must be an integer >= 1; received {size!r}")
         if self.link is not None:
             object.__setattr__(self, "link", Link.of(self.link))
-            if self.mechanism == "device-copy":
+            if self.mechanism in ("device-copy", "two-device"):
                 raise ParameterError(
                     "link emulates a CPU-GPU link on the emulated device (mechanism 'host-store' "
                     "or 'auto' without a GPU); a GPU's copies take its real link"

@@ -91,8 +91,20 @@ def rewrite(concrete, analysis: Analysis, plan: Plan, mechanism: SwapMechanism):
         for before, after in zip(chain, chain[1:], strict=False):
             _tf_private.add_control_input(tf_ops[after], tf_ops[before])
     _split_sums(analysis, graph, tf_ops)
+    if mechanism.keeps_ops:
+        keep_from_grappler(graph, imported)
     setattr(graph, REWRITTEN_MARK, True)
     return _tf_private.concrete_function_from_graph(concrete, graph)
+
+
+def keep_from_grappler(graph, ops) -> None:
+    """Make `ops` control outputs of the step's function graph: they become the FunctionDef's
+    control returns, which reach Grappler as nodes to preserve (`GrapplerItem::NodesToPreserve`).
+    Without this the dependency optimizer bypasses swap Identities that add no cross-device edge
+    once removed, and the far readers read the device tensor that was to be swapped
+    (../shared/gpu-desk-check.md B2). Pass only ops that run anyway: a control output runs."""
+    kept = set(graph.control_outputs)
+    graph.control_outputs.extend(op for op in ops if op not in kept)
 
 
 def _split_sums(analysis: Analysis, graph, tf_ops) -> None:

@@ -412,6 +412,8 @@ class HostPieces:
     A split op whose input is another split op's output reads that output's host array in place:
     a chain of split ops never has the whole tensor on the device between them."""
 
+    keeps_ops = False  # numpy_functions are stateful: Grappler never removes them
+
     def __init__(self, store):
         self.store = store
         self._outputs = {}  # a split op's combined output (ref) -> its HostArray
@@ -510,39 +512,50 @@ class HostPieces:
 
 
 class DevicePieces:
-    """A GPU's piece copies: slices of a host copy (the CPU device) and pieces concatenated on
-    the host. Only a GPU runs this path: on a CPU the host copy is the same memory."""
+    """Pieces through TensorFlow's own copies (a GPU, or the two-device mode, lms/target.py):
+    the input kept as a host copy (an Identity on the host device), each piece's slice cut on
+    the host and copied to the compute device, each piece's result copied back, the output
+    concatenated on the host. A piece's host slice waits for the previous piece's store, so its
+    host-to-device copy (the send/recv after the slice) cannot start earlier. Every op made here
+    is listed in `made`: the rewriter keeps them from Grappler as the step's control outputs."""
 
-    def __init__(self, host_device: str = "/device:CPU:0"):
-        self.host_device = host_device
+    keeps_ops = True
+
+    def __init__(self, host_device: str = "/device:CPU:0", compute_device: str = "/device:GPU:0"):
+        self.host_device, self.compute_device = host_device, compute_device
         self._outputs = {}  # a split op's combined output (ref) -> its host concat
+        self.made = []  # every op made, for the step's control outputs
+
+    def _made(self, tensor):
+        self.made.append(tensor.op)
+        return tensor
 
     def keep(self, tensor, readers: int):
         if tensor.ref() in self._outputs:  # another split op's output: read on the host
             return self._outputs[tensor.ref()]
         with tf.device(self.host_device):
-            return tf.identity(tensor)
+            return self._made(tf.identity(tensor))
 
     def read(self, kept, like, axis: int, start: int, stop: int):
         with tf.device(self.host_device):
             index = [slice(None)] * like.shape.rank
             index[axis] = slice(start, stop)
-            piece = kept[tuple(index)]
-        with tf.device(like.device):
-            return tf.identity(piece)
+            piece = self._made(kept[tuple(index)])
+        with tf.device(self.compute_device):
+            return self._made(tf.identity(piece))
 
     def store_piece(self, stored, piece, axis: int, start: int, shape: list):
         with tf.device(self.host_device):
-            return [*(stored or []), tf.identity(piece)]
+            return [*(stored or []), self._made(tf.identity(piece))]
 
     def token(self, stored):
         return stored[-1]
 
     def assemble(self, stored, like, axis: int):
         with tf.device(self.host_device):
-            host = tf.concat(stored, axis=axis)
-        with tf.device(like.device):
-            whole = tf.identity(host)
+            host = self._made(tf.concat(stored, axis=axis))
+        with tf.device(self.compute_device):
+            whole = self._made(tf.identity(host))
         self._outputs[whole.ref()] = host
         return whole
 

@@ -1,7 +1,8 @@
 """The two swap mechanisms behind one interface.
 
-- `DeviceCopy` (GPU): the swap-out is a copy placed on the host device, the swap-in a copy back to
-  the compute device. Only a GPU can exercise this path: on a CPU both copies are the same memory.
+- `DeviceCopy` (a GPU, or the two-device mode that runs its graph for real on two logical CPU
+  devices, lms/target.py): TensorFlow's own copies to the host device and back, the copy back
+  gated on the host side by its trigger.
 - `HostStore` (the emulated device, docs/lms.md): the swap-out hands the tensor to a Python-side
   store outside TensorFlow's allocator (a `tf.numpy_function`) and returns an int64 handle; the
   swap-in brings the array back and copies it into a buffer of TensorFlow's allocator, as a GPU's
@@ -67,6 +68,7 @@ class SwapMechanism:
     """The NodeDefs of one swap. `source` names the swapped tensor ("op:0"), `tensor` is it."""
 
     name = "abstract"
+    keeps_ops = False  # whether the step must keep its nodes from Grappler (control outputs)
 
     def swap_out_nodes(self, prefix: str, source: str, tensor, readers: int) -> list:
         """Nodes whose last one's output 0 is what the swap-ins read (a host copy or a handle)."""
@@ -81,34 +83,40 @@ class SwapMechanism:
 
 
 class DeviceCopy(SwapMechanism):
-    """GPU only: copies through the host device (the CPU)."""
+    """TensorFlow's own copies between the compute device (a GPU, or the second logical CPU
+    device of the two-device mode) and its host, laid out so that TensorFlow runs them as
+    planned (docs/lms.md, "The GPU path"; ../shared/gpu-desk-check.md B1, B2):
+
+    - swap-out: an Identity on the host. The partitioner's send/recv pair on its in-edge is the
+      device-to-host copy; the Identity runs once the copy is on the host.
+    - swap-in: an Identity on the host, held back by the trigger (its first node), then an
+      Identity on the compute device. The host-to-device copy is the send/recv pair between the
+      two: the host side's `_Send` runs only after the gated Identity, so the copy cannot start
+      before the trigger has run. (Gating an Identity on the device gates nothing: its `_Recv`
+      has no inputs and copies as soon as the host copy exists.) The device Identity forwards the
+      copied buffer; ops that must wait for the copy to be on the device wait for it.
+
+    Grappler's dependency optimizer bypasses Identities that add no cross-device edge; the
+    rewriter therefore makes every node here a control output of the step (`keeps_ops`), which
+    Grappler preserves."""
 
     name = "device-copy"
+    keeps_ops = True  # its nodes must be the step's control outputs (lms/rewriter.py)
 
-    def __init__(self, host_device: str = "/device:CPU:0"):
-        self.host_device = host_device
+    def __init__(self, host_device: str = "/device:CPU:0", compute_device: str = "/device:GPU:0"):
+        self.host_device, self.compute_device = host_device, compute_device
 
     def swap_out_nodes(self, prefix, source, tensor, readers):
-        return [
-            node(
-                f"{prefix}lms_swapout",
-                "Identity",
-                [source],
-                self.host_device,
-                T=type_attr(tensor.dtype),
-            )
-        ]
+        dtype = type_attr(tensor.dtype)
+        return [node(f"{prefix}lms_swapout", "Identity", [source], self.host_device, T=dtype)]
 
     def swap_in_nodes(self, prefix, stored, tensor):
-        return [
-            node(
-                f"{prefix}lms_swapin",
-                "Identity",
-                [stored],
-                tensor.device,
-                T=type_attr(tensor.dtype),
-            )
-        ]
+        dtype = type_attr(tensor.dtype)
+        gated = node(f"{prefix}lms_swapin", "Identity", [stored], self.host_device, T=dtype)
+        copy = node(
+            f"{prefix}lms_swapin_copy", "Identity", [gated.name], self.compute_device, T=dtype
+        )
+        return [gated, copy]
 
 
 @dataclass
