@@ -18,6 +18,8 @@
   setting of the memory optimizer's level.
 - `context.enable_run_metadata()` / `export_run_metadata()`: a call's post-optimization and
   partition graphs (`RunMetadata.function_graphs`).
+- `grappler.tf_optimizer.OptimizeGraph` over a `grappler.cluster.Cluster` of named virtual
+  devices: Grappler's meta optimizer on a graph, as on a GPU this machine lacks.
 """
 
 import contextlib
@@ -132,3 +134,49 @@ def run_metadata():
         found.append(_context.export_run_metadata())
     finally:
         _context.disable_run_metadata()
+
+
+def default_call_config() -> bytes:
+    """The serialized ConfigProto a function call of this thread is optimized with now."""
+    return _context.context().function_call_options.config_proto_serialized
+
+
+def grappler_optimize(graph_def, fetches, memory_bytes: int, architecture: str, config=None):
+    """Grappler's meta optimizer on `graph_def` (nodes placed on .../device:CPU:0 and
+    .../device:GPU:0) over a virtual cluster of that CPU and a GPU of `memory_bytes` and compute
+    capability `architecture`; `fetches` are preserved. `config`: a ConfigProto (None:
+    TensorFlow's defaults). Returns the optimized GraphDef."""
+    from tensorflow.core.protobuf import device_properties_pb2, meta_graph_pb2
+    from tensorflow.python.grappler import cluster as gcluster
+    from tensorflow.python.grappler import tf_optimizer
+
+    devices = [
+        device_properties_pb2.NamedDevice(
+            name="/job:localhost/replica:0/task:0/device:CPU:0",
+            properties=device_properties_pb2.DeviceProperties(
+                type="CPU", frequency=2000, num_cores=2, memory_size=64 * 2**30
+            ),
+        ),
+        device_properties_pb2.NamedDevice(
+            name="/job:localhost/replica:0/task:0/device:GPU:0",
+            properties=device_properties_pb2.DeviceProperties(
+                type="GPU",
+                vendor="NVIDIA",
+                model="virtual",
+                frequency=1400,
+                num_cores=80,
+                environment={"architecture": architecture, "cuda": "12000", "cudnn": "9000"},
+                memory_size=int(memory_bytes),
+                bandwidth=900 * 10**6,
+            ),
+        ),
+    ]
+    meta_graph = meta_graph_pb2.MetaGraphDef(graph_def=graph_def)
+    meta_graph.collection_def["train_op"].node_list.value.extend(fetches)
+    if config is None:
+        config = config_pb2.ConfigProto()
+    cluster = gcluster.Cluster(devices=devices)
+    try:
+        return tf_optimizer.OptimizeGraph(config, meta_graph, cluster=cluster)
+    finally:
+        cluster.Shutdown()
