@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -427,10 +428,29 @@ def test(c, compat=True, lint=True, docker=True, slurm=True, chromium=True, k=No
         )
         if again.exited not in (0, 5):  # 5: -k left none of them
             raise Exit(f"the tests with TF_ENABLE_ONEDNN_OPTS={other} failed", code=again.exited)
+        # on a GPU host: the gpu-marked tests in a session of their own, with the GPU visible
+        # (the session above hides it: tests/conftest.py)
+        if _has_gpu(c):
+            gpu = c.run(
+                f"LMS_TEST_GPU=1 {sys.executable} -m pytest -ra -m gpu{selector}",
+                echo=True,
+                pty=False,
+                warn=True,
+            )
+            if gpu.exited not in (0, 5):
+                raise Exit("the GPU tests failed", code=gpu.exited)
         if compat:
             venv = ROOT / ".venv-tf2.14"
             c.run(f"bash scripts/venv.sh {venv} tf214,dev", echo=True)
             c.run(f"{venv}/bin/python -m pytest -ra -m compat{selector}", echo=True)
+
+
+def _has_gpu(c) -> bool:
+    """Whether this host has an NVIDIA GPU (nvidia-smi lists one): then `inv test` runs the
+    gpu-marked tests too."""
+    if shutil.which("nvidia-smi") is None:
+        return False
+    return c.run("nvidia-smi -L", hide=True, warn=True).ok
 
 
 namespace = Collection(
