@@ -142,10 +142,21 @@ def use_two_devices() -> None:
 
 
 def device_pool_bytes(device: str) -> int | None:
-    """`memory_limit` of TensorFlow's local device named `device` ("/device:GPU:0"), or None."""
+    """TensorFlow's memory pool of `device` ("/device:GPU:0"): the memory_limit of the logical
+    device configured on it (`tf.config.set_logical_device_configuration`), else the
+    `memory_limit` TensorFlow's device list reports for it (what was free when TensorFlow
+    started, less what it leaves to the system: what TFLMSv2 read too); None where it is not
+    listed (a logical CPU device)."""
     from tensorflow.python.client import device_lib
 
     wanted = _canonical(device)
+    spec = tf.DeviceSpec.from_string(wanted)
+    physical = tf.config.list_physical_devices(spec.device_type)
+    index = spec.device_index or 0
+    if index < len(physical):
+        configured = tf.config.get_logical_device_configuration(physical[index]) or []
+        if len(configured) == 1 and getattr(configured[0], "memory_limit", None):
+            return int(configured[0].memory_limit) * 2**20
     for found in device_lib.list_local_devices():
         if _canonical(found.name.rsplit("device:", 1)[-1]) == wanted:
             return int(found.memory_limit) or None
