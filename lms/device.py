@@ -1,9 +1,4 @@
-"""The device a step runs on, as LMS sees it: whether a GPU is there, whether its memory grows
-by regions, and what LMS says about CPU kernels it models less well."""
-
-import os
-
-import tensorflow as tf
+"""What LMS says about the CPU kernels it models less well (the device itself: lms/target.py)."""
 
 # Eigen's kernels (TF_ENABLE_ONEDNN_OPTS=0, CPUs without AVX-512, aarch64 under qemu) are
 # modelled (lms/kernels.py): GoogLeNet 96x96 b2 everything swapped, measured / simulated went
@@ -18,15 +13,3 @@ EIGEN_KERNELS_WARNING = (
     "~35 % (3D U-Net 16^3); leave margin with safety_ratio, let LMS enforce its order "
     "(ordering=1), or enable oneDNN"
 )
-
-
-def has_gpu() -> bool:
-    return bool(tf.config.list_physical_devices("GPU"))
-
-
-def memory_growth() -> bool:
-    """Whether TensorFlow grows the first GPU's memory by regions (GPU only; False without one)."""
-    if os.environ.get("TF_FORCE_GPU_ALLOW_GROWTH", "").lower() == "true":
-        return True
-    gpus = tf.config.list_physical_devices("GPU")
-    return bool(gpus) and bool(tf.config.experimental.get_memory_growth(gpus[0]))

@@ -18,7 +18,8 @@ LAYERS = [
     ("lms.options", "lms.calibration", "lms.steptime", "lms.host_memory"),
     # the step's graph and what its kernels and allocator hold
     ("lms.loops", "lms.graph_passes", "lms.graph", "lms.cpu_host", "lms.kernels"),
-    ("lms.allocator", "lms.padding"),
+    # ... and the device a step runs on (its mechanism kind, budgets, meter)
+    ("lms.allocator", "lms.padding", "lms.target"),
     # plans
     ("lms.ordering", "lms.planner"),
     # simulation
@@ -36,6 +37,8 @@ LAYERS = [
         "lms.profile",
         "lms.copy_events",
         "lms.roofline",
+        "lms.placement",
+        "lms.grappler_replay",
     ),
     # the LMS object: its report, its device, the wrapped step
     ("lms.plan_report", "lms.device", "lms.function", "lms.api"),
