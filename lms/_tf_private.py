@@ -18,6 +18,7 @@
   setting of the memory optimizer's level.
 - `context.enable_run_metadata()` / `export_run_metadata()`: a call's post-optimization and
   partition graphs (`RunMetadata.function_graphs`).
+- `Function._jit_compile`: whether a tf.function compiles with XLA.
 - `grappler.tf_optimizer.OptimizeGraph` over a `grappler.cluster.Cluster` of named virtual
   devices: Grappler's meta optimizer on a graph, as on a GPU this machine lacks.
 """
@@ -180,3 +181,8 @@ def grappler_optimize(graph_def, fetches, memory_bytes: int, architecture: str, 
         return tf_optimizer.OptimizeGraph(config, meta_graph, cluster=cluster)
     finally:
         cluster.Shutdown()
+
+
+def jit_compiled(function) -> bool:
+    """Whether a tf.function compiles with XLA (`jit_compile=True`)."""
+    return bool(getattr(function, "_jit_compile", False))

@@ -399,6 +399,11 @@ class LMS(keras.callbacks.Callback):
     # As a Keras callback: model.fit(..., callbacks=[LMS(...)]) trains with the rewritten step.
     def on_train_begin(self, logs=None):
         model = self.model
+        if getattr(model, "jit_compile", False):  # Keras 3's "auto" turns it on for GPUs
+            log.info(
+                "LMS runs model.fit's step without XLA (jit_compile): XLA compiles the step as "
+                "one cluster, which cannot hold host-placed swap ops"
+            )
         step = self.wrap(tf.function(model.train_step))
 
         def train_function(iterator):

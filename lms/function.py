@@ -14,7 +14,7 @@ import tensorflow as tf
 from lms import _tf_private
 from lms.budget import format_size
 from lms.calibration import Calibration
-from lms.errors import HostMemoryError, LMSError, NothingFitsError
+from lms.errors import HostMemoryError, LMSError, NothingFitsError, ParameterError
 from lms.host_memory import pinned_hint
 from lms.report import PlanReport, SwapTraffic
 from lms.steptime import SwapGraph
@@ -45,6 +45,12 @@ class LMSFunction:
     def __init__(self, lms: "LMS", function):
         if not hasattr(function, "get_concrete_function"):
             function = tf.function(function)
+        if _tf_private.jit_compiled(function):
+            raise ParameterError(
+                "LMS cannot rewrite a step compiled with XLA (tf.function(jit_compile=True)): "
+                "XLA compiles the whole step as one cluster, which cannot hold host-placed swap "
+                "ops; wrap the step without jit_compile"
+            )
         self.lms, self.function = lms, function
         self._prepared = {}
         self._calibrations = {}  # input signature -> the closed loop's Calibration

@@ -147,3 +147,13 @@ def test_the_two_device_mode_computes_on_the_second_device_and_caps_the_host_as_
     assert found["host_peak"] > MiB  # so the checked plan is over the 1 MB cap ...
     assert "TF_GPU_HOST_MEM_LIMIT_IN_MB" in found["raised"]  # ... and raised before running
     assert "CPU:1" in found["ran_on"] and "CPU:0" in found["ran_on"]
+
+
+def test_an_xla_compiled_step_is_refused_in_one_line():
+    @tf.function(jit_compile=True)
+    def step(x):
+        return tf.reduce_sum(x * x)
+
+    with pytest.raises(ParameterError, match="jit_compile"):
+        lms.LMS("64MiB").wrap(step)
+    lms.LMS("64MiB").wrap(tf.function(step.python_function))  # without XLA: taken
