@@ -258,7 +258,9 @@ def read_graph(
                 info.swappable, info.paired_with = False, ops[consumer].type
                 # the workspace lives as long as the output (both read by the gradient)
                 info.bytes += info.bytes // itemsize * WORKSPACE_BYTES_PER_ELEMENT
-    _fix_alias_buffers(ops, tensors)
+    _fix_alias_buffers(
+        ops, tensors, _host_to_device_copies(ops, tensors, devices, host_device_marker)
+    )
 
     input_bytes = sum(
         tensors[t].bytes
@@ -358,11 +360,28 @@ def _assign_levels(ops: list, tensors: list) -> None:
         wave, level = following, level + 1
 
 
-def _fix_alias_buffers(ops: list, tensors: list) -> None:
+def _host_to_device_copies(ops: list, tensors: list, devices: list, marker) -> set:
+    """Identities on the device that read a host tensor: TensorFlow copies the tensor to the
+    device on that edge (a split op's piece read, an assembled output: lms.split.DevicePieces),
+    so the Identity's output is a buffer of its own on the device, not an alias."""
+    if marker is None:
+        return set()
+    found = set()
+    for index, op in enumerate(ops):
+        on_device = op.type == "Identity" and op.inputs and marker not in devices[index]
+        if on_device and marker in devices[tensors[op.inputs[0]].producer]:
+            found.add(index)
+    return found
+
+
+def _fix_alias_buffers(ops: list, tensors: list, copies=frozenset()) -> None:
     """Point alias outputs at their root buffer, in level order (creation order need not be
-    topological, so a chain of aliases resolves only this way)."""
+    topological, so a chain of aliases resolves only this way). `copies` are Identities that
+    copy across devices: buffers of their own."""
     for index in sorted(range(len(ops)), key=lambda i: ops[i].level):
         op = ops[index]
+        if index in copies:
+            continue
         if op.aliases >= 0:
             source = op.inputs[op.aliases]
             output = tensors[op.outputs[0]]

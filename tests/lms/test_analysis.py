@@ -132,3 +132,25 @@ def test_only_neutral_arithmetic_on_an_unbroadcast_input_is_an_alias():
     for op in arithmetic[:4]:
         output = analysis.tensors[op.outputs[0]]
         assert output.buffer == x and output.bytes == 0 and not output.swappable
+
+
+def test_a_device_identity_of_a_host_tensor_is_a_copy_on_the_device_not_an_alias():
+    """GPU (and two-device) split pieces: a piece read is an Identity on the device of a slice
+    on the host; TensorFlow copies it to the device there, so its bytes count on the device."""
+
+    @tf.function
+    def step(x):
+        with tf.device("/device:CPU:0"):
+            host = tf.identity(x * 2.0)
+        with tf.device("/device:GPU:0"):
+            back = tf.identity(host)
+        return tf.identity(back) * 3.0  # an Identity of a device tensor: an alias
+
+    graph = step.get_concrete_function(tf.TensorSpec([256, 256])).graph
+    analysis = lms.analyze(graph, host_device_marker="CPU")
+    sizes = {op.name: analysis.tensors[op.outputs[0]].bytes for op in analysis.ops if op.outputs}
+    assert sizes["Identity"] == 0  # on the host: not in the device's memory
+    assert sizes["Identity_1"] == 256 * 256 * 4  # copied to the device
+    assert sizes["Identity_2"] == 0  # an alias of it
+    plain = lms.analyze(graph)  # the emulated device: one memory, every Identity an alias
+    assert {op.name: plain.tensors[op.outputs[0]].bytes for op in plain.ops}["Identity_1"] == 0
