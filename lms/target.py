@@ -37,8 +37,9 @@ TWO_DEVICE_HELP = (
 class Target:
     """Where a step runs, as LMS plans for it (see the module docstring).
 
-    compute_device: the device the step's ops run on ("/device:GPU:0", "/device:CPU:1"); None on
-        the emulated device (TensorFlow's default, the CPU).
+    compute_device: the device the step's ops run on ("/device:GPU:0", "/device:CPU:1"); on the
+        emulated device the CPU: None (TensorFlow's default) where no GPU is seen, else
+        "/device:CPU:0", so that a GPU host's emulated step does not compute on its GPU.
     meter_device: the allocator the closed loop reads ("GPU:0", "CPU:0"); None where it cannot
         read the compute device's own bytes (two-device).
     host_marker: ops whose device names this are host memory to the analysis (None: none are).
@@ -82,7 +83,7 @@ class Target:
         """TensorFlow's memory pool of the compute device (its BFC allocator's `memory_limit`),
         the memory a plan may fill (not NVML's total: the pool is what was free at start minus
         what TensorFlow leaves to the system); None on the emulated device."""
-        if self.compute_device is None:
+        if self.emulated:
             return None
         return device_pool_bytes(self.compute_device)
 
@@ -101,10 +102,11 @@ class Target:
 def resolve_target(mechanism: str = "auto", device: str | None = None) -> Target:
     """The target of `LMS(mechanism=..., device=...)`: "auto" is a GPU's copies where TensorFlow
     sees a GPU, else the emulated device."""
+    gpus = tf.config.list_physical_devices("GPU")
     if mechanism == "auto":
-        mechanism = "device-copy" if tf.config.list_physical_devices("GPU") else "host-store"
-    if mechanism == "host-store":
-        return Target("emulated", None, HOST_DEVICE, "CPU:0", None)
+        mechanism = "device-copy" if gpus else "host-store"
+    if mechanism == "host-store":  # the CPU is the emulated device, on a GPU host too
+        return Target("emulated", HOST_DEVICE if gpus else None, HOST_DEVICE, "CPU:0", None)
     if mechanism == "two-device":
         if len(tf.config.list_logical_devices("CPU")) < 2:
             raise ParameterError(TWO_DEVICE_HELP)

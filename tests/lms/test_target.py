@@ -45,6 +45,8 @@ def test_where_tensorflow_sees_a_gpu_auto_takes_its_copies_its_pool_and_its_mete
     other = resolve_target("auto", "gpu:1")  # the step's own GPU, not a hard-coded GPU:0
     assert (other.compute_device, other.meter_device) == ("/device:GPU:1", "GPU:1")
     assert target.pinned_host_bytes() == pinned_limit_bytes()
+    emulated = resolve_target("host-store")  # on a GPU host: the CPU computes, and is measured
+    assert (emulated.compute_device, emulated.meter_device) == ("/device:CPU:0", "CPU:0")
 
 
 def test_the_emulated_device_is_chosen_explicitly_too():
