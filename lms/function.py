@@ -299,36 +299,58 @@ class LMSFunction:
     def profile(self, *args):
         """Run one step under TensorFlow's profiler: (lms.StepProfile of its ops, lms.SwapGraph
         of its swaps), what `lms.project` replays on another link. Run a step first: the first
-        call traces, plans and rewrites."""
-        from lms.copy_events import copy_totals
+        call traces, plans and rewrites.
+
+        With device copies (a GPU, the two-device mode) a swap's bytes move through the
+        partitioner's send/recv pair, so one more step runs first with run metadata on
+        (`run_metadata`, it trains too) to read the pairs' names (lms/copy_match.py); the
+        profile's events of those pairs are the swaps' transfers. On a GPU the same step's copy
+        events matched to swaps are what `traffic()` reports."""
+        from lms.copy_events import swap_copies
+        from lms.copy_match import copy_names
         from lms.profile import profiled_space, step_profile, swap_graph
 
         callable_, _ = self.prepare(*args)
+        device_copies = self.lms.target.device_copies
+        names = copy_names(self.run_metadata(*args)) if device_copies else {}
         space = profiled_space(self, *args)
-        profile = step_profile(space)
-        if profile.copies:  # GPU only: the copies' own bytes and durations, from the same step
-            self._copies = copy_totals(space)
+        profile = step_profile(space, names)
+        if device_copies and profile.copies:  # GPU only: the copies' own bytes and durations
+            self._copies = (callable_, swap_copies(space, names))
         graph = getattr(callable_, "graph", None)
         swaps = swap_graph(graph, self.lms.batch_size) if graph is not None else SwapGraph({})
         return profile, swaps
 
     def reset_traffic(self) -> None:
-        """Forget the swap traffic counted so far (e.g. after warm-up steps)."""
+        """Forget the swap traffic counted so far (e.g. after warm-up steps). A GPU's copy
+        events of the last `profile()` stay: they are one step's, and hold for its plan."""
         if self.lms.store is not None:
             self.lms.store.take_traffic()
         self._traffic, self._steps = Traffic(), 0
 
     def traffic(self) -> SwapTraffic | None:
         """The swap traffic per step since the last `reset_traffic` (None before any step):
-        swaps and bytes each way, on the emulated device counted in the host store, with device
-        copies (a GPU) the plan's, as every swap op runs once per step; seconds and bandwidth
-        only where a copy's own duration was measured (`lms.SwapTraffic.copy`)."""
+        swaps and bytes each way, beside the plan's (`planned_*`); seconds and bandwidth only
+        where a copy's own duration was measured (`lms.SwapTraffic.copy`).
+
+        - the emulated device: counted in the host store, timed by its emulated link if any;
+        - device copies (a GPU) after `profile()` of the current plan: the profiled step's copy
+          events matched to the swaps by their send/recv names (`source` "copy events"): what
+          ran, which can differ from the plan (a swap TensorFlow's passes removed moves
+          nothing; a copy no swap names, the input batch's, is in `other_copies`);
+        - device copies otherwise: the plan's swaps, each once a step (`source` "plan"; `copy`
+          "two devices" in the two-device mode, whose copies between two logical CPU devices
+          leave no copy event)."""
         if not self._steps:
             return None
         steps, link = self._steps, self.lms.link
+        report = self.lms.report
+        planned = _planned_per_step(report)
         timed = {}  # direction -> (bytes, seconds) per step, of copies whose duration was measured
+        others = None
         if self.lms.target.emulated:
             t, source = self._traffic, "host-store"
+            counts = _per_step(t, steps)
             copy = "emulated link" if link is not None else "none"
             if link is not None:
                 timed = {
@@ -336,33 +358,68 @@ class LMSFunction:
                     "in": (t.in_bytes / steps, t.in_transfer_seconds / steps),
                 }
         else:
-            report = self.lms.report
-            t = Traffic(
-                report.swapped_tensors * steps if report else 0,
-                report.swap_ins * steps if report else 0,
-                report.swapped_bytes * steps if report else 0,
-                report.swapped_in_bytes * steps if report else 0,
-            )
-            source, copy = "plan", "not profiled"
-            if self._copies is not None:
-                copy = "GPU copy events"
-                timed = {d: (nbytes, spent) for d, (_, nbytes, spent) in self._copies.items()}
+            copies = self._profiled_copies()
+            if copies is None:  # two logical CPU devices record no copy events
+                two_devices = self.lms.target.kind == "two-device"
+                source, copy = "plan", "two devices" if two_devices else "not profiled"
+                counts = tuple(n or 0 for n in planned)
+            else:
+                source, copy = "copy events", "GPU copy events"
+                found = {d: copies.swaps.get(d, (0, 0, 0.0)) for d in ("out", "in")}
+                counts = (found["out"][0], found["in"][0], found["out"][1], found["in"][1])
+                timed = {d: found[d][1:] for d in ("out", "in") if found[d][0]}
+                others = {
+                    d: {"copies": n, "bytes": nbytes, "seconds": spent}
+                    for d, (n, nbytes, spent) in copies.others.items()
+                }
         seconds = {d: timed.get(d, (0, None))[1] for d in ("out", "in")}
         bandwidth = {d: timed[d][0] / seconds[d] if seconds[d] else None for d in ("out", "in")}
         return SwapTraffic(
             source=source,
             steps=steps,
-            swap_outs_per_step=t.swap_outs / steps,
-            swap_ins_per_step=t.swap_ins / steps,
-            out_bytes_per_step=t.out_bytes / steps,
-            in_bytes_per_step=t.in_bytes / steps,
+            swap_outs_per_step=counts[0],
+            swap_ins_per_step=counts[1],
+            out_bytes_per_step=counts[2],
+            in_bytes_per_step=counts[3],
             link=None if link is None else link.as_dict(),
             out_seconds_per_step=seconds["out"],
             out_bandwidth=bandwidth["out"],
             in_seconds_per_step=seconds["in"],
             in_bandwidth=bandwidth["in"],
             copy=copy,
+            planned_swap_outs_per_step=planned[0],
+            planned_swap_ins_per_step=planned[1],
+            planned_out_bytes_per_step=planned[2],
+            planned_in_bytes_per_step=planned[3],
+            other_copies=others,
         )
+
+    def _profiled_copies(self):
+        """The copy events of the last `profile()` (lms.copy_events.SwapCopies) if the plan it
+        profiled is still the one that runs (a later plan's swaps are others); else None."""
+        if not isinstance(self._copies, tuple):
+            return None
+        profiled, copies = self._copies
+        current = any(callable_ is profiled for callable_, _ in self._prepared.values())
+        return copies if current else None
+
+
+def _per_step(traffic: Traffic, steps: int) -> tuple:
+    """(swap-outs, swap-ins, bytes out, bytes in) per step of what the host store counted."""
+    return (
+        traffic.swap_outs / steps,
+        traffic.swap_ins / steps,
+        traffic.out_bytes / steps,
+        traffic.in_bytes / steps,
+    )
+
+
+def _planned_per_step(report) -> tuple:
+    """(swap-outs, swap-ins, bytes out, bytes in) the plan makes each step (a report of None or
+    without them: Nones)."""
+    if report is None:
+        return (None, None, None, None)
+    return (report.swapped_tensors, report.swap_ins, report.swapped_bytes, report.swapped_in_bytes)
 
 
 def _retraced(function):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import tensorflow as tf
 
 from lms import _tf_private
-from lms.steptime import SwapGraph, swap_kind
+from lms.steptime import SWAP_IN, SwapGraph, swap_kind
 
 
 @dataclass(frozen=True)
@@ -57,33 +57,50 @@ def _op_events(plane):
     return events
 
 
-def _device_events(plane):
+def _device_events(plane, names: dict):
     """GPU only: kernels and copies of a device plane, as one event per TensorFlow op (first
     start to last end of the op's kernels, from each event's `tf_op` stat), and the copies
-    alone ("MemcpyHtoD" / "MemcpyDtoH")."""
-    metadata, stats = plane.event_metadata, plane.stat_metadata
+    alone ("MemcpyH2D" / "MemcpyD2H"). A copy or kernel whose op is in `names` (a swap's
+    `_Send`/`_Recv`, lms/copy_match.py) is named by the swap's transfer instead."""
+    from lms.copy_events import stat_value
+
+    metadata = plane.event_metadata
+    stat_names = {k: m.name for k, m in plane.stat_metadata.items()}
     spans, copies = {}, []
     for line in plane.lines:
         base = line.timestamp_ns * 1000
         for event in line.events:
             kind = metadata[event.metadata_id].display_name or metadata[event.metadata_id].name
             start, end = base + event.offset_ps, base + event.offset_ps + event.duration_ps
-            tf_op = next(
-                (
-                    value.str_value or plane.stat_metadata[value.ref_value].name
-                    for value in event.stats
-                    if stats[value.metadata_id].name == "tf_op"
-                ),
-                None,
-            )
+            tf_op = stat_value(event, stat_names, "tf_op")
+            name, _, op_type = tf_op.rpartition(":") if tf_op else ("", "", "")
+            if name in names:
+                name = names[name][0]
             if "memcpy" in kind.lower():
-                copies.append((start, event.duration_ps, tf_op or kind, kind))
-            if tf_op:
-                name, _, op_type = tf_op.rpartition(":")
+                copies.append((start, event.duration_ps, name or kind, kind))
+            if name:
                 first, last, _ = spans.get(name, (start, end, op_type))
                 spans[name] = (min(first, start), max(last, end), op_type)
     ops = [(a, b - a, name, kind) for name, (a, b, kind) in spans.items()]
     return ops, copies
+
+
+def _renamed(raw, names: dict):
+    """Host events (start, duration, name, kind) with a swap's `_Send` named by its transfer
+    (the events of one transfer merged: the step-time model replays each transfer once). The
+    send runs when the bytes are there to move; its `_Recv` was posted when the step began (it
+    has no inputs), so the recv's event says nothing of when the transfer was asked for."""
+    from lms.copy_match import SENDS
+
+    merged, others = {}, []
+    for start, duration, name, kind in raw:
+        transfer = names.get(name) if kind in SENDS else None
+        if transfer is None:
+            others.append((start, duration, name, kind))
+            continue
+        first, last, _ = merged.get(transfer[0], (start, start + duration, kind))
+        merged[transfer[0]] = (min(first, start), max(last, start + duration), kind)
+    return others + [(a, b - a, name, kind) for name, (a, b, kind) in merged.items()]
 
 
 def _read_xspace(logdir: str):
@@ -108,25 +125,32 @@ def profiled_space(callable_, *args):
         return _read_xspace(logdir)
 
 
-def profile_step(callable_, *args) -> StepProfile:
+def profile_step(callable_, *args, names: dict | None = None) -> StepProfile:
     """Run `callable_(*args)` once under the profiler; its op events and copies (`step_profile`).
     Call it after a warm-up step: the first call of a tf.function traces and optimizes."""
-    return step_profile(profiled_space(callable_, *args))
+    return step_profile(profiled_space(callable_, *args), names)
 
 
-def step_profile(space) -> StepProfile:
+def step_profile(space, names: dict | None = None) -> StepProfile:
     """A profiled step's op events and copies. On the host the ops are the executor's events on
     its compute threads; on a GPU they are the device's kernels and copies per op (the host only
-    enqueues them)."""
+    enqueues them).
+
+    `names` ({send/recv node name: (transfer, direction)}, lms/copy_match.py `copy_names`): with
+    device copies a swap's bytes move through the partitioner's send/recv pair, not through
+    the swap op, which runs no kernel (a GPU) or runs inline without an event (two logical CPU
+    devices); the pair's events are then named by the swap's transfer, once per transfer, so
+    that the step-time model sees the real transfers."""
+    names = names or {}
     host, device, copies = [], [], []
     for plane in space.planes:
         if plane.name.startswith("/host:"):
             host += _op_events(plane)
         elif plane.name.startswith("/device:GPU"):  # GPU only
-            ops, plane_copies = _device_events(plane)
+            ops, plane_copies = _device_events(plane, names)
             device += ops
             copies += plane_copies
-    host = device or host
+    host = device or _renamed(host, names)
     if not host:
         raise RuntimeError("the profile holds no op events (was the step a tf.function?)")
     origin = min(e[0] for e in host + copies)
@@ -143,8 +167,14 @@ def step_profile(space) -> StepProfile:
 def swap_graph(graph, batch_size: int | None = None) -> SwapGraph:
     """The swaps of a rewritten step's graph for the step-time model: each swap op's direction,
     bytes and source, and which ops read (data or control) a swap op. `batch_size` substitutes
-    an unknown leading dimension, as in the analysis."""
-    transfers, gates = {}, {}
+    an unknown leading dimension, as in the analysis.
+
+    A swap-in's own follow-up ops (`.../lms_swapin_copy`, `.../lms_swapin_shape`: the device
+    Identity of `DeviceCopy`, the host store's DeepCopy and EnsureShape) pass the transfer on:
+    they and the ops that read them wait for it. With device copies the swap-in's readers read
+    `lms_swapin_copy`, an Identity that leaves no event in a profile (no kernel on a GPU, run
+    inline on the CPU): its readers are the ops the transfer holds back."""
+    transfers, gates, via = {}, {}, {}
     ops = graph.get_operations()
     for op in ops:
         kind = swap_kind(op.name)
@@ -160,10 +190,14 @@ def swap_graph(graph, batch_size: int | None = None) -> SwapGraph:
             source = op.inputs[0].op.name
             transfers[op.name] = ("in", transfers[source][1], source)
     for op in ops:
+        scope, _, last = op.name.rpartition("/")
+        if last.startswith(f"{SWAP_IN}_") and f"{scope}/{SWAP_IN}" in transfers:
+            via[op.name] = f"{scope}/{SWAP_IN}"
+    for op in ops:
         if op.name in transfers:
             continue
         read = {t.op.name for t in op.inputs} | {c.name for c in op.control_inputs}
-        hits = sorted(read & transfers.keys())
+        hits = sorted({via.get(name, name) for name in read} & transfers.keys())
         if hits:
             gates[op.name] = tuple(hits)
     return SwapGraph(transfers, gates)

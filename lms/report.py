@@ -203,13 +203,20 @@ class SwapTraffic:
     and bandwidth where a copy's own duration was measured, as `copy` says:
     - "emulated link": the link's transfers, each from when its engine began it to its end;
     - "none": the emulated device without a link, where nothing crosses one;
-    - "GPU copy events": the copy engines' events of the last `profile()` step, all of its
-      host<->device copies (lms/copy_events.py);
-    - "not profiled": a GPU step before any `profile()`.
+    - "GPU copy events": the copy engines' events of the last `profile()` step; the swaps,
+      bytes and seconds are those of the copies matched to LMS's swaps by their send/recv
+      names (`source` "copy events"; lms/copy_events.py `swap_copies`), the step's other
+      copies (the input batch's, ...) are in `other_copies`;
+    - "not profiled": device copies (a GPU) before any `profile()`: the plan's swaps;
+    - "two devices": the two-device mode (lms/target.py): the plan's swaps, no copy events.
+    The plan's swaps and bytes per step (`planned_*`) stand beside what was counted or measured
+    (None: a record before them).
     `version` 2; version 1 records (no `version`, no `copy`) timed the swap ops' bookkeeping,
     not a copy: their seconds and bandwidths are not a link's."""
 
-    source: str  # "host-store" (counted) or "plan" (a GPU: the plan's swaps, each once a step)
+    # "host-store" (counted in the store), "copy events" (a GPU's copies of a profiled step,
+    # matched to swaps) or "plan" (device copies not profiled: each planned swap once a step)
+    source: str
     steps: int
     swap_outs_per_step: float
     swap_ins_per_step: float
@@ -222,6 +229,12 @@ class SwapTraffic:
     in_bandwidth: float | None
     copy: str | None = None  # None: a version 1 record
     version: int = 2
+    planned_swap_outs_per_step: float | None = None
+    planned_swap_ins_per_step: float | None = None
+    planned_out_bytes_per_step: float | None = None
+    planned_in_bytes_per_step: float | None = None
+    # copies of the profiled step matched to no swap: {"out"/"in": {"copies", "bytes", "seconds"}}
+    other_copies: dict | None = None
 
     def to_dict(self) -> dict:
         return {
@@ -238,6 +251,11 @@ class SwapTraffic:
             "out_bandwidth": self.out_bandwidth,
             "in_seconds_per_step": self.in_seconds_per_step,
             "in_bandwidth": self.in_bandwidth,
+            "planned_swap_outs_per_step": self.planned_swap_outs_per_step,
+            "planned_swap_ins_per_step": self.planned_swap_ins_per_step,
+            "planned_out_bytes_per_step": self.planned_out_bytes_per_step,
+            "planned_in_bytes_per_step": self.planned_in_bytes_per_step,
+            "other_copies": self.other_copies,
         }
 
     @classmethod
@@ -256,4 +274,9 @@ class SwapTraffic:
             in_bandwidth=data.get("in_bandwidth"),
             copy=data.get("copy"),
             version=data.get("version", 1),
+            planned_swap_outs_per_step=data.get("planned_swap_outs_per_step"),
+            planned_swap_ins_per_step=data.get("planned_swap_ins_per_step"),
+            planned_out_bytes_per_step=data.get("planned_out_bytes_per_step"),
+            planned_in_bytes_per_step=data.get("planned_in_bytes_per_step"),
+            other_copies=data.get("other_copies"),
         )

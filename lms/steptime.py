@@ -6,6 +6,10 @@ when each swap's bytes arrive. So the model keeps the profiled timeline and inse
 
 - every swap op (swap-out or swap-in) is a transfer. It is asked for when the profile ran it
   (shifted by the delay accumulated so far), a swap-in no sooner than its swap-out is done.
+  With device copies (a GPU, two logical devices) the bytes move through the partitioner's
+  send/recv pair and the profile's event of a transfer is that pair's (a GPU: the copy event),
+  named by the swap (lms/copy_match.py, lms/profile.py `step_profile`); a profile in which no
+  transfer was seen replays as the profiled step, whatever the link.
   Each direction moves one transfer at a time, in the order asked, for `latency + bytes /
   bandwidth`; a transfer is done no sooner than its profiled host copy either.
 - every other op starts when the profile started it plus the accumulated delay, or when the
@@ -140,3 +144,10 @@ def project(
         return Projection(compute, compute, 0.0, 0.0, 0)
     total, busy, waits = _replay(profile, swaps, link, scale, host_copies)
     return Projection(max(total, compute), compute, busy["out"], busy["in"], waits)
+
+
+def seen_transfers(profile, swaps: SwapGraph) -> list:
+    """The transfers of `swaps` that have an event in `profile`, by name: those the replay moves
+    on the link (any other is not seen, and its readers never wait)."""
+    names = {event.name for event in profile.ops}
+    return sorted(name for name in swaps.transfers if name in names)

@@ -42,30 +42,100 @@ def measure_memcpy(sizes=SIZES) -> list[float]:
     return rates
 
 
-def measure_gpu_copies(index: int, sizes=SIZES) -> dict:
-    """GPU only: GB/s host->device and device->host per size for GPU `index`, through
-    TensorFlow's copies (its staging buffers: whether the host side is pinned is TensorFlow's
-    choice, so `pinned` is not claimed)."""
+def copy_functions(device: str, host: str = "/device:CPU:0"):
+    """GPU only (runs on two logical CPU devices too, where nothing is copied): the copies a swap
+    makes, as tf.functions. (round_trip, to_host, to_device):
+
+    - round_trip(x), x on `device`: an Identity on `host` reads x (device to host: the
+      partitioner's `_Recv` on the host, whose buffer TensorFlow takes from the pinned allocator
+      as it does for a GPU tensor), then an Identity on `device` reads that (host to device, from
+      the pinned buffer): a swap-out and its swap-in;
+    - to_host(x) and to_device(h): each copy alone, for the wall clock; `h`, an output of
+      to_host, is a pinned buffer.
+
+    Each Identity is returned: Grappler's dependency optimizer bypasses an Identity that bridges
+    two devices and is not fetched (../shared/gpu-desk-check.md B2). It may still bypass the
+    device-side one (a function returns its `_Retval`, placed before Grappler ran, on the
+    device); the copy stays, into that `_Retval`, from the host Identity's buffer (checked on two
+    logical CPU devices: tests/suite/hosts/test_host_link.py)."""
     import tensorflow as tf
 
-    to_device, to_host = [], []
+    @tf.function
+    def round_trip(x):
+        with tf.device(host):
+            on_host = tf.identity(x)
+        with tf.device(device):
+            back = tf.identity(on_host)
+        return on_host, back
+
+    @tf.function
+    def to_host(x):
+        with tf.device(host):
+            return tf.identity(x)
+
+    @tf.function
+    def to_device(h):
+        with tf.device(device):
+            return tf.identity(h)
+
+    return round_trip, to_host, to_device
+
+
+def best_copy_seconds(copies) -> dict:
+    """{"out" (device to host) / "in": seconds} of the fastest copy each way among a profiled
+    run's copy events (`lms.StepProfile.copies`, named "MemcpyD2H" / "MemcpyH2D" by the CUPTI
+    collector: the copy engine's own durations)."""
+    best = {}
+    for copy in copies:
+        direction = "out" if "D2H" in copy.type else "in" if "H2D" in copy.type else None
+        if direction is not None:
+            best[direction] = min(best.get(direction, float("inf")), copy.duration)
+    return best
+
+
+def measure_gpu_copies(index: int, sizes=SIZES, device: str | None = None) -> dict:
+    """GPU only: GB/s host->device and device->host per size for GPU `index` (or `device`),
+    copied as swaps copy: inside a tf.function, between the GPU and the host's `_Recv` of a GPU
+    tensor, which TensorFlow allocates pinned (`copy_functions`). Timed by the copy events of a
+    profiled run per size (the fastest of a few copies each way: the copy engine's own time),
+    else, where the profiler records no copy (no CUPTI, or two logical CPU devices), by the wall
+    clock of each copy alone. `timed_by` says which. `pinned`: the host side is the
+    partitioner's `_Recv` of a GPU tensor, which TensorFlow takes from its pinned allocator (the
+    GPU test checks the copy events' memory kind, tests/suite/hosts/test_host_link.py); None
+    off a GPU."""
+    import tensorflow as tf
+
+    import lms
+
+    device = device or f"/device:GPU:{index}"
+    round_trip, to_host, to_device = copy_functions(device)
+    seconds, timed_by = {}, "copy events"
     for size in sizes:
-        with tf.device("CPU:0"):
-            host = tf.ones([size // 4], tf.float32)
-        with tf.device(f"GPU:{index}"):
-            device = tf.identity(host)
+        with tf.device(device):
+            source = tf.ones([size // 4], tf.float32)
+        round_trip(source)  # traced and instantiated outside the profile
 
-        def h2d(host=host):
-            with tf.device(f"GPU:{index}"):
-                tf.reduce_sum(tf.identity(host)[:1]).numpy()
+        def copies(source=source, repeats=_repeats(size)):  # noqa: B008 (bound per size)
+            for _ in range(repeats):
+                round_trip(source)
 
-        def d2h(device=device):
-            with tf.device("CPU:0"):
-                tf.identity(device).numpy()
-
-        to_device.append(size / _best_seconds(h2d, _repeats(size)) / 1e9)
-        to_host.append(size / _best_seconds(d2h, _repeats(size)) / 1e9)
-    return {"index": index, "host_to_device_gbps": to_device, "device_to_host_gbps": to_host}
+        best = best_copy_seconds(lms.profile_step(copies).copies)
+        if set(best) != {"out", "in"}:
+            timed_by = "wall time"
+            on_host = to_host(source)
+            to_device(on_host)
+            best = {
+                "out": _best_seconds(lambda x=source: to_host(x), _repeats(size)),
+                "in": _best_seconds(lambda h=on_host: to_device(h), _repeats(size)),
+            }
+        seconds.update({(direction, size): best[direction] for direction in best})
+    return {
+        "index": index,
+        "host_to_device_gbps": [size / seconds["in", size] / 1e9 for size in sizes],
+        "device_to_host_gbps": [size / seconds["out", size] / 1e9 for size in sizes],
+        "pinned": True if "GPU" in device.upper() else None,  # TensorFlow's rule, not measured
+        "timed_by": timed_by,
+    }
 
 
 def gpu_topology(pynvml, handle, handles) -> dict:

@@ -5,6 +5,10 @@ what its label says, or not shown).
 
 Records before traffic version 2 timed the swap ops, which on the emulated device without a link
 is a dictionary lookup (their "54-85 GB/s"): their seconds are never shown as a bandwidth.
+
+On a GPU the swaps, bytes and seconds are the profiled step's copies matched to LMS's swaps
+(`source` "copy events"): what ran, which a GPU's graph passes can make differ from the plan, so
+the plan's swaps and bytes are shown beside them.
 """
 
 from suite.records import TrialRecord
@@ -17,6 +21,7 @@ MEASURED = {"emulated link": "emulated link's transfers", "GPU copy events": "GP
 UNMEASURED = {
     "none": "no copy: emulated device without a link",
     "not profiled": "GPU copies not profiled",
+    "two devices": "no copy events: two logical CPU devices",
     None: "bandwidth not measured (record before swap traffic v2)",
 }
 
@@ -32,10 +37,39 @@ def _bandwidth(measured: list[Traffic], direction: str) -> str:
     return f"{moved / seconds / 1e9:.3g}"
 
 
+def _is_number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _planned(records: list[TrialRecord]) -> str | None:
+    """The plan's bytes and swaps each way per step (mean over the processes measured from copy
+    events that record them), e.g. "planned 131 MiB / 189 MiB, 143 / 194 swaps"; None where no
+    process was measured from copy events."""
+    keys = ("out_bytes", "in_bytes", "swap_outs", "swap_ins")
+    plans = []
+    for record in records:
+        table = record.metrics.lms_traffic if record.metrics is not None else None
+        if table is None or getattr(table, "source", None) != "copy events":
+            continue
+        values = [getattr(table, f"planned_{key}_per_step", None) for key in keys]
+        if all(map(_is_number, values)):
+            plans.append(values)
+    if not plans:
+        return None
+    means = [sum(column) / len(plans) for column in zip(*plans, strict=True)]
+    out_bytes, in_bytes, outs, ins = means
+    return (
+        f"planned {format_bytes(out_bytes)} / {format_bytes(in_bytes)}, "
+        f"{outs:.0f} / {ins:.0f} swaps"
+    )
+
+
 def traffic_text(records: list[TrialRecord]) -> str:
-    """The swap traffic of a host's trial processes, per step: bytes each way, swaps, and the
-    measured bandwidth or why there is none, e.g. "131 MiB / 189 MiB (143 / 194 swaps;
-    emulated link's transfers 1.98 / 1.97 GB/s)"."""
+    """The swap traffic of a host's trial processes, per step: bytes each way, swaps, the plan's
+    beside them where a GPU's copy events measured them, and the measured bandwidth or why there
+    is none, e.g. "131 MiB / 189 MiB (143 / 194 swaps; emulated link's transfers 1.98 / 1.97
+    GB/s)", "120 MiB / 189 MiB (131 / 194 swaps; planned 131 MiB / 189 MiB, 143 / 194 swaps;
+    GPU's copies 11.9 / 12.4 GB/s)"."""
     found = [t for t in (traffic(r.metrics) for r in records) if t]
     if not found:
         return "—"
@@ -45,6 +79,9 @@ def traffic_text(records: list[TrialRecord]) -> str:
 
     text = f"{format_bytes(mean('out', 'bytes'))} / {format_bytes(mean('into', 'bytes'))}"
     text += f" ({mean('out', 'swaps'):.0f} / {mean('into', 'swaps'):.0f} swaps; "
+    planned = _planned(records)
+    if planned:
+        text += f"{planned}; "
     measured = [t for t in found if t.copy in MEASURED]
     if not measured:
         reasons = dict.fromkeys(UNMEASURED.get(t.copy, f"copy {t.copy!r}") for t in found)

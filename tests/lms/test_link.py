@@ -2,11 +2,12 @@
 step-time model that replays a profiled step on another link (issue 14)."""
 
 import pytest
+from lms_cases import run_child
 
 import lms
 from lms.link import EmulatedLink, Link, parse_bandwidth, parse_duration
-from lms.profile import OpEvent, StepProfile
-from lms.steptime import SwapGraph, project
+from lms.profile import OpEvent, StepProfile, step_profile
+from lms.steptime import SwapGraph, project, seen_transfers
 
 
 def test_bandwidths_and_latencies_parse_with_their_units():
@@ -252,12 +253,102 @@ def test_a_profiled_step_names_every_swap_and_replays_to_its_own_time(swapped_st
     assert times[2] >= report.swapped_in_bytes / 1e7  # at 10 MB/s the link dominates
 
 
+@pytest.fixture(scope="module")
+def two_device():
+    """A small conv step with everything swapped, run on two logical CPU devices in a fresh
+    process (tests/support/_two_device_copies.py): its swap graph, its swaps' send/recv pairs
+    and its profile with those pairs named by their swaps (`LMSFunction.profile`)."""
+    found = run_child("_two_device_copies.py", "swaps")[1]
+    found["profile"] = StepProfile(tuple(OpEvent(*e) for e in found["events"]), ())
+    transfers = {name: tuple(t) for name, t in found["transfers"].items()}
+    found["swaps"] = SwapGraph(transfers, {n: tuple(g) for n, g in found["gates"].items()})
+    found["names"] = {name: tuple(t) for name, t in found["names"].items()}
+    return found
+
+
+def _slow_link(swaps: SwapGraph, seconds: float) -> Link:
+    """A link on which the swap-ins alone take `seconds` one after another: a step replayed on
+    it lasts at least that long, and a reader of the last swap-in to arrive waits, if nothing
+    waited before it, however long the profiled ops took (no timing in the test)."""
+    return Link(swaps.bytes_per_direction["in"] / seconds)
+
+
+def test_with_device_copies_the_readers_of_a_swap_in_wait_for_its_transfer(two_device):
+    """The device-copy layout: a swap-in's host Identity is the transfer; its readers read the
+    device Identity after it (`lms_swapin_copy`), which leaves no event in a profile, so they
+    are gated by the transfer itself."""
+    swaps = two_device["swaps"]
+    ins = [name for name, (direction, _, _) in swaps.transfers.items() if direction == "in"]
+    assert len(ins) == two_device["planned"]["in"] > 0
+    for name in ins:
+        assert swaps.gates[f"{name}_copy"] == (name,)
+        readers = [op for op, gates in swaps.gates.items() if name in gates]
+        assert any(not op.startswith("lms/") for op in readers), name
+
+
+def test_on_two_devices_the_profile_sees_every_swap_and_a_slow_link_delays_the_step(two_device):
+    """`LMSFunction.profile` on two logical CPU devices: the swap ops run inline without an
+    event, the pairs' `_Send`s have one; named by their swaps, every transfer is in the profile,
+    and on a slow link the replay waits for them."""
+    profile, swaps = two_device["profile"], two_device["swaps"]
+    assert two_device["seen"] == seen_transfers(profile, swaps) == sorted(swaps.transfers)
+    makespan = profile.makespan
+    slow = project(profile, swaps, _slow_link(swaps, 10 * makespan), makespan)
+    assert slow.step_seconds >= 10 * makespan and slow.waits >= 1
+    assert two_device["projected_10MBps"] >= swaps.bytes_per_direction["in"] / 10e6
+    traffic = two_device["traffic"]  # no copy events between two CPU devices: the plan's
+    assert (traffic["source"], traffic["copy"]) == ("plan", "two devices")
+    assert traffic["swap_ins_per_step"] == traffic["planned_swap_ins_per_step"] > 0
+
+
+def _device_plane_of(two_device, annotate):
+    """The two-device step's profile written as a GPU's device plane: each op a kernel named by
+    its `tf_op`, each transfer a copy of its bytes annotated with a node of its pair
+    (`annotate`: "send" or "recv")."""
+    from gpu_plane import add_gpu_plane, real_space
+
+    pairs, events = two_device["pairs"], []
+    for event in two_device["profile"].ops:
+        if event.name in pairs:
+            pair = pairs[event.name]
+            kind = {"out": "MemcpyD2H", "in": "MemcpyH2D"}[pair["direction"]]
+            nbytes = two_device["swaps"].transfers[event.name][1]
+            tf_op = f"{pair[annotate]}:{'_Send' if annotate == 'send' else '_Recv'}"
+            events.append((kind, nbytes, event.duration, tf_op, event.start))
+        else:
+            tf_op = f"{event.name}:{event.type}"
+            events.append(("kernel", None, event.duration, tf_op, event.start))
+    return add_gpu_plane(real_space(), events)
+
+
+@pytest.mark.parametrize("annotate", ["send", "recv"])
+def test_on_a_gpu_plane_the_copies_named_by_their_pair_are_the_transfers(two_device, annotate):
+    """A GPU's profile (its device plane, as the collector writes it; the copy's `tf_op` the
+    send or the recv of the pair): with the pairs' names every swap is a transfer of the replay
+    and a slow link delays the step; without them no copy is a swap, and the replay is the
+    profiled step whatever the link (what made the GPU test pass by construction)."""
+    space = _device_plane_of(two_device, annotate)
+    swaps = two_device["swaps"]
+    profile = step_profile(space, two_device["names"])
+    assert seen_transfers(profile, swaps) == sorted(swaps.transfers)
+    assert len(profile.copies) == len(swaps.transfers)
+    makespan = profile.makespan
+    link = _slow_link(swaps, 10 * makespan)
+    slow = project(profile, swaps, link, makespan)
+    assert slow.step_seconds >= 10 * makespan and slow.waits >= 1
+    blind = step_profile(space)
+    assert seen_transfers(blind, swaps) == []
+    assert project(blind, swaps, link, makespan).step_seconds == pytest.approx(makespan)
+
+
 @pytest.mark.gpu
 def test_on_a_gpu_the_projection_on_the_measured_link_is_the_measured_step():
     """GPU only (skipped here): the step-time model against the real link. A step with
-    everything swapped is profiled; its replay on the link measured by the host description
-    (64 MiB copies) must be within 10 % of the measured step time; and the copy events give the
-    swap traffic its seconds."""
+    everything swapped is profiled; its copies are matched to its swaps by their send/recv names
+    (none matched fails the test: the replay would then be the measured step by construction);
+    on a 10 MB/s link the replay lasts far longer than the measured step; on the link measured
+    by the host description (64 MiB copies, pinned) it is within 10 % of the measured step; and
+    the traffic is the matched copies' (the plan's beside it)."""
     import statistics
     import time
 
@@ -273,14 +364,25 @@ def test_on_a_gpu_the_projection_on_the_measured_link_is_the_measured_step():
         function(images, labels).numpy()
         times.append(time.perf_counter() - started)
     profile, swaps = function.profile(images, labels)
+    measured = statistics.median(times)
+    seen = seen_transfers(profile, swaps)
+    assert len(seen) > 0, "no copy event matched a swap"
+    assert len(seen) == len(swaps.transfers), sorted(set(swaps.transfers) - set(seen))
+    moved_in = swaps.bytes_per_direction["in"]
+    slow = project(profile, swaps, Link(10e6), measured)
+    assert slow.step_seconds >= max(10 * measured, moved_in / 10e6) and slow.waits > 0
     copies = measure_gpu_copies(0)
+    assert copies["timed_by"] == "copy events" and copies["pinned"] is True
     at = SIZES.index(2**26)
     link = Link(min(copies["host_to_device_gbps"][at], copies["device_to_host_gbps"][at]) * 1e9)
-    measured = statistics.median(times)
     projected = project(profile, swaps, link, measured).step_seconds
     assert abs(projected / measured - 1) < 0.10
     traffic = function.traffic()
-    assert traffic.source == "plan" and traffic.copy == "GPU copy events"
+    assert traffic.source == "copy events" and traffic.copy == "GPU copy events"
+    assert traffic.swap_ins_per_step == traffic.planned_swap_ins_per_step > 0
+    assert traffic.swap_outs_per_step == traffic.planned_swap_outs_per_step > 0
+    assert traffic.in_bytes_per_step == traffic.planned_in_bytes_per_step
+    assert traffic.out_bytes_per_step == traffic.planned_out_bytes_per_step
     assert traffic.in_seconds_per_step > 0 and traffic.in_bandwidth > 0
 
 
