@@ -59,7 +59,8 @@ class LMSFunction:
         self._replanned = set()  # signatures whose best earlier plan was planned again
         self._warned_leftovers = False
         self._traffic, self._steps = Traffic(), 0
-        self._copies = None  # GPU: a profiled step's copy events (lms.copy_events.copy_totals)
+        # GPU: (the profiled callable, its copy events matched to swaps: lms.copy_events.SwapCopies)
+        self._copies = None
 
     @staticmethod
     def _key(args):
