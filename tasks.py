@@ -284,17 +284,21 @@ def models(c, resolution=None, batch=None, precision=None, workload=None):
 
 
 @task(
+    auto_shortflags=False,  # -h stays help, not --host-memory
     help={
         "spec": "spec name or path; default: smoke",
         "workload": "only this workload's trials",
         "resolution": "override the resolution (as in `inv run`)",
         "batch": "override the batch size",
         "precision": "override the precision",
-        "device_memory": "memory to plan for, e.g. 16GiB; default: the spec's lms.device_memory "
-        "or memory_budget, else the GPU's memory",
+        "device_memory": "a GPU's memory to plan for (on another host), e.g. 16GiB; default: "
+        "the spec's lms.device_memory or memory_budget, else this host's GPU",
+        "host_memory": "the planned host's memory, e.g. 512GiB, that each plan's host need is "
+        "checked against; default: the spec's lms.host_memory, else this host's available "
+        "memory, or with --device-memory (another host) not checked",
         "output": "directory for the memory plots (one per plan: plan-SPEC-STUDY-WORKLOAD-"
         "RESpx-bBATCH-lms-off|on.png)",
-    }
+    },
 )
 @_user_errors
 def plan(
@@ -305,35 +309,42 @@ def plan(
     batch=None,
     precision=None,
     device_memory=None,
+    host_memory=None,
     output=None,
 ):
     """Print LMS's plans (JSON) for a spec's trials and plot each one's memory, without running."""
     from suite.specs import load_spec
     from suite.units import parse_size
 
-    if device_memory is not None:
-        parse_size("--device-memory", device_memory)  # "1.5" has no unit: refused before any work
+    for name, size in (("--device-memory", device_memory), ("--host-memory", host_memory)):
+        if size is not None:
+            parse_size(name, size)  # "1.5" has no unit: refused before any work
     overrides = {"resolution": resolution, "batch": batch, "precision": precision}
     loaded = load_spec(spec or c.suite.spec, overrides)
     output = writable_directory(Path(output or c.suite.reports), "--output")
     from suite.running.planning import plan_spec, show_lms_messages  # TensorFlow: after the checks
 
     show_lms_messages()
-    reports = plan_spec(loaded, output, workload, device_memory, Path(c.suite.results))
+    results = Path(c.suite.results)
+    reports = plan_spec(loaded, output, workload, device_memory, results, host_memory)
     print(json.dumps(reports, indent=1))  # stdout is the JSON; progress and messages: stderr
 
 
 @task(
+    auto_shortflags=False,  # -h stays help, not --host-memory
     help={
         "spec": "spec to project (default: suite.spec)",
         "link": "comma-separated named links (lms.link.LINKS; default: all) or bandwidths (2GB/s)",
         "gpu": "host (measure here; default) or v100, a100, h100 (roofline estimate)",
+        "host_memory": "the projected host's memory, e.g. 512GiB, that each plan's host need "
+        "is checked against; default: the spec's lms.host_memory, else with --gpu host this "
+        "host's available memory, with a named GPU (another host) not checked",
         "workload": "only this workload's trials",
         "resolution": "override the resolution (as in `inv run`)",
         "batch": "override the batch size",
         "precision": "override the precision",
         "output": "directory of projection.json (default: suite.reports)",
-    }
+    },
 )
 @_user_errors
 def project(
@@ -341,6 +352,7 @@ def project(
     spec=None,
     link=None,
     gpu="host",
+    host_memory=None,
     workload=None,
     resolution=None,
     batch=None,
@@ -349,14 +361,17 @@ def project(
 ):
     """Project the LMS trials' images/sec on named CPU-GPU links (JSON; a section of the report)."""
     from suite.specs import load_spec
+    from suite.units import parse_size
 
+    if host_memory is not None:
+        parse_size("--host-memory", host_memory)  # refused before any work
     names = [n.strip() for n in link.split(",") if n.strip()] if link else None
     overrides = {"resolution": resolution, "batch": batch, "precision": precision}
     loaded = load_spec(spec or c.suite.spec, overrides)
     output = writable_directory(Path(output or c.suite.reports), "--output")
     from suite.running.projection import project_spec  # TensorFlow: after the checks
 
-    results = project_spec(loaded, output, names, gpu, workload)
+    results = project_spec(loaded, output, names, gpu, workload, host_memory)
     # stdout is the JSON; progress: stderr
     print(json.dumps([p.to_dict() for p in results], indent=1))
 

@@ -76,17 +76,37 @@ def lms_options(params: "TrialParams") -> dict | None:
     return options
 
 
-def host_memory_fits(report: dict, params: "TrialParams", emulated: bool) -> bool:
-    """Whether this host has the memory a planned trial needs (`report`: its plan as a dict):
-    the check lms makes before the trial's step runs (lms.check_host_memory), made on a
-    prediction's plan so that a search does not aim at a size the host cannot hold."""
-    limit = (params.lms or {}).get("host_memory", "auto")
+# planning for a host other than this one without its memory: said once per task
+HOST_NOT_CHECKED = "host memory not checked: planning for another host; give --host-memory to check"
+
+
+def host_memory_limit(params: "TrialParams", given: int | None, here: bool):
+    """The host memory a trial's plan is checked against: `given` (a task's --host-memory), else
+    the spec's lms.host_memory, else, for a plan of this host ("here"), "auto" (what this host
+    has available: lms.check_host_memory); for another host None, not checked: this machine's
+    free memory says nothing about that host's."""
+    if given is not None:
+        return given
+    spec_limit = (params.lms or {}).get("host_memory")
+    if spec_limit is not None:
+        return spec_limit
+    return "auto" if here else None
+
+
+def host_memory_shortfall(
+    report: dict, limit, emulated: bool, pinned: int | None = None
+) -> str | None:
+    """Why the host cannot hold a planned trial (`report`: its plan as a dict), or None when it
+    can or `limit` is None (not checked): the check lms makes before the trial's step runs
+    (lms.check_host_memory: bytes, or "auto" for this host's), made on a plan that does not run.
+    `emulated`: the device's buffers are host memory too; `pinned`: a GPU host's pinned
+    allocator cap (the planner's `target.pinned_host_bytes()`)."""
     try:
         host_peak, device_peak = report["host_peak_bytes"], report["peak_bytes_with_lms"]
-        lms.check_host_memory(host_peak, device_peak, emulated, limit)
-    except lms.HostMemoryError:
-        return False
-    return True
+        lms.check_host_memory(host_peak, device_peak, emulated, limit, pinned)
+    except lms.HostMemoryError as error:
+        return str(error)
+    return None
 
 
 def make_planner(params: "TrialParams", plot=None) -> "lms.LMS | None":

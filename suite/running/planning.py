@@ -6,12 +6,18 @@ Each plan gets its own memory plot, named for its spec, study, size and whether 
 with LMS (`plot_name`): a study's LMS-off and LMS-on trials are two plans and two plots.
 """
 
+import sys
 from pathlib import Path
 
 import lms
 from suite import lms_seam
 from suite.errors import SuiteError
-from suite.lms_seam import SUITE_SPLIT_DEFAULT, lms_options
+from suite.lms_seam import (
+    HOST_NOT_CHECKED,
+    SUITE_SPLIT_DEFAULT,
+    host_memory_limit,
+    lms_options,
+)
 from suite.specs import Spec, Trial, TrialParams
 from suite.specs.model import lms_text
 from suite.units import parse_size
@@ -25,7 +31,28 @@ def show_lms_messages() -> None:
     logging.getLogger("lms").setLevel(logging.INFO)
 
 
-def plan_trial(params: TrialParams, device_memory=None, plot: Path | None = None) -> dict:
+class NoPlan(SuiteError):
+    """Not even the closest plan (lms.NothingFitsError): nothing LMS can do for the trial.
+    `device_bytes`: the device memory it was planned for."""
+
+    def __init__(self, message: str, device_bytes: int):
+        super().__init__(message)
+        self.device_bytes = device_bytes
+
+
+def plan_trial(
+    params: TrialParams, device_memory=None, plot: Path | None = None, host_memory="auto"
+) -> dict:
+    """The plan of a trial, as lms makes it before the trial's first step, without running it.
+
+    device_memory: a GPU's memory (bytes) to plan for, with a GPU's swaps and allocator (another
+        host: `inv plan --device-memory`); None: the device the trial runs on here (its spec's
+        lms.device_memory or memory budget, else TensorFlow's pool of this host's GPU).
+    host_memory: what the plan's host need is checked against (lms.check_host_memory): bytes,
+        "auto" (this host's available memory) or None (not checked). The report's `host_memory`
+        says the limit, whether the plan fits it (None: not checked) and, when not, why.
+    The report also carries `device_bytes` (the device memory planned for) and `target` (lms's
+    kind of device: "emulated", "gpu", "two-device")."""
     from suite.workloads import build_workload, data, training
 
     info = params.info
@@ -34,28 +61,42 @@ def plan_trial(params: TrialParams, device_memory=None, plot: Path | None = None
     if device_memory is not None:  # a GPU's memory: plan with a GPU's swaps and allocator
         options["device_memory"] = device_memory
         options.setdefault("mechanism", "device-copy")
+    options.pop("host_memory", None)  # checked below against `host_memory`
     try:
         planner = lms.LMS(plot=str(plot) if plot else None, **options)
     except lms.ParameterError as error:
-        raise SuiteError(f"{error} (give --device-memory, e.g. --device-memory 16GiB)") from None
+        raise SuiteError(str(error)) from None
     model, loss_fn = build_workload(
         info.name, params.resolution, params.batch, params.precision, params.classes
     )
     step = training.make_train_step(model, loss_fn, training.make_optimizer(), params.precision)
     specs = data.batch_specs(info, params.resolution, params.batch, params.classes)
     try:
-        report = planner.plan_only(step, *specs)
+        report = planner.plan_only(step, *specs).to_dict()
     except lms.NothingFitsError as error:
-        raise SuiteError(
-            f"{info.name} {params.resolution}px batch {params.batch}: {error}"
+        raise NoPlan(
+            f"{info.name} {params.resolution}px batch {params.batch}: {error}",
+            planner.device_bytes,
         ) from None
+    target = planner.target
+    shortfall = lms_seam.host_memory_shortfall(
+        report, host_memory, target.emulated, target.pinned_host_bytes()
+    )
+    checked = host_memory is not None
     return {
         "workload": info.name,
         "resolution": params.resolution,
         "batch": params.batch,
         "precision": params.precision,
         "plot": str(plot) if plot else None,
-        **report.to_dict(),
+        "target": target.kind,
+        "device_bytes": planner.device_bytes,
+        **report,
+        "host_memory": {
+            "limit": host_memory,  # bytes, "auto" (this host's available memory) or None
+            "fits": (shortfall is None) if checked else None,
+            "shortfall": shortfall,
+        },
     }
 
 
@@ -88,10 +129,17 @@ def plan_spec(
     workload: str | None = None,
     device_memory: str | None = None,
     results_dir: Path | None = None,
+    host_memory: str | None = None,
 ) -> list[dict]:
     """Plans of the trials of `spec` (of one workload if given); plots go to `output_dir`.
     Where `results_dir` holds a run of the same trial, its plan's measured attempts (the
-    closed loop) are shown beside the simulation as `measured`."""
+    closed loop) are shown beside the simulation as `measured`.
+
+    With `device_memory` the plans are for a GPU of that memory on another host: their host
+    need is checked against `host_memory` (e.g. "512GiB"), else the spec's lms.host_memory,
+    else not at all (one line on stderr says so), never against this machine's free memory.
+    Without it they are for this host and checked against what it has available. A plan over
+    its host memory is reported (`host_memory`, and a line on stderr), not refused."""
     trials = [t for t in spec.plannable_trials() if workload in (None, t.params.workload)]
     if not trials:
         choices = sorted({t.params.workload for t in spec.plannable_trials()})
@@ -99,12 +147,25 @@ def plan_spec(
             f"spec {spec.name} has no trial of workload {workload!r}; it has: {', '.join(choices)}"
         )
     memory = None if device_memory is None else parse_size("--device-memory", device_memory)
+    given = None if host_memory is None else parse_size("--host-memory", host_memory)
+    here = memory is None
+    limits = [host_memory_limit(t.params, given, here) for t in trials]
+    if any(limit is None for limit in limits):
+        print(HOST_NOT_CHECKED, file=sys.stderr)
     output_dir.mkdir(parents=True, exist_ok=True)
     measured = measured_attempts(results_dir) if device_memory is None else {}
     reports = []
-    for trial in trials:
-        report = plan_trial(trial.params, memory, output_dir / plot_name(spec, trial))
+    for trial, limit in zip(trials, limits, strict=True):
+        try:
+            report = plan_trial(trial.params, memory, output_dir / plot_name(spec, trial), limit)
+        except SuiteError as error:
+            if isinstance(error, NoPlan) or memory is not None:
+                raise
+            hint = "give --device-memory, e.g. --device-memory 16GiB"
+            raise SuiteError(f"{error} ({hint})") from None
         report.pop("timeline", None)  # drawn in the plot; hundreds of numbers in JSON
+        if report["host_memory"]["shortfall"]:
+            print(f"{trial.study}: {report['host_memory']['shortfall']}", file=sys.stderr)
         if trial.hash in measured:
             report["measured"] = measured[trial.hash]
         # the trial planned: its study and its LMS as the spec runs it (an LMS-off trial is

@@ -4,8 +4,9 @@
 candidates' trial parameters (ascending) and the mode; the child bisects over them, tracing each
 probed size from TensorSpecs (nothing runs, only weights are allocated) and asking lms whether it
 fits:
-- LMS off: the simulated peak without LMS within the device memory (the trial's memory budget,
-  else the GPU's memory);
+- LMS off: the simulated peak without LMS within the device memory (the spec's lms.device_memory
+  or the trial's memory budget, else TensorFlow's memory pool of this host's GPU, which lms reads:
+  not NVML's total);
 - LMS on: the auto-tuner (or the given parameters) finds a plan within LMS's budget, and this
   host has the host memory the plan needs (lms.check_host_memory, as before a trial's step).
 A child process because tracing many sizes grows the process, and the parent stays TensorFlow-free.
@@ -26,24 +27,26 @@ from suite.specs.model import TrialParams
 def _fits(params: "TrialParams", mode: str) -> Probe:
     import keras
 
-    import lms
     from suite.errors import SuiteError
-    from suite.lms_seam import device_memory, host_memory_fits, lms_options
-    from suite.running.planning import plan_trial
+    from suite.lms_seam import host_memory_limit
+    from suite.running.planning import NoPlan, plan_trial
 
     keras.backend.clear_session()
-    budget = device_memory(params) or lms.gpu_memory_bytes()
-    if budget is None:
-        raise SuiteError("no memory budget and no readable GPU: nothing to predict against")
-    options = lms_options(params)
+    # planned as the trial will run here (its device memory, else TensorFlow's pool of this
+    # host's GPU; the emulated device without a GPU) and checked against this host's memory,
+    # where its trials run (or the spec's lms.host_memory)
+    limit = host_memory_limit(params, None, here=True) if mode != "off" else None
     try:
-        report = plan_trial(params, None if options else budget)
-    except SuiteError:  # not even the closest plan: nothing LMS can do
-        return Probe(False, budget)
+        report = plan_trial(params, host_memory=limit)
+    except NoPlan as error:  # not even the closest plan: nothing LMS can do
+        return Probe(False, error.device_bytes)
+    except SuiteError as error:  # no device memory to plan for
+        raise SuiteError(f"nothing to predict against: {error}") from None
+    budget = report["device_bytes"]
     # off: the plain peak within the device; on: within LMS's budget (with its safety ratio)
     fits = report["peak_bytes_without_lms"] <= budget if mode == "off" else bool(report["fits"])
     if fits and mode != "off":  # and the host holds what the plan swaps and splits
-        fits = host_memory_fits(report, params, emulated=lms.gpu_memory_bytes() is None)
+        fits = report["host_memory"]["fits"] is not False
     peaks = report["peak_bytes_without_lms"], report["peak_bytes_with_lms"]
     return Probe(fits, budget, report["budget_bytes"], *peaks)
 

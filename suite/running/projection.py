@@ -8,6 +8,10 @@ Two sources of per-op compute times (lms/steptime.py replays either on each link
   planned for that GPU's memory (or the spec's `lms.device_memory`); nothing runs, so the seed
   specs' GPU sizes project here too.
 
+A named GPU's host is not this machine: its plans are checked against `--host-memory` (or the
+spec's lms.host_memory) only, else not at all (one line says so), and nothing runs, so no closed
+loop measures them (calibration_steps 0: no meter of a GPU that is not here).
+
 Results go to `projection.json` beside the report, which `inv report` turns into a section with a
 plot of throughput against link bandwidth (measured points where records of emulated links
 exist).
@@ -20,9 +24,10 @@ from pathlib import Path
 
 import lms
 from suite.errors import SuiteError
-from suite.lms_seam import lms_options
+from suite.lms_seam import HOST_NOT_CHECKED, host_memory_limit, lms_options
 from suite.records import LinkProjection, Projection, write_projections
 from suite.specs import Spec, Trial, TrialParams
+from suite.units import parse_size
 
 GPU_MEMORY = {"v100": "16GiB", "a100": "40GiB", "h100": "80GiB"}
 DEFAULT_LINKS = ("nvlink2", "pcie3", "pcie3-shared", "pcie4", "pcie5", "nvlink-c2c")
@@ -37,16 +42,21 @@ def _build(params: TrialParams):
     return training.make_train_step(model, loss_fn, training.make_optimizer(), params.precision)
 
 
-def _measured(params: TrialParams, steps: int = 3):
-    """(profile, swaps, median step seconds) of the trial's LMS step run here."""
+def _measured(params: TrialParams, host_memory="auto", steps: int = 3):
+    """(profile, swaps, median step seconds) of the trial's LMS step run here; its plan's host
+    need checked against `host_memory` (bytes, "auto": this host's available memory)."""
     from suite.workloads import data
 
     options = lms_options(params)
     options.pop("link", None)  # the host's own copies: the links are what is projected
+    options["host_memory"] = host_memory
     function = lms.LMS(**options).wrap(_build(params))
     batch = data.synthetic_batch(params.info, params.resolution, params.batch, params.classes)
-    for _ in range(2):  # trace, plan and rewrite; then warm up
-        function(*batch)
+    try:
+        for _ in range(2):  # trace, plan and rewrite; then warm up
+            function(*batch)
+    except lms.HostMemoryError as error:
+        raise SuiteError(f"{params.describe()} here: {error}") from None
     times = []
     for _ in range(steps):
         started = time.perf_counter()
@@ -56,8 +66,10 @@ def _measured(params: TrialParams, steps: int = 3):
     return profile, swaps, statistics.median(times)
 
 
-def _roofline(params: TrialParams, gpu: str):
-    """(profile, swaps, None): the trial's step planned for `gpu` and estimated on it."""
+def _roofline(params: TrialParams, gpu: str, host_memory=None):
+    """(profile, swaps, None): the trial's step planned for `gpu` and estimated on it. The GPU's
+    host is not this machine: the plan's host need is checked against `host_memory` (bytes)
+    only, and not at all when it is None."""
     from suite.workloads import data
 
     options = lms_options(params)
@@ -65,11 +77,13 @@ def _roofline(params: TrialParams, gpu: str):
     if not (params.lms or {}).get("device_memory"):
         options["device_memory"] = GPU_MEMORY[gpu]
     options["mechanism"] = "device-copy"  # a GPU's swaps, never run here
+    options["calibration_steps"] = 0  # nothing runs: no closed loop, no meter of a GPU not here
+    options["host_memory"] = host_memory
     function = lms.LMS(**options).wrap(_build(params))
     specs = data.batch_specs(params.info, params.resolution, params.batch, params.classes)
     try:
         callable_, _ = function.prepare(*specs)
-    except lms.NothingFitsError as error:
+    except (lms.NothingFitsError, lms.HostMemoryError) as error:
         raise SuiteError(
             f"{params.workload} {params.resolution}px batch {params.batch} on {gpu}: {error}"
         ) from None
@@ -78,9 +92,16 @@ def _roofline(params: TrialParams, gpu: str):
     return profile, lms.swap_graph(graph, params.batch), None
 
 
-def project_trial(trial: Trial, spec: Spec, links: dict, gpu: str) -> Projection:
+def project_trial(
+    trial: Trial, spec: Spec, links: dict, gpu: str, host_memory="auto"
+) -> Projection:
+    """`host_memory`: what the plan's host need is checked against (bytes; "auto": this host's
+    available memory, with --gpu host only; None: not checked)."""
     params = trial.params
-    profile, swaps, step_seconds = _measured(params) if gpu == "host" else _roofline(params, gpu)
+    if gpu == "host":
+        profile, swaps, step_seconds = _measured(params, host_memory)
+    else:
+        profile, swaps, step_seconds = _roofline(params, gpu, host_memory)
     moved = swaps.bytes_per_direction
     rows = []
     for name, (description, link) in links.items():
@@ -149,9 +170,18 @@ def projected_trials(spec: Spec, workload: str | None = None) -> list:
 
 
 def project_spec(
-    spec: Spec, output_dir: Path, link_names=None, gpu: str = "host", workload: str | None = None
+    spec: Spec,
+    output_dir: Path,
+    link_names=None,
+    gpu: str = "host",
+    workload: str | None = None,
+    host_memory: str | None = None,
 ) -> list[Projection]:
-    """Projections of the LMS trials of `spec`, written to output_dir/projection.json."""
+    """Projections of the LMS trials of `spec`, written to output_dir/projection.json.
+
+    A plan's host need is checked against `host_memory` (e.g. "512GiB"), else the spec's
+    lms.host_memory, else, with `gpu` "host", this machine's available memory; for a named GPU
+    (another host) it is then not checked (one line on stderr says so)."""
     if gpu != "host" and gpu not in lms.ROOFLINE_GPUS:
         raise SuiteError(f"--gpu {gpu!r}: allowed: host, {', '.join(lms.ROOFLINE_GPUS)}")
     try:
@@ -166,8 +196,12 @@ def project_spec(
         )
     if gpu == "host":
         _check_sized_for_here(trials)
+    given = None if host_memory is None else parse_size("--host-memory", host_memory)
+    limits = [host_memory_limit(t.params, given, here=gpu == "host") for t in trials]
+    if any(limit is None for limit in limits):
+        print(HOST_NOT_CHECKED, file=sys.stderr)
     results = []
-    for number, trial in enumerate(trials, 1):
+    for number, (trial, limit) in enumerate(zip(trials, limits, strict=True), 1):
         p = trial.params
         # progress on stderr: stdout is the JSON (`inv project > projection.json`)
         print(
@@ -175,6 +209,6 @@ def project_spec(
             f"{p.precision} on {gpu} ({trial.study})",
             file=sys.stderr,
         )
-        results.append(project_trial(trial, spec, links, gpu))
+        results.append(project_trial(trial, spec, links, gpu, limit))
     write_projections(output_dir, results)
     return results

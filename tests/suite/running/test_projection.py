@@ -1,5 +1,12 @@
-"""suite.running.projection: which trials `inv project` profiles and projects."""
+"""suite.running.projection: which trials `inv project` profiles and projects, and a named GPU's
+projection planned for that GPU's host, not this machine."""
 
+import logging
+
+import pytest
+
+from suite.errors import SuiteError
+from suite.lms_seam import HOST_NOT_CHECKED
 from suite.specs import load_spec
 
 
@@ -13,3 +20,40 @@ def test_studies_that_differ_only_in_their_link_are_projected_once():
     assert [t.study for t in projected_trials(load_spec("smoke"), "googlenet")] == [
         "googlenet-throughput"
     ]  # its LMS-on trial only
+
+
+def test_the_seeds_four_studies_project_on_a_v100_to_the_end(tmp_path, capsys, caplog):
+    """`inv project --spec googlenet-enlarged --gpu v100` ended in a HostMemoryError at its
+    4-GPU study (the V100 host's plan was checked against this machine's free memory), and each
+    study warned that LMS could not measure GPU:0. A V100's host is not this machine: without
+    --host-memory nothing is checked and one line says so; nothing about a meter is said."""
+    from suite.running.projection import project_spec
+
+    spec = load_spec("googlenet-enlarged", {"resolution": "64", "batch": "2"})
+    with caplog.at_level(logging.WARNING, logger="lms"):
+        results = project_spec(spec, tmp_path, ["pcie3", "nvlink2"], "v100")
+    assert [p.study for p in results] == [
+        "lms-everything",
+        "lms-auto",
+        "lms-everything-4gpus",
+        "lms-auto-4gpus",
+    ]
+    everything = results[0]
+    assert everything.swaps > 0 and everything.in_bytes_per_step > 0
+    pcie3, nvlink2 = everything.links
+    assert pcie3.images_per_sec < nvlink2.images_per_sec
+    lms_records = [r for r in caplog.records if r.name.startswith("lms")]
+    assert [r.getMessage() for r in lms_records if r.levelno >= logging.WARNING] == []
+    err = capsys.readouterr().err
+    assert err.count(HOST_NOT_CHECKED) == 1 and "cannot measure" not in err
+
+
+def test_a_named_gpus_projection_is_checked_against_the_host_memory_given(tmp_path, capsys):
+    from suite.running.projection import project_spec
+
+    spec = load_spec("smoke", {"resolution": "64", "batch": "2"})
+    with pytest.raises(SuiteError, match="over the 1.00 MiB of host memory given"):
+        project_spec(spec, tmp_path, ["pcie3"], "v100", "googlenet", host_memory="1MiB")
+    (fits,) = project_spec(spec, tmp_path, ["pcie3"], "v100", "googlenet", "512GiB")
+    assert fits.swaps > 0
+    assert HOST_NOT_CHECKED not in capsys.readouterr().err
