@@ -385,6 +385,33 @@ def hostinfo(c):
     print(json.dumps(capture_host_description(), indent=1, sort_keys=True))
 
 
+@task(
+    auto_shortflags=False,  # -h stays help, not --host
+    help={
+        "mode": "gpu (the GPU TensorFlow sees) or two-device (the GPU mechanism on two logical "
+        "CPU devices; GPU-only parts not run); default: gpu where nvidia-smi lists a GPU",
+        "results": "results directory: gpucheck/HOST.json, the host description, logs/HOST/",
+        "host": "host name the check is filed under; default: this machine's hostname",
+    },
+)
+@_user_errors
+def gpucheck(c, mode=None, results=None, host=None):
+    """Accept a GPU host before trusting its numbers: five checks of LMS's GPU path in fresh
+    processes; exit 1 with a line per failure."""
+    from suite.running.gpucheck import record, run_gpucheck, verdict_line
+
+    results = writable_directory(Path(results or c.suite.results), "--results")
+    run = run_gpucheck(results, host, mode)
+    path = record(run, results)
+    print(verdict_line(run))
+    print(
+        f"recorded: {path} and host description {run.host_ref}; trials run on this machine "
+        "from now on carry it (the report's hosts table)"
+    )
+    if run.failures:
+        raise Exit("\n".join(f"FAILED {line}" for line in run.failures), code=1)
+
+
 @task
 @_user_errors
 def specs(c):
@@ -481,6 +508,7 @@ namespace = Collection(
     plan,
     project,
     hostinfo,
+    gpucheck,
     specs,
     test,
 )

@@ -161,7 +161,7 @@ def describe_host() -> dict:
         keras_version = keras.__version__
     except ImportError:
         keras_version = None
-    return {
+    description = {
         "hostname": socket.gethostname(),
         "architecture": platform.machine(),
         "emulation": detect_emulation(),  # None: native
@@ -186,6 +186,14 @@ def describe_host() -> dict:
         "image_digest": os.environ.get(IMAGE_DIGEST_VARIABLE),
         "suite": suite_version(),
     }
+    # the newest `inv gpucheck` on this machine, whether the host was accepted before these
+    # numbers were measured; absent where none ran (a description's hash stays what it was)
+    from suite.running.gpucheck import host_check_summary
+
+    checked = host_check_summary()
+    if checked is not None:
+        description["gpu_check"] = checked
+    return description
 
 
 def capture_host_description(timeout_s: float = 600) -> dict:

@@ -38,6 +38,21 @@ class SuiteVersion:
     dirty: bool | None = None
 
 
+@dataclass(frozen=True)
+class GpuCheck:
+    """The newest `inv gpucheck` on the host when it was described (suite/running/gpucheck.py):
+    how many of its checks passed, failed and did not run (GPU-only checks without a GPU)."""
+
+    checked_at: str
+    mode: str = field(metadata={"choices": ("gpu", "two-device")})
+    passed: int
+    failed: int
+    not_run: int
+    of: int
+    tensorflow_version: str | None = None
+    version: int = 1
+
+
 # the copy sizes the hosts table shows a bandwidth at: 1 MiB, 64 MiB, 1 GiB
 SHOWN_SIZES = (2**20, 2**26, 2**30)
 
@@ -80,6 +95,7 @@ class HostDescription:
     python_version: str | None = None
     image_digest: str | None = None
     suite: SuiteVersion | None = None
+    gpu_check: GpuCheck | None = None  # None: no `inv gpucheck` ran on the host before
     raw: dict | None = field(default=None, compare=False, repr=False)
 
     @classmethod

@@ -33,6 +33,7 @@ from suite.reporting.scaling import scaling_section
 from suite.reporting.swap_traffic import traffic_text
 from suite.reporting.sweep_plots import plot_sweeps
 from suite.reporting.throughput_plot import plot_throughput
+from suite.running.gpucheck import check_text
 from suite.specs.model import lms_text
 from suite.stats import ratio_interval, ratio_text
 from suite.units import format_bytes
@@ -196,6 +197,16 @@ def _suite_commit(description: HostDescription) -> str:
     return commit[:12] + (" (modified)" if suite and suite.dirty else "")
 
 
+def _gpu_check(description: HostDescription) -> str:
+    """The newest `inv gpucheck` on the host when it was described, and the TensorFlow it ran
+    with where that is not the TensorFlow the trials ran."""
+    check = description.gpu_check
+    text = check_text(check)
+    if check and check.tensorflow_version not in (None, description.tensorflow_version):
+        text += f", with TensorFlow {check.tensorflow_version}"
+    return text
+
+
 # the hosts table's rows: label -> what it shows of a description
 HOST_FIELDS = {
     "architecture": lambda d: d.architecture,
@@ -209,6 +220,7 @@ HOST_FIELDS = {
     "driver / CUDA / cuDNN": lambda d: " / ".join(
         map(_known, (d.driver_version, d.cuda_version, d.cudnn_version))
     ),
+    "GPU check (`inv gpucheck`)": _gpu_check,
     "TensorFlow / Keras": lambda d: f"{_known(d.tensorflow_version)} / {_known(d.keras_version)}",
     "Python": lambda d: _known(d.python_version),
     "image digest": lambda d: d.image_digest or "native",
