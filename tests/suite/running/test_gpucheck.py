@@ -340,3 +340,45 @@ def test_a_crashed_check_process_is_a_failure_and_no_gpu_for_mode_gpu_is_one_lin
 def test_without_a_visible_gpu_the_default_mode_is_two_device(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # as tests/conftest.py hides GPUs
     assert gpucheck.default_mode() == "two-device"
+
+
+def gpu_run(copy_start: float):
+    """GPU only, made by hand: the run metadata of one swap-in's send/recv pair (named as the
+    partitioner names them, lms/copy_match.py) and a device plane as cupti_collector writes one
+    (tests/support/gpu_plane.py): the trigger's kernel from 0 to 1 ms, the swap-in's
+    host-to-device copy from `copy_start`."""
+    from gpu_plane import add_gpu_plane
+    from tensorflow.core.protobuf import config_pb2
+
+    from lms import _tf_private
+
+    metadata = config_pb2.RunMetadata()
+    function_graph = metadata.function_graphs.add()
+    cpu, gpu = (f"/job:localhost/replica:0/task:0/device:{d}:0" for d in ("CPU", "GPU"))
+    host, device = function_graph.partition_graphs.add(), function_graph.partition_graphs.add()
+    host.node.add(name=SWAP_IN, op="Identity", device=cpu)
+    for partition, name, op in ((host, "_9", "_Send"), (device, "_10", "_Recv")):
+        node = partition.node.add(name=f"{SWAP_IN}/{name}", op=op, device=cpu)
+        node.input.extend([SWAP_IN] if op == "_Send" else [])
+        node.attr["tensor_name"].s = f"edge_9_{SWAP_IN}".encode()
+        node.attr["send_device"].s, node.attr["recv_device"].s = cpu.encode(), gpu.encode()
+    space = add_gpu_plane(
+        _tf_private.xplane_pb2().XSpace(),
+        [
+            ("volta_scudnn_128x64_relu", None, 1e-3, "conv2d_3/Relu:Relu", 0.0),
+            ("MemcpyH2D", 2**20, 1e-4, f"{SWAP_IN}/_10:_Recv", copy_start),
+        ],
+    )
+    return metadata, space
+
+
+def test_gpu_only_a_copy_event_is_timed_against_its_triggers_kernel():
+    from suite.running.gpucheck_worker import device_copy_timing
+
+    report = report_with(GATED)
+    (on_time,) = device_copy_timing(report, *gpu_run(copy_start=2e-3))
+    assert on_time == SwapInTiming(SWAP_IN, "conv2d_3/Relu", 1e-3, 2e-3)
+    assert timing_failures([on_time], "device") == []
+    (early,) = device_copy_timing(report, *gpu_run(copy_start=0.5e-3))  # desk check B1
+    assert early.start == pytest.approx(0.5e-3) and not early.after_trigger
+    assert len(timing_failures([early], "device")) == 1
