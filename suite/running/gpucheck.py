@@ -444,10 +444,11 @@ def run_gpucheck(
     mode = mode or default_mode()
     host = check_host_name(host or default_host_name())
     run = GpuCheckRun(host, mode, utc_now(), [])
+    processes = sum(len(c.parts) for c in CHECKS if mode == "gpu" or not c.gpu_only)
     echo(
         f"GPU check of host {host}, mode {mode}"
         + ("" if mode == "gpu" else " (no GPU: the GPU mechanism on two logical CPU devices)")
-        + f": {len(CHECKS)} checks, one process each"
+        + f": {len(CHECKS)} checks in {processes} fresh processes"
     )
     started = time.perf_counter()
     for index, check in enumerate(CHECKS, 1):

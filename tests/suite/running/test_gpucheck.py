@@ -51,7 +51,7 @@ def test_inv_gpucheck_runs_every_check_and_says_what_did_not_run_without_a_gpu(c
     assert out.startswith("GPU check of host checked, mode two-device (no GPU: ")
     for index, check in enumerate(CHECKS, 1):
         assert f"check {index} of 5 ({check.id}): {check.title} ..." in out
-    assert out.count("(elapsed ") == 5
+    assert out.count("(elapsed ") == 5 and ": 5 checks in 5 fresh processes" in out
     # a: every LMS op ran where placed, every swap-in gated by its trigger
     assert "LMS ops ran as placed" in out and " 0 Grappler swaps, 0 layout transposes" in out
     # b: the host-side sends after their triggers; the device timeline is GPU only
@@ -311,6 +311,7 @@ def test_the_same_task_passes_when_every_swap_in_is_gated(tmp_path, monkeypatch,
     out = capsys.readouterr().out
     assert "check 3 of 5 (c)" in out and "memory-fp16-ordering1 fine" in out
     assert out.count("memory-") == 4  # c: a process per precision and ordering on a GPU
+    assert ": 5 checks in 9 fresh processes" in out
     assert "GPU check: passed 5/5 (" in out
 
 
