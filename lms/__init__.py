@@ -46,6 +46,7 @@ if TYPE_CHECKING:  # `X as X`: a re-export, as type checkers read it
     from lms.explain import explain_peak as explain_peak
     from lms.function import LMSFunction as LMSFunction
     from lms.graph import Analysis as Analysis
+    from lms.grappler_replay import grappler_replays as grappler_replays
     from lms.host_memory import check_host_memory as check_host_memory
     from lms.link import Link as Link
     from lms.link import named_links as named_links
@@ -60,6 +61,7 @@ if TYPE_CHECKING:  # `X as X`: a re-export, as type checkers read it
     from lms.profile import (
         StepProfile as StepProfile,
     )
+    from lms.profile import profile_copies as profile_copies
     from lms.profile import (
         profile_step as profile_step,
     )
@@ -154,6 +156,8 @@ _EXPORTS = {
     "use_two_devices": "lms.target",
     "PlacementReport": "lms.placement",
     "check_step": "lms.placement",
+    "grappler_replays": "lms.grappler_replay",
+    "profile_copies": "lms.profile",
 }
 __all__ = sorted(_EXPORTS)
 

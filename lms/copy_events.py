@@ -122,11 +122,3 @@ def swap_copies(space, names: dict) -> SwapCopies:
         if event.bytes is not None:
             _add(swaps if matched else others, event)
     return SwapCopies(swaps, others, frozenset(transfers))
-
-
-def profile_copies(callable_, *args) -> dict:
-    """Run `callable_(*args)` once under the profiler; its copies' `copy_totals` ({} without a
-    GPU)."""
-    from lms.profile import profiled_space
-
-    return copy_totals(profiled_space(callable_, *args))

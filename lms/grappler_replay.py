@@ -75,7 +75,7 @@ def replay(graph, memory_bytes: int, config: str = "lms", architecture: str = "8
     )
 
 
-def replay_dict(graph, memory_bytes: int) -> dict:
+def grappler_replays(graph, memory_bytes: int) -> dict:
     """Both replays of `graph` as plain data: {"lms": ..., "default": ...}."""
     return {config: replay(graph, memory_bytes, config).as_dict() for config in ("lms", "default")}
 

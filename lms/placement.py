@@ -11,15 +11,16 @@ must answer are answered by a call's run metadata (`RunMetadata.function_graphs`
 - **gated**: each swap-in's host-side Identity waits (a control input, through the partition's
   `_Recv` of the control edge) for its trigger, and its output leaves the host through a
   `_Send`: the host-to-device copy cannot start before the trigger ran;
-- **timed**: in a profiled step, each such `_Send` starts after its trigger's op ended (on a GPU:
-  the host-to-device copy event, annotated with the send's or recv's name, after the trigger's
-  kernel; `gpu`-only, see `copy_timing`).
+- **timed** (`check_step(..., timed=True)`): in a profiled step, each such copy starts after its
+  trigger's op ended: on the CPU (two-device) the host-side `_Send` against the trigger's op
+  event (`host_timing`); on a GPU the host-to-device copy event, annotated with the send's or
+  recv's name, against the trigger's kernels (`copy_timing`, GPU only).
 
 Nothing here changes a step; the suite's `inv gpucheck` and the tests read these reports.
 """
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, replace
 
 from lms.steptime import SWAP_IN
 
@@ -55,7 +56,8 @@ class PlacementReport:
     grappler_swaps: tuple = ()  # nodes Grappler's own swapping pass added (_CopyFrom*)
     transposes: tuple = ()  # transposes Grappler's layout optimizer added
     partitions: int = 0
-    notes: tuple = field(default_factory=tuple)
+    timings: tuple = ()  # SwapInTiming per swap-in, when the step was profiled (`check_step`)
+    clock: str | None = None  # "host" (the sends' events) or "device" (GPU copy events)
 
     @property
     def missing(self) -> list:
@@ -74,11 +76,17 @@ class PlacementReport:
         return [s.name for s in self.swap_ins if not s.gated]
 
     @property
+    def early(self) -> list:
+        """Swap-ins whose copy was not seen to start after its trigger ended (profiled only)."""
+        return [t.name for t in self.timings if not t.after_trigger]
+
+    @property
     def ok(self) -> bool:
         return not (
             self.missing
             or self.misplaced
             or self.ungated
+            or self.early
             or self.grappler_swaps
             or self.transposes
             or not all(self.piece_reads.values())
@@ -87,17 +95,27 @@ class PlacementReport:
     def as_dict(self) -> dict:
         data = asdict(self)
         data["swap_ins"] = [{**asdict(s), "gated": s.gated} for s in self.swap_ins]
+        data["timings"] = [{**asdict(t), "after_trigger": t.after_trigger} for t in self.timings]
         data.update(
-            ok=self.ok, missing=self.missing, misplaced=self.misplaced, ungated=self.ungated
+            ok=self.ok,
+            missing=self.missing,
+            misplaced=self.misplaced,
+            ungated=self.ungated,
+            early=self.early,
         )
         return data
 
     def summary(self) -> str:
+        timed = ""
+        if self.clock is not None:
+            copies = "host-side sends" if self.clock == "host" else "copy events"
+            after = len(self.timings) - len(self.early)
+            timed = f", {after} of {len(self.timings)} {copies} after their trigger ended"
         return (
             f"{len(self.ran)} of {len(self.planned)} LMS ops ran as placed, "
             f"{len(self.swap_ins) - len(self.ungated)} of {len(self.swap_ins)} swap-ins gated by "
-            f"their trigger, {sum(self.piece_reads.values())} of {len(self.piece_reads)} piece "
-            f"reads gated, {len(self.grappler_swaps)} Grappler swaps, "
+            f"their trigger{timed}, {sum(self.piece_reads.values())} of {len(self.piece_reads)} "
+            f"piece reads gated, {len(self.grappler_swaps)} Grappler swaps, "
             f"{len(self.transposes)} layout transposes"
         )
 
@@ -116,11 +134,25 @@ def planned_swap_ins(graph) -> dict:
     return found
 
 
-def check_step(function, *args) -> PlacementReport:
+def check_step(function, *args, timed: bool = False) -> PlacementReport:
     """Run one more step of `function` (an `LMSFunction` already called once) and report from
-    its run metadata which LMS ops ran where and whether its swap-ins were gated."""
+    its run metadata which LMS ops ran where and whether its swap-ins were gated. With `timed`,
+    one more step under the profiler says whether each swap-in's copy started after its trigger
+    ended (`host_timing` on the CPU, `copy_timing` on a GPU). Each step trains."""
     callable_, _ = function.prepare(*args)
-    return read_placement(callable_.graph, function.run_metadata(*args))
+    metadata = function.run_metadata(*args)
+    report = read_placement(callable_.graph, metadata)
+    if not timed:
+        return report
+    from lms.copy_match import copy_names
+    from lms.profile import profiled_space
+
+    space = profiled_space(function, *args)
+    if function.lms.target.kind == "gpu":
+        return replace(
+            report, timings=tuple(copy_timing(report, copy_names(metadata), space)), clock="device"
+        )
+    return replace(report, timings=tuple(host_timing(report, space)), clock="host")
 
 
 def read_placement(graph, metadata) -> PlacementReport:
@@ -266,6 +298,47 @@ def host_timing(report: PlacementReport, space) -> list:
                 check.gate or check.trigger,
                 None if source is None else (source[1] - origin) / 1e12,
                 None if send is None else (send[0] - origin) / 1e12,
+            )
+        )
+    return found
+
+
+def copy_timing(report: PlacementReport, names: dict, space) -> list:
+    """GPU only: per swap-in of `report`, when its host-to-device copy started on the device (the
+    profile's MemcpyH2D events whose `tf_op` is one end of the swap-in's send/recv pair: `names`
+    is lms.copy_match.copy_names of the run's metadata) and when its trigger's kernels ended (for
+    a trigger that runs no kernel, the last of its inputs'). Tested on a device plane written as
+    the profiler's CUPTI collector writes one (tests/suite/running/test_gpucheck.py)."""
+    from lms.copy_events import copy_events, tf_op_name
+
+    kernels, first = {}, []  # op -> end of its last kernel, on the profiler's clock (ps)
+    for plane in space.planes:
+        if not plane.name.startswith("/device:GPU"):
+            continue
+        stat_names = {k: m.name for k, m in plane.stat_metadata.items()}
+        for line in plane.lines:
+            for event in line.events:
+                op = tf_op_name(event, stat_names)
+                start = line.timestamp_ns * 1000 + event.offset_ps
+                first.append(start)
+                if op and not plane.event_metadata[event.metadata_id].name.startswith("Memcpy"):
+                    kernels[op] = max(kernels.get(op, 0), start + event.duration_ps)
+    copies = [c for c in copy_events(space) if c.direction == "in"]
+    origin = min(first, default=0)  # the step's first event on the device: times from it
+    found = []
+    for check in report.swap_ins:
+        starts = [c.start_ps for c in copies if names.get(c.op) == (check.name, "in")]
+        trigger = check.gate or check.trigger
+        end = kernels.get(trigger)
+        if end is None:
+            ends = [kernels[n] for n in check.gate_inputs if n in kernels]
+            end = max(ends) if ends else None
+        found.append(
+            SwapInTiming(
+                check.name,
+                trigger,
+                None if end is None else (end - origin) / 1e12,
+                (min(starts) - origin) / 1e12 if starts else None,
             )
         )
     return found

@@ -201,3 +201,11 @@ def swap_graph(graph, batch_size: int | None = None) -> SwapGraph:
         if hits:
             gates[op.name] = tuple(hits)
     return SwapGraph(transfers, gates)
+
+
+def profile_copies(callable_, *args) -> dict:
+    """Run `callable_(*args)` once under the profiler; its copies' `lms.copy_events.copy_totals`
+    ({} without a GPU)."""
+    from lms.copy_events import copy_totals
+
+    return copy_totals(profiled_space(callable_, *args))

@@ -188,7 +188,7 @@ def describe_host() -> dict:
     }
     # the newest `inv gpucheck` on this machine, whether the host was accepted before these
     # numbers were measured; absent where none ran (a description's hash stays what it was)
-    from suite.running.gpucheck import host_check_summary
+    from suite.records.gpucheck import host_check_summary
 
     checked = host_check_summary()
     if checked is not None:

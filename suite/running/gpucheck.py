@@ -7,7 +7,7 @@ Five checks of LMS's GPU path on a small convolutional step, each in a fresh pro
 - a: every LMS op survived Grappler and ran where it was placed (`lms.check_step`);
 - b: every copy back to the device started after its trigger: on a GPU the profile's
   host-to-device copy events against the trigger's kernel, on the CPU the host-side sends
-  (`lms.placement.host_timing`);
+  (`lms.check_step(..., timed=True)`);
 - c (GPU only): the measured peak drops by about what the simulation says, and the simulated
   peak is within 10 % of the measured one, fp32 and mixed precision, orderings 0 and 1;
 - d: which of Grappler's passes changed what: the replay on a virtual GPU with LMS's
@@ -42,9 +42,14 @@ from pathlib import Path
 from suite.environment import child_environment
 from suite.errors import SuiteError
 from suite.records.files import check_host_name, log_file, utc_now, write_atomic
+from suite.records.gpucheck import (  # noqa: F401 (re-exported for the task and the tests)
+    SCHEMA_VERSION,
+    host_check_summary,
+    record_file,
+    state_file,
+)
 from suite.records.hosts import GpuCheck
 
-SCHEMA_VERSION = 1  # of <results>/gpucheck/<host>.json and of the state file's summary
 MODES = ("gpu", "two-device")
 NO_GPU = (
     "no GPU here: the two logical CPU devices share the CPU's allocator, so nothing measures the "
@@ -164,7 +169,7 @@ def placement_failures(report) -> list[str]:
 
 
 def timing_failures(timings, clock: str) -> list[str]:
-    """Check b: `lms.placement.SwapInTiming`s (`clock`: "host" sends or "device" copy events).
+    """Check b: `lms.PlacementReport.timings` (`clock`: "host" sends or "device" copy events).
     Every swap-in's copy started at or after its trigger ended; none unmatched."""
     if not timings:
         return [f"no swap-in was timed on the {clock} timeline (the step swapped nothing?)"]
@@ -207,7 +212,7 @@ def memory_failures(rows: list[dict]) -> list[str]:
 
 
 def replay_failures(replays: dict, real: dict | None = None) -> list[str]:
-    """Check d: `lms.grappler_replay.replay_dict`'s {"lms": ..., "default": ...} and, from a
+    """Check d: `lms.grappler_replays`' {"lms": ..., "default": ...} and, from a
     real run's optimized graph, {"removed", "grappler_swaps", "transposes"}. With LMS's
     configuration Grappler must keep every LMS op and add no swap and no transpose; what
     TensorFlow's defaults would do is what LMS turns off, not a failure."""
@@ -497,30 +502,6 @@ def check_text(check: GpuCheck | None) -> str:
 
 
 # --- recording -------------------------------------------------------------------------------
-
-
-def record_file(results_dir: Path, host: str) -> Path:
-    return Path(results_dir) / "gpucheck" / f"{check_host_name(host)}.json"
-
-
-def state_file(hostname: str | None = None) -> Path:
-    """This machine's newest check summary, which host descriptions carry:
-    $XDG_STATE_HOME/lms-suite/gpucheck-<hostname>.json (~/.local/state by default). Per machine
-    name: a home directory shared by a cluster's nodes holds one per node."""
-    base = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
-    return Path(base) / "lms-suite" / f"gpucheck-{hostname or socket.gethostname()}.json"
-
-
-def host_check_summary() -> dict | None:
-    """The summary of this machine's newest `inv gpucheck`, for its host description; None when
-    none ran here (or its file cannot be read: a description never fails for it)."""
-    try:
-        summary = json.loads(state_file().read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(summary, dict) or summary.get("version") != SCHEMA_VERSION:
-        return None
-    return summary
 
 
 def record(run: GpuCheckRun, results_dir: Path, describe=None) -> Path:

@@ -144,20 +144,16 @@ def placement(mode: str) -> dict:
 
 def timing(mode: str) -> dict:
     """Check b: a profiled step of the swap-everything plan; when each swap-in's copy started
-    against when its trigger ended."""
-    from lms.placement import host_timing, read_placement
-    from lms.profile import profiled_space
+    against when its trigger ended (lms.check_step(..., timed=True): on the CPU the host-side
+    sends, on a GPU the copy events)."""
+    import lms
 
     case = build_case(mode)
     _, step = lms_step(case, **SWAP_ALL)
-    callable_, _ = step.prepare(*case.args)
-    metadata = step.run_metadata(*case.args)
-    report = read_placement(callable_.graph, metadata)
-    space = profiled_space(step, *case.args)
-    if mode == "gpu":
-        timings, clock, skipped = device_copy_timing(report, metadata, space), "device", []
-    else:
-        timings, clock = host_timing(report, space), "host"
+    report = lms.check_step(step, *case.args, timed=True)
+    timings, clock = report.timings, report.clock
+    skipped = []
+    if clock == "host":
         skipped = [not_run("the device timeline's host-to-device copy events", NO_COPY_EVENTS)]
     late = [t for t in timings if t.after_trigger]
     margins = [t.start - t.trigger_end for t in late]
@@ -225,13 +221,12 @@ def grappler(mode: str) -> dict:
     the step does not fit) with LMS's configuration and TensorFlow's defaults, and the optimized
     graph of a real run of the LMS step."""
     import lms
-    from lms.grappler_replay import replay_dict
 
     case = build_case(mode)
     planner, step = lms_step(case, **SWAP_ALL)
     callable_, _ = step.prepare(*case.args)
     memory_bytes = planner.report.peak_bytes_without_lms // 2
-    replays = replay_dict(callable_.graph, memory_bytes)
+    replays = lms.grappler_replays(callable_.graph, memory_bytes)
     report = lms.check_step(step, *case.args)
     real = {
         "removed": report.missing,
@@ -311,10 +306,7 @@ def split(mode: str) -> dict:
     ]
     skipped = []
     if mode == "gpu":
-        from lms.copy_events import copy_totals
-        from lms.profile import profiled_space
-
-        copied = sum(n for _, n, _ in copy_totals(profiled_space(step, *case.args)).values())
+        copied = sum(n for _, n, _ in lms.profile_copies(step, *case.args).values())
         planned = planned_copy_bytes(report)
         found.update(copied_bytes=copied, planned_bytes=planned)
         findings.append(
@@ -414,48 +406,6 @@ PARTS = {
     "split": split,
     "pinned": pinned,
 }
-
-
-def device_copy_timing(report, metadata, space) -> list:
-    """GPU only: per swap-in of `report` (lms.PlacementReport), when its host-to-device copy
-    started on the device (the profile's MemcpyH2D events whose `tf_op` is the swap-in's
-    send/recv pair, lms.copy_match) and when its trigger's kernels ended (for a trigger that
-    runs no kernel, the last of its inputs'), as lms.placement.SwapInTiming."""
-    from lms.copy_events import copy_events, tf_op_name
-    from lms.copy_match import copy_names
-    from lms.placement import SwapInTiming
-
-    names = copy_names(metadata)
-    kernels, first = {}, []  # op -> end of its last kernel, on the profiler's clock (ps)
-    for plane in space.planes:
-        if plane.name.startswith("/device:GPU"):
-            stat_names = {k: m.name for k, m in plane.stat_metadata.items()}
-            for line in plane.lines:
-                for event in line.events:
-                    op = tf_op_name(event, stat_names)
-                    start = line.timestamp_ns * 1000 + event.offset_ps
-                    first.append(start)
-                    if op and not plane.event_metadata[event.metadata_id].name.startswith("Memcpy"):
-                        kernels[op] = max(kernels.get(op, 0), start + event.duration_ps)
-    copies = [c for c in copy_events(space) if c.direction == "in"]
-    origin = min(first, default=0)  # the step's first event on the device: times from it
-    found = []
-    for check in report.swap_ins:
-        starts = [c.start_ps for c in copies if names.get(c.op) == (check.name, "in")]
-        trigger = check.gate or check.trigger
-        end = kernels.get(trigger)
-        if end is None:
-            ends = [kernels[n] for n in check.gate_inputs if n in kernels]
-            end = max(ends) if ends else None
-        found.append(
-            SwapInTiming(
-                check.name,
-                trigger,
-                None if end is None else (end - origin) / 1e12,
-                (min(starts) - origin) / 1e12 if starts else None,
-            )
-        )
-    return found
 
 
 def main(argv: list[str]) -> int:

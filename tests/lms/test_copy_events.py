@@ -9,7 +9,8 @@ import pytest
 from gpu_plane import X, add_gpu_plane, real_space, step
 from lms_cases import run_child
 
-from lms.copy_events import copy_events, copy_totals, profile_copies, swap_copies
+from lms.copy_events import copy_events, copy_totals, swap_copies
+from lms.profile import profile_copies
 
 
 @pytest.fixture(scope="module")

@@ -36,6 +36,7 @@ LAYERS = [
         "lms.rewriter",
         "lms.profile",
         "lms.copy_events",
+        "lms.copy_match",
         "lms.roofline",
         "lms.placement",
         "lms.grappler_replay",

@@ -374,7 +374,11 @@ def gpu_run(copy_start: float):
 
 
 def test_gpu_only_a_copy_event_is_timed_against_its_triggers_kernel():
-    from suite.running.gpucheck_worker import device_copy_timing
+    from lms.copy_match import copy_names
+    from lms.placement import copy_timing
+
+    def device_copy_timing(report, metadata, space):
+        return copy_timing(report, copy_names(metadata), space)
 
     report = report_with(GATED)
     (on_time,) = device_copy_timing(report, *gpu_run(copy_start=2e-3))
