@@ -1,6 +1,7 @@
-"""`inv gpucheck` (suite/running/gpucheck.py): the command that accepts a GPU host. Here, without a
-GPU, it runs end to end in the two-device mode (real processes, one per check); its judges are
-shown to fail on what a broken GPU path would give them, and a failing check to fail the task."""
+"""`inv gpucheck` (suite/running/gpucheck.py and its gpucheck_*.py siblings): the command that
+accepts a GPU host. Here, without a GPU, it runs end to end in the two-device mode (real
+processes, one per check); its judges are shown to fail on what a broken GPU path would give
+them, and a failing check to fail the task."""
 
 import copy
 import json
@@ -15,11 +16,20 @@ from report_cases import HOST, record, write_record
 
 import tasks
 from lms.placement import PlacementReport, SwapInCheck, SwapInTiming
+from suite.records import gpucheck as gpucheck_records
 from suite.records import load_host, store_host
 from suite.records.hosts import GpuCheck
 from suite.reporting.report import render_report
 from suite.running import gpucheck
-from suite.running.gpucheck import CHECKS, check_text, placement_failures, timing_failures
+from suite.running.gpucheck_checks import CHECKS, EXPECT
+from suite.running.gpucheck_judges import (
+    copy_bytes_failures,
+    memory_failures,
+    pinned_failures,
+    placement_failures,
+    timing_failures,
+)
+from suite.running.gpucheck_outcome import check_text
 
 ROOT = Path(__file__).resolve().parents[3]
 SWAP_IN = "lms/s0/g0/lms_swapin"
@@ -94,7 +104,7 @@ def test_its_record_holds_every_check_and_names_its_host_description(checked):
     assert checks["d"]["data"]["grappler"]["replay"]["lms"]["ok"]
     split = checks["e"]["data"]["split"]
     assert len(split["splits"]) == 6 and split["mismatched"] == []
-    assert split["largest_relative"] <= gpucheck.EXPECT["update_rtol"]
+    assert split["largest_relative"] <= EXPECT["update_rtol"]
     pinned = checks["e"]["data"]["pinned"]
     assert (
         pinned["raised"] == "HostMemoryError"
@@ -123,13 +133,13 @@ def test_a_machine_without_a_check_has_no_summary_and_a_stale_form_is_ignored(
     tmp_path, monkeypatch
 ):
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
-    assert gpucheck.host_check_summary() is None
-    path = gpucheck.state_file()
+    assert gpucheck_records.host_check_summary() is None
+    path = gpucheck_records.state_file()
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps({"version": 0, "passed": 5}))
-    assert gpucheck.host_check_summary() is None
+    assert gpucheck_records.host_check_summary() is None
     path.write_text("{torn")
-    assert gpucheck.host_check_summary() is None
+    assert gpucheck_records.host_check_summary() is None
 
 
 def test_the_reports_hosts_table_shows_each_hosts_check(tmp_path):
@@ -244,13 +254,13 @@ def test_the_gpu_only_judges_fail_a_peak_that_did_not_drop_and_bytes_not_moved()
         "simulated_with": 400 * 2**20,
         "swapped_bytes": 700 * 2**20,
     }
-    assert gpucheck.memory_failures([{**row, "lms_peak": 420 * 2**20}]) == []
-    failures = gpucheck.memory_failures([{**row, "lms_peak": 990 * 2**20}])  # desk check B1
+    assert memory_failures([{**row, "lms_peak": 420 * 2**20}]) == []
+    failures = memory_failures([{**row, "lms_peak": 990 * 2**20}])  # desk check B1
     assert [f.split(":")[0] for f in failures] == ["fp32 ordering 0"] * 2
     assert "expected at least 50% of the simulated drop 600.0 MiB" in failures[0]
     assert "+147.5% from the simulated 400.0 MiB; expected within 10%" in failures[1]
-    assert gpucheck.copy_bytes_failures(100 * 2**20, 95 * 2**20) == []
-    assert gpucheck.copy_bytes_failures(100 * 2**20, 0) == [
+    assert copy_bytes_failures(100 * 2**20, 95 * 2**20) == []
+    assert copy_bytes_failures(100 * 2**20, 0) == [
         "the copy events moved 0.0 MiB, the plan 100.0 MiB (0.00x; expected 0.5x to 1.25x)"
     ]
 
@@ -258,11 +268,11 @@ def test_the_gpu_only_judges_fail_a_peak_that_did_not_drop_and_bytes_not_moved()
 def test_check_e_fails_a_re_plan_or_another_error_on_a_small_pinned_cap():
     raised = {"raised": "HostMemoryError", "plans": 0}
     hint = "raise it with TF_GPU_HOST_MEM_LIMIT_IN_MB=<MB> before TensorFlow starts"
-    assert gpucheck.pinned_failures({**raised, "message": hint}) == []
-    assert gpucheck.pinned_failures({**raised, "message": hint, "plans": 3}) == [
+    assert pinned_failures({**raised, "message": hint}) == []
+    assert pinned_failures({**raised, "message": hint, "plans": 3}) == [
         "LMS planned 3 times before giving up: a re-plan"
     ]
-    assert gpucheck.pinned_failures({"raised": "ResourceExhaustedError", "message": "OOM"}) == [
+    assert pinned_failures({"raised": "ResourceExhaustedError", "message": "OOM"}) == [
         "with a pinned host cap of 1 MiB the split step raised ResourceExhaustedError instead of "
         "raising lms.HostMemoryError: OOM"
     ]
@@ -283,7 +293,7 @@ def fake_parts(placement: PlacementReport):
 
 def describe() -> dict:
     """A host description as describe_host() makes one, without its minute of measuring."""
-    return {**copy.deepcopy(HOST), "gpu_check": gpucheck.host_check_summary()}
+    return {**copy.deepcopy(HOST), "gpu_check": gpucheck_records.host_check_summary()}
 
 
 def test_a_failing_check_fails_the_task_with_a_line_per_failure(tmp_path, monkeypatch):
