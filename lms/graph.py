@@ -83,6 +83,7 @@ class Fact(enum.Enum):
     NEXT_ANCHORS = "next anchors"
     EXECUTED = "executed"
     HOST_ARRAYS = "host arrays"
+    SWAP_OUT_WAITERS = "swap-out waiters"
 
 
 class CacheKey(NamedTuple):

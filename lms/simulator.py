@@ -159,25 +159,33 @@ def swaplifetimes(analysis: Analysis, plan: Plan) -> SwapLifetimes:
     step_of, steps = schedule(analysis, plan)
     static = lifetimes(analysis, plan)
     tensors = analysis.tensors
+    # a swap-out's waiter depends on the tensor alone once the order is enforced (the tuner
+    # simulates dozens of plans that swap mostly the same tensors): found once per analysis
+    waiters = _swap_out_waiters(analysis) if plan.order is not None else None
 
     def swap_out_step(swap) -> int:
         """The last step at which the swapped tensor's buffer is on the device for its
         swap-out."""
         producer = step_of[tensors[swap.tensor].producer]
-        waiter = swap_out_waiter(analysis, plan, swap)
+        if waiters is None:
+            waiter = swap_out_waiter(analysis, plan, swap)
+        else:
+            waiter = waiters.get(swap.tensor)
+            if waiter is None:
+                waiter = waiters[swap.tensor] = swap_out_waiter(analysis, plan, swap)
         if waiter >= 0:
             return int(max(producer, step_of[waiter] - 1))
         return int(min(producer + 1, steps - 1))
 
+    out_steps = [swap_out_step(swap) for swap in plan.swaps]
     new_last = {}
     rerouted = {swap.tensor: {c for s in swap.swap_ins for c in s.consumers} for swap in plan.swaps}
-    for swap in plan.swaps:
+    for swap, out_step in zip(plan.swaps, out_steps, strict=True):
         info = tensors[swap.tensor]
         root = info.buffer
         if root in new_last or root not in static.index:
             continue
         k = static.index[root]
-        out_step = swap_out_step(swap)
         last = max(static.first[k], out_step)
         for member in static.members.get(root, [root]):
             skip = rerouted.get(member, ())
@@ -188,8 +196,7 @@ def swaplifetimes(analysis: Analysis, plan: Plan) -> SwapLifetimes:
             last = steps - 1
         new_last[root] = int(last)
     copies, host = [], []
-    for swap in plan.swaps:
-        out_step = swap_out_step(swap)
+    for swap, out_step in zip(plan.swaps, out_steps, strict=True):
         host_end = out_step
         for swap_in in swap.swap_ins:
             begin = max(step_of[swap_in.trigger] + 1, out_step + 1)
@@ -199,6 +206,15 @@ def swaplifetimes(analysis: Analysis, plan: Plan) -> SwapLifetimes:
             host_end = max(host_end, int(begin))
         host.append(HostInterval(swap.tensor, out_step, host_end))
     return SwapLifetimes(new_last, copies, host)
+
+
+def _swap_out_waiters(analysis: Analysis) -> dict:
+    """Per swapped tensor, the op that waits for its swap-out in the enforced order
+    (`lms.planner.swap_out_waiter`, -1: none), filled as plans swap them."""
+    key = CacheKey(Fact.SWAP_OUT_WAITERS)
+    if key not in analysis.cache:
+        analysis.cache[key] = {}
+    return analysis.cache[key]
 
 
 def _add_swaps(analysis, plan, static, step_of, steps, device, host) -> tuple:

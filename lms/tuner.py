@@ -71,9 +71,10 @@ def tune(analysis: Analysis, budget_bytes: int, parameters: Parameters, allocato
         return _search(analysis, budget_bytes, parameters)
     baseline = simulate(analysis, None, allocator)
     target, attempts = budget_bytes, []
+    peaks = _Peaks(analysis)  # a candidate's peak does not depend on the budget searched for
     for _ in range(PADDING_ATTEMPTS):
         try:
-            found = _search(analysis, target, parameters)
+            found = _search(analysis, target, parameters, peaks)
         except NothingFitsError:
             if not attempts:
                 raise
@@ -135,8 +136,33 @@ def _floor_that_fits(analysis, budget_bytes, parameters, allocator, baseline) ->
     return Tuned(candidate, made, padded, baseline, 1)
 
 
-def _search(analysis: Analysis, budget_bytes: int, parameters: Parameters) -> Tuned:
-    baseline = simulate(analysis)
+class _Peaks:
+    """The simulated peaks (bytes asked) of the candidates one `tune` tried, and its plain
+    simulation: the searches at lowered budgets after the allocator's padding ask for many of the
+    same candidates again."""
+
+    def __init__(self, analysis: Analysis):
+        self.analysis = analysis
+        self.peaks = {}
+        self._baseline = None
+
+    def baseline(self) -> Simulation:
+        if self._baseline is None:
+            self._baseline = simulate(self.analysis)
+        return self._baseline
+
+    def peak(self, candidate: Parameters) -> int:
+        if candidate not in self.peaks:
+            analysis = self.analysis
+            self.peaks[candidate] = simulate(analysis, plan(analysis, candidate)).peak_bytes
+        return self.peaks[candidate]
+
+
+def _search(
+    analysis: Analysis, budget_bytes: int, parameters: Parameters, peaks: _Peaks | None = None
+) -> Tuned:
+    peaks = peaks or _Peaks(analysis)
+    baseline = peaks.baseline()
     count = 1
     if baseline.peak_bytes <= budget_bytes:
         log.info(
@@ -145,13 +171,13 @@ def _search(analysis: Analysis, budget_bytes: int, parameters: Parameters) -> Tu
             budget_bytes / GiB,
         )
         return Tuned(parameters, None, baseline, baseline, count)
-    cache = {}
+    cache = {}  # this search's candidates (counted as its simulations, even if tried before)
 
     def peak(candidate: Parameters) -> int:
         nonlocal count
         if candidate not in cache:
             count += 1
-            cache[candidate] = simulate(analysis, plan(analysis, candidate)).peak_bytes
+            cache[candidate] = peaks.peak(candidate)
         return cache[candidate]
 
     def fill(p: Parameters, **values) -> Parameters:
