@@ -241,6 +241,7 @@ def read_graph(
         levels[op.level].append(i)
 
     held = _host_arrays(graph, tf_ops, ops, tensors)
+    copies = _host_to_device_copies(ops, tensors, devices, host_device_marker)
     for info, rank, itemsize in zip(tensors, ranks, itemsizes, strict=True):
         op = ops[info.producer]
         on_host = host_device_marker is not None and host_device_marker in devices[info.producer]
@@ -251,17 +252,14 @@ def read_graph(
             info.bytes = 0  # (a host tensor of a GPU step is not in the GPU's memory)
         elif op.type in PY_FUNC_OPS and op.name.startswith(HOST_STORE_SCOPES):
             info.bytes = 0  # lms's own host copies: numpy arrays, copied in by a DeepCopy
-        info.swappable = (
-            op.type not in NEVER_SWAP_OPS and info.bytes > 0 and not on_host and rank >= 2
-        )
+        never = op.type in NEVER_SWAP_OPS and info.producer not in copies  # (a copy: a buffer)
+        info.swappable = not never and info.bytes > 0 and not on_host and rank >= 2
         for consumer, position in info.consumers if paired_reads else ():
             if (ops[consumer].type, position) in paired_reads and not info.paired_with:
                 info.swappable, info.paired_with = False, ops[consumer].type
                 # the workspace lives as long as the output (both read by the gradient)
                 info.bytes += info.bytes // itemsize * WORKSPACE_BYTES_PER_ELEMENT
-    _fix_alias_buffers(
-        ops, tensors, _host_to_device_copies(ops, tensors, devices, host_device_marker)
-    )
+    _fix_alias_buffers(ops, tensors, copies)
 
     input_bytes = sum(
         tensors[t].bytes
@@ -364,7 +362,8 @@ def _assign_levels(ops: list, tensors: list) -> None:
 def _host_to_device_copies(ops: list, tensors: list, devices: list, marker) -> set:
     """Identities on the device that read a host tensor: TensorFlow copies the tensor to the
     device on that edge (a split op's piece read, an assembled output: lms.split.DevicePieces),
-    so the Identity's output is a buffer of its own on the device, not an alias."""
+    so the Identity's output is a buffer of its own on the device, not an alias, and can be
+    swapped like any (as the emulated device's DeepCopy of an assembled output is)."""
     if marker is None:
         return set()
     found = set()

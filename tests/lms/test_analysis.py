@@ -152,5 +152,7 @@ def test_a_device_identity_of_a_host_tensor_is_a_copy_on_the_device_not_an_alias
     assert sizes["Identity"] == 0  # on the host: not in the device's memory
     assert sizes["Identity_1"] == 256 * 256 * 4  # copied to the device
     assert sizes["Identity_2"] == 0  # an alias of it
+    swappable = {op.name: analysis.tensors[op.outputs[0]].swappable for op in analysis.ops}
+    assert swappable["Identity_1"] and not swappable["Identity_2"]  # a buffer: it can be swapped
     plain = lms.analyze(graph)  # the emulated device: one memory, every Identity an alias
     assert {op.name: plain.tensors[op.outputs[0]].bytes for op in plain.ops}["Identity_1"] == 0
