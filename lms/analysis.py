@@ -4,12 +4,10 @@ body's own simulated peak. Sits above the simulator for that reason: the graph r
 needs no simulation.
 """
 
-import contextlib
-import gc
 import math
 
 from lms import _tf_private
-from lms.graph import ONEDNN_PAIRED_READS, Analysis, read_graph
+from lms.graph import ONEDNN_PAIRED_READS, Analysis, collector_paused, read_graph
 from lms.loops import IF_OPS, WHILE_OPS, body_graph, called_function
 from lms.simulator import simulate
 
@@ -53,23 +51,6 @@ def analyze(
             elif op.type in WHILE_OPS | IF_OPS:
                 info.temp_bytes = _branch_temp_bytes(graph, op, batch_size)
     return analysis
-
-
-@contextlib.contextmanager
-def collector_paused():
-    """Python's cyclic garbage collector off while a graph is read. Reading allocates an object
-    or more per op and tensor, and each of the collections that sets off walks every object the
-    process tracks: a traced step and its model are hundreds of thousands (DeepLabV3+ 3200² b1,
-    17,864 ops: 0.5 of its 1.1 s of analysis went to collections). What is read holds no cycles
-    to collect; the collector runs again, as it would have, once allocations resume after."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def cpu_paired_reads() -> frozenset:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from lms.budget import format_size
 from lms.errors import NothingFitsError
-from lms.graph import Analysis, GiB
+from lms.graph import Analysis, GiB, collector_paused
 from lms.lifetimes import largest_footprint
 from lms.parameters import AUTO, Parameters
 from lms.planner import Plan, plan
@@ -67,6 +67,12 @@ def tune(analysis: Analysis, budget_bytes: int, parameters: Parameters, allocato
     is kept (its bytes asked fit) with a warning, not refused: the padding depends on the
     allocator's history in the process (a heap grown by earlier, larger steps splits more and
     pads less: measured 50 MiB where 70 MiB was simulated from a fresh heap)."""
+    with collector_paused():
+        return _tune(analysis, budget_bytes, parameters, allocator)
+
+
+def _tune(analysis: Analysis, budget_bytes: int, parameters: Parameters, allocator=None) -> Tuned:
+    """`tune`'s work (run with the garbage collector paused)."""
     if allocator is None:
         return _search(analysis, budget_bytes, parameters)
     baseline = simulate(analysis, None, allocator)
