@@ -5,8 +5,10 @@ weights are allocated), and lms plans it for a GPU as `inv plan --device-memory`
 swapping alone: the suite's split "off"; mechanism "device-copy") and rewrites it with the GPU's
 swap ops (`LMSFunction.prepare`: nothing runs, no closed loop, host memory not checked). Printed
 per case: trace, analysis, tune and rewrite seconds (lms's plan report timings), the goal's ratio
-(analysis + tune) / trace (issue 41: <= 0.5), median and range over the repeats, and the 1-minute
-load average beside each process (other work on the machine slows every column).
+(analysis + tune) / trace (issue 41: <= 0.5), all of lms's work (analysis + tune + rewrite: lms
+pauses Python's garbage collector while it analyses and tunes, and a full collection that would
+have fallen there may fall in the rewrite instead), median and range over the repeats, and the
+1-minute load average beside each process (other work on the machine slows every column).
 
     python benchmarks/plan_speed.py [--repeats 3] [--case NAME ...] [--json FILE]
 """
@@ -90,6 +92,11 @@ def run_child(name: str, timeout: float) -> dict:
     return result
 
 
+def lms_seconds(run: dict) -> float | None:
+    parts = [run.get(c) for c in ("analysis_s", "tune_s", "rewrite_s")]
+    return None if any(p is None for p in parts) else sum(parts)
+
+
 def ratio(run: dict) -> float | None:
     if run.get("trace_s") and run.get("analysis_s") is not None and run.get("tune_s") is not None:
         return (run["analysis_s"] + run["tune_s"]) / run["trace_s"]
@@ -134,7 +141,7 @@ def main() -> None:
     for name in names:
         mine = [r for r in runs if r["case"] == name and "error" not in r]
         if not mine:
-            rows.append([name, "failed"] + [""] * 8)
+            rows.append([name, "failed"] + [""] * 9)
             continue
         loads = [load for r in mine for load in r["load"] if load is not None]
         rows.append(
@@ -143,6 +150,7 @@ def main() -> None:
                 mine[0]["ops"],
                 *(spread(r[c] for r in mine) for c in COLUMNS),
                 spread(ratio(r) for r in mine),
+                spread(lms_seconds(r) for r in mine),
                 "yes" if all(r["fits"] for r in mine) else "no",
                 f"{min(loads):.1f}-{max(loads):.1f}",
             ]
@@ -158,6 +166,7 @@ def main() -> None:
                 "tune s",
                 "rewrite s",
                 "(analysis+tune)/trace",
+                "analysis+tune+rewrite s",
                 "fits",
                 "load (1 min)",
             ],
