@@ -261,11 +261,12 @@ def read_graph(
         levels[op.level].append(i)
 
     held = _host_arrays(graph, tf_ops, ops, tensors)
-    copies = _host_to_device_copies(ops, tensors, devices, host_device_marker)
+    copies = _cross_device_copies(ops, tensors, devices, host_device_marker)
     for info, rank, itemsize in zip(tensors, ranks, itemsizes, strict=True):
         op = ops[info.producer]
         on_host = host_device_marker is not None and host_device_marker in devices[info.producer]
-        if on_host and info.bytes and op.runs and op.type not in NO_BUFFER_OPS | ALIAS_OPS:
+        own_buffer = op.type not in NO_BUFFER_OPS | ALIAS_OPS or info.producer in copies
+        if on_host and info.bytes and op.runs and own_buffer:
             readers = [c for c, _ in info.consumers if ops[c].runs]
             held.append((info.bytes, [info.producer, *readers]))
         if op.type in NO_BUFFER_OPS and op.type != "Placeholder" or on_host:
@@ -379,18 +380,21 @@ def _assign_levels(ops: list, tensors: list) -> None:
         wave, level = following, level + 1
 
 
-def _host_to_device_copies(ops: list, tensors: list, devices: list, marker) -> set:
-    """Identities on the device that read a host tensor: TensorFlow copies the tensor to the
-    device on that edge (a split op's piece read, an assembled output: lms.split.DevicePieces),
-    so the Identity's output is a buffer of its own on the device, not an alias, and can be
-    swapped like any (as the emulated device's DeepCopy of an assembled output is)."""
+def _cross_device_copies(ops: list, tensors: list, devices: list, marker) -> set:
+    """Identities whose input is on the other side of the host/device line: TensorFlow copies
+    the tensor across on that edge (lms.split.DevicePieces: a split op's input kept on the host,
+    a piece read to the device, a piece stored back), so the Identity's output is a buffer of its
+    own, not an alias: a device copy counts on the device and can be swapped like any (as the
+    emulated device's DeepCopy of an assembled output is); a host copy counts on the host, and
+    the device tensor it copied is freed after it, not kept alive as its alias."""
     if marker is None:
         return set()
     found = set()
     for index, op in enumerate(ops):
-        on_device = op.type == "Identity" and op.inputs and marker not in devices[index]
-        if on_device and marker in devices[tensors[op.inputs[0]].producer]:
-            found.add(index)
+        if op.type == "Identity" and op.inputs:
+            source = devices[tensors[op.inputs[0]].producer]
+            if (marker in devices[index]) != (marker in source):
+                found.add(index)
     return found
 
 

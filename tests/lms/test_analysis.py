@@ -140,8 +140,9 @@ def test_a_device_identity_of_a_host_tensor_is_a_copy_on_the_device_not_an_alias
 
     @tf.function
     def step(x):
+        doubled = x * 2.0  # on the device
         with tf.device("/device:CPU:0"):
-            host = tf.identity(x * 2.0)
+            host = tf.identity(doubled)
         with tf.device("/device:GPU:0"):
             back = tf.identity(host)
         return tf.identity(back) * 3.0  # an Identity of a device tensor: an alias
@@ -149,7 +150,11 @@ def test_a_device_identity_of_a_host_tensor_is_a_copy_on_the_device_not_an_alias
     graph = step.get_concrete_function(tf.TensorSpec([256, 256])).graph
     analysis = lms.analyze(graph, host_device_marker="CPU")
     sizes = {op.name: analysis.tensors[op.outputs[0]].bytes for op in analysis.ops if op.outputs}
-    assert sizes["Identity"] == 0  # on the host: not in the device's memory
+    assert sizes["Identity"] == 0  # on the host: not in the device's memory ...
+    buffers = {op.name: analysis.tensors[op.outputs[0]].buffer for op in analysis.ops}
+    assert buffers["Identity"] != buffers["mul"]  # ... and a copy: x * 2 is freed after it
+    held = [readers for size, readers in analysis.host_arrays if size == 256 * 256 * 4]
+    assert held  # counted on the host instead
     assert sizes["Identity_1"] == 256 * 256 * 4  # copied to the device
     assert sizes["Identity_2"] == 0  # an alias of it
     swappable = {op.name: analysis.tensors[op.outputs[0]].swappable for op in analysis.ops}
