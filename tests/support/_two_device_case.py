@@ -196,6 +196,36 @@ def reads_with_a_wait(graph, report) -> dict:
     return found
 
 
+def ungated_copies(report, metadata, space) -> list:
+    """Per swap-in whose Identity ran on the compute device (the "device-swapin" control):
+    (name, when its trigger ended, when the host's `_Send` that copies its input to the device
+    started), seconds from the step's first event, from a profiled step's host events."""
+    from lms.profile import _op_events  # (what host_timing reads)
+
+    events = {}
+    for plane in space.planes:
+        if plane.name.startswith("/host:"):
+            for start, duration, name, _ in _op_events(plane):
+                if name not in events or start < events[name][0]:
+                    events[name] = (start, start + duration)
+    origin = min((a for a, _ in events.values()), default=0)
+    nodes = {
+        n.name: n for f in metadata.function_graphs for p in f.partition_graphs for n in p.node
+    }
+    sends = {n.attr["tensor_name"].s: n.name for n in nodes.values() if n.op == "_Send"}
+    found = []
+    for check in report.swap_ins:
+        node = nodes.get(check.name)
+        source = nodes.get(node.input[0].split(":")[0]) if node is not None else None
+        if source is None or source.op != "_Recv":
+            continue
+        send = events.get(sends.get(source.attr["tensor_name"].s))
+        trigger = events.get(check.trigger)
+        if send and trigger:
+            found.append((check.name, (trigger[1] - origin) / 1e12, (send[0] - origin) / 1e12))
+    return found
+
+
 def step_graphs(metadata):
     """`metadata` with only the function graphs that ran LMS ops: the first call's metadata may
     also hold functions TensorFlow made for eager ops on the compute device, whose node names
@@ -301,6 +331,13 @@ def check(case, item: dict, plain: dict) -> dict:
         split_types=sorted({s["op_type"] for s in planned.splits or ()}),
         swapped_tensors=planned.swapped_tensors,
     )
+    if "copies" in checks:  # the device-swapin control: when its ungated copies ran
+        copies = ungated_copies(report, step_graphs(metadata[0]), profiled_space(step, x, y))
+        found.update(
+            copies=len(copies),
+            copies_before_trigger=sum(start < end for _, end, start in copies),
+            copies_sample=copies[:3],
+        )
     if "timing" in checks:
         timings = host_timing(report, profiled_space(step, x, y))
         found.update(

@@ -159,7 +159,7 @@ def group_items(group: str) -> list:
     """The child's items of `group`: every check for the plans, placement only for controls."""
     items = [{"model": m, "plan": k} for m, k in GROUPS[group]]
     items += [
-        {"model": m, "plan": k, "control": c, "checks": []}
+        {"model": m, "plan": k, "control": c, "checks": ["copies"] if c == "device-swapin" else []}
         for (m, k, c), g in GROUP_OF.items()
         if g == group and c is not None
     ]
