@@ -13,7 +13,7 @@ Grappler runs after placement and before partitioning, so this is the graph a GP
 
 `replay` with LMS's configuration (lms/_tf_private.py `lms_step_config`) must keep every LMS op,
 add no Grappler swap and no layout transpose; with TensorFlow's default configuration it shows
-what LMS turns off (tests/lms/test_gpu_path.py).
+what LMS turns off (tests/lms/test_placement.py).
 """
 
 from dataclasses import asdict, dataclass

@@ -57,7 +57,7 @@ def copy_functions(device: str, host: str = "/device:CPU:0"):
     two devices and is not fetched (../shared/gpu-desk-check.md B2). It may still bypass the
     device-side one (a function returns its `_Retval`, placed before Grappler ran, on the
     device); the copy stays, into that `_Retval`, from the host Identity's buffer (checked on two
-    logical CPU devices: tests/suite/hosts/test_host_link.py)."""
+    logical CPU devices: tests/suite/hosts/test_link.py)."""
     import tensorflow as tf
 
     @tf.function
@@ -101,7 +101,7 @@ def measure_gpu_copies(index: int, sizes=SIZES, device: str | None = None) -> di
     else, where the profiler records no copy (no CUPTI, or two logical CPU devices), by the wall
     clock of each copy alone. `timed_by` says which. `pinned`: the host side is the
     partitioner's `_Recv` of a GPU tensor, which TensorFlow takes from its pinned allocator (the
-    GPU test checks the copy events' memory kind, tests/suite/hosts/test_host_link.py); None
+    GPU test checks the copy events' memory kind, tests/suite/hosts/test_link.py); None
     off a GPU."""
     import tensorflow as tf
 

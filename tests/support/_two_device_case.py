@@ -1,4 +1,4 @@
-"""Child of test_gpu_path.py: LMS's GPU mechanism run for real on two logical CPU devices
+"""Child of test_placement.py: LMS's GPU mechanism run for real on two logical CPU devices
 (lms.use_two_devices() must come before TensorFlow runs anything, hence a fresh process). For
 each item the model's step is planned and rewritten (gpu_path_cases.lms_options), run, and
 checked from what TensorFlow ran:

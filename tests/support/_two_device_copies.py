@@ -1,5 +1,5 @@
 """Run by tests/lms/test_copy_events.py, tests/lms/test_link.py and
-tests/suite/hosts/test_host_link.py in a fresh process: TensorFlow's send/recv pairs between two
+tests/suite/hosts/test_link.py in a fresh process: TensorFlow's send/recv pairs between two
 logical CPU devices (lms.use_two_devices(), before TensorFlow runs anything), named as on a GPU.
 
 `swaps` (default): a small conv step with everything swapped, mechanism "two-device", run once;

@@ -1,4 +1,4 @@
-"""The models and plans of tests/lms/test_gpu_path.py: each step built as a GPU user's is (its
+"""The models and plans of tests/lms/test_placement.py: each step built as a GPU user's is (its
 variables on the compute device, here the two-device mode's /CPU:1), with the plans LMS makes
 for it, checked in a child process (_two_device_case.py) from what TensorFlow ran.
 
@@ -133,7 +133,7 @@ def lms_options(kind: str, model: str) -> dict:
 
 
 # Models and plans grouped into child processes (each pays TensorFlow's start, and a model its
-# build and its plain step, once), run two at a time (tests/lms/test_gpu_path.py), the longest
+# build and its plain step, once), run two at a time (tests/lms/test_placement.py), the longest
 # first. DeepLabV3+ runs its split plan only (which swaps as its swap plan does, 1,501 swap-ins,
 # beside 68 split ops): its step traces in 8-16 s, and Grappler takes 10-15 s over each of its
 # 4,700-op rewrites, as long in the replay and again for the update check's instantiations; its
