@@ -2,9 +2,9 @@
 Appendix B): with two logical CPU devices TensorFlow optimizes, partitions and runs a rewritten
 step as it would between a GPU and its host, with real `_Send`/`_Recv` pairs for the copies.
 For the suite's four workloads and five models it does not use, with a plan that swaps every
-tensor it can and one that also splits an op type of the model into pieces (DeepLabV3+: that
-one only, for CI's time; tests/support/gpu_path_cases.py), the tests assert from what
-TensorFlow ran (tests/support/_two_device_case.py):
+tensor it can and one that also splits an op type of the model into pieces (DeepLabV3+,
+ResNet50 and MobileNetV2: that one only, for CI's time; tests/support/gpu_path_cases.py), the
+tests assert from what TensorFlow ran (tests/support/_two_device_case.py):
 
 - every LMS op planned survived Grappler and partitioning, on the device it was placed on;
 - every swap-in's host-to-device send is gated by its trigger (the partition graphs), and in a
@@ -210,7 +210,7 @@ def test_lms_ops_not_kept_from_grappler_are_caught(ran):
 
 
 @pytest.mark.parametrize(
-    "key", [pytest.param(("transformer", "swap", None), marks=pytest.mark.kernels)]
+    "key", [pytest.param(("transformer", "swap", None), marks=[pytest.mark.kernels])]
 )
 @pytest.mark.xfail(
     strict=True,

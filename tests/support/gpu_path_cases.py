@@ -134,18 +134,18 @@ def lms_options(kind: str, model: str) -> dict:
 
 # Models and plans grouped into child processes (each pays TensorFlow's start, and a model its
 # build and its plain step, once), run two at a time (tests/lms/test_placement.py), the longest
-# first. DeepLabV3+ runs its split plan only (which swaps as its swap plan does, 1,501 swap-ins,
-# beside 68 split ops): its step traces in 8-16 s, and Grappler takes 10-15 s over each of its
-# 4,700-op rewrites, as long in the replay and again for the update check's instantiations; its
-# swap plan would add 75-100 s of CPU to a file CI runs twice (oneDNN's and Eigen's kernels).
+# first. The three largest steps run their split plan only, which swaps as their swap plan does
+# (the same parameters) beside the ops it splits: DeepLabV3+'s step traces in 8-16 s, and
+# Grappler takes 10-15 s over each of its 4,700-op rewrites, as long in the replay and again for
+# the update check's instantiations; a swap plan each would add 75-100 s (DeepLabV3+), 25 s
+# (ResNet50) and 15 s (MobileNetV2) of CPU to a file CI runs twice (oneDNN's and Eigen's
+# kernels) on two cores.
 GROUPS = {
     "deeplabv3plus": [("deeplabv3plus", "split")],
-    "workloads": [(m, k) for m in ("resnet50", "googlenet", "unet3d") for k in ("swap", "split")],
-    "models": [
-        (m, k)
-        for m in ("mobilenetv2", "dilated-audio", "recurrent", "transformer")
-        for k in ("swap", "split")
-    ],
+    "workloads": [("resnet50", "split")]
+    + [(m, k) for m in ("googlenet", "unet3d") for k in ("swap", "split")],
+    "models": [("mobilenetv2", "split")]
+    + [(m, k) for m in ("dilated-audio", "recurrent", "transformer") for k in ("swap", "split")],
     "small": [("conv3d", "swap"), ("conv3d", "split")],
 }
 # the negative controls, in the small group: (model, plan, control)
