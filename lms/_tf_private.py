@@ -129,6 +129,9 @@ def run_metadata():
     """Collect the run metadata of the calls inside (yields a list that holds the
     `RunMetadata` proto once the block ends): post-optimization and partition graphs."""
     found = []
+    # what TensorFlow gathered since the last export (it goes on storing the graphs of functions
+    # instantiated after an earlier block, metadata off or not) is dropped: export clears it
+    _context.export_run_metadata()
     _context.enable_run_metadata()
     try:
         yield found

@@ -39,10 +39,15 @@ class SwapInCheck:
     gate: str | None
     send: str | None
     gate_inputs: tuple = ()  # the gate's nearest ancestors in its partition (for timing)
+    # where Grappler removed the trigger (bypassed it, or merged it into a twin), the ops that
+    # stand for it: its nearest inputs, and a twin of its type and inputs that ran
+    stand_ins: tuple = ()
 
     @property
     def gated(self) -> bool:
-        return self.gate is not None and self.send is not None and _same_op(self.gate, self.trigger)
+        if self.gate is None or self.send is None:
+            return False
+        return any(_same_op(self.gate, op) for op in (self.trigger, *self.stand_ins))
 
 
 @dataclass(frozen=True)
@@ -164,13 +169,17 @@ def read_placement(graph, metadata) -> PlacementReport:
     nodes, post = {}, []
     partitions = 0
     for function_graph in metadata.function_graphs:
-        post.extend(function_graph.post_optimization_graph.node)
+        optimized = function_graph.post_optimization_graph.node
+        if planned and not any(n.name in planned for n in optimized):
+            continue  # another function's (TensorFlow records every one instantiated)
+        post.extend(optimized)
         for partition in function_graph.partition_graphs:
             partitions += 1
             by_name = {n.name: n for n in partition.node}
             for n in partition.node:
                 nodes[n.name] = (n, by_name)
     ran = {name: nodes[name][0].device for name in planned if name in nodes}
+    optimized_names = {n.name for n in post}
     swap_ins = []
     for name, trigger in sorted(triggers.items()):
         if name not in nodes:
@@ -179,8 +188,11 @@ def read_placement(graph, metadata) -> PlacementReport:
         node, partition = nodes[name]
         gate = _control_source(node, partition)
         ancestors = _ancestors(nodes[gate][1], gate) if gate in nodes else ()
+        stand_ins = () if trigger in optimized_names else _stand_ins(graph, trigger, post)
         swap_ins.append(
-            SwapInCheck(name, node.device, trigger, gate, _send_of(name, partition), ancestors)
+            SwapInCheck(
+                name, node.device, trigger, gate, _send_of(name, partition), ancestors, stand_ins
+            )
         )
     piece_reads = {}
     for name in reads:
@@ -195,9 +207,35 @@ def read_placement(graph, metadata) -> PlacementReport:
 
 
 def _waits(op) -> bool:
-    """Whether a piece's host slice waits for something (the previous piece's store): its own
-    control inputs or, as TensorFlow places them, those of the constants it was made with."""
-    return bool(op.control_inputs) or any(t.op.control_inputs for t in op.inputs)
+    """Whether a piece's host slice waits for something besides what it reads (the previous
+    piece's store): its own control inputs or, as TensorFlow places them, those of the constants
+    it was made with. A first piece waits only for its input, which its data edge guarantees."""
+    read = {t.op for t in op.inputs}
+    controls = set(op.control_inputs) | {c for t in op.inputs for c in t.op.control_inputs}
+    return bool(controls - read)
+
+
+def _stand_ins(graph, trigger: str, post) -> tuple:
+    """What stands for a trigger Grappler removed: the ops it read or waited for (up to three
+    links back, through ops removed too: a bypassed StopGradient, a Reshape to the same shape),
+    and an op that ran with its type and inputs (a duplicate Grappler merged it into)."""
+    try:
+        op = graph.get_operation_by_name(trigger)
+    except (KeyError, ValueError):
+        return ()
+    found, frontier = [], [op]
+    for _ in range(3):
+        frontier = [t.op for o in frontier for t in o.inputs] + [
+            c for o in frontier for c in o.control_inputs
+        ]
+        found += [o.name for o in frontier if o.name not in found]
+    inputs = sorted(t.name.removesuffix(":0") for t in op.inputs)
+    twins = [
+        n.name
+        for n in post
+        if n.op == op.type and sorted(i for i in n.input if not i.startswith("^")) == inputs
+    ]
+    return tuple(found + twins)
 
 
 def _control_source(node, partition) -> str | None:

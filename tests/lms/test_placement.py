@@ -15,8 +15,9 @@ tests assert from what TensorFlow ran (tests/support/_two_device_case.py):
 
 Negative controls show that these checks fail where the desk check said a GPU would: a swap-in
 gated on the device (B1: its copy then runs before the trigger), LMS ops not kept from Grappler
-(B2), TensorFlow's default Grappler configuration on a GPU (M1, M2). Two strict xfails record
-where lms.placement's own verdict is a false alarm.
+(B2), TensorFlow's default Grappler configuration on a GPU (M1, M2). Two tests hold
+lms.placement's own verdict free of the false alarms it once gave (a trigger Grappler removed, a
+first piece's read).
 
 The models run in a few child processes, two at a time (gpu_path_cases.GROUPS), all started
 before the module's first test for the tests selected. The tests that read them depend on the
@@ -151,7 +152,7 @@ def test_every_swap_in_is_gated_by_its_trigger(ran):
     waits for the trigger. Where Grappler removed the trigger (a StopGradient or Reshape it
     bypasses, a batch norm gradient's Neg it merged with its twin on the shortcut branch), the
     trigger's control edge moves with it: the gate is then the trigger's nearest kept ancestor
-    or its twin (`forwarded`), which lms.placement does not follow (see the xfail below)."""
+    or its twin (`forwarded`), which lms.placement follows too (the test after the next)."""
     assert ran["swap_ins"] > 0
     assert ran["still_ungated"] == [], ran["summary"]
     assert ran["gated"] + ran["forwarded"] == ran["swap_ins"]
@@ -212,23 +213,13 @@ def test_lms_ops_not_kept_from_grappler_are_caught(ran):
 @pytest.mark.parametrize(
     "key", [pytest.param(("transformer", "swap", None), marks=[pytest.mark.kernels])]
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason="lms.placement calls a swap-in ungated when Grappler removed its trigger (bypassed "
-    "or merged) and moved the trigger's control edge to what stands for it",
-)
 def test_placement_reports_no_false_ungated_swap_in(ran):
-    assert ran["forwarded"] > 0  # the case is there
-    assert ran["ungated"] == []
+    assert ran["stood_in"] > 0  # the case is there: triggers Grappler removed ...
+    assert ran["ungated"] == []  # ... and lms.placement follows their control edges
 
 
 @pytest.mark.parametrize(
     "key", [pytest.param(("unet3d", "split", None), marks=[pytest.mark.kernels])]
-)
-@pytest.mark.xfail(
-    strict=True,
-    reason="lms.placement counts a first piece's read, which waits for its own input only, and "
-    "calls it ungated when Grappler turns a slice of a whole axis into an Identity",
 )
 def test_placement_reports_no_false_ungated_piece_read(ran):
     assert ran["piece_reads_waiting_gated"] == ran["piece_reads_waiting"]  # the real ones

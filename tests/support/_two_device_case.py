@@ -258,6 +258,10 @@ def placement(graph, metadata) -> tuple:
         "gated": len(report.swap_ins) - len(report.ungated),
         "ungated": report.ungated[:5],
         "forwarded": len(forwarded),
+        # gated through what stands for a trigger Grappler removed (lms.placement's stand-ins)
+        "stood_in": sum(
+            1 for c in report.swap_ins if c.gated and c.gate and not c.gate.startswith(c.trigger)
+        ),
         "forwarded_how": sorted(set(forwarded.values())),
         "still_ungated": [n for n in report.ungated if n not in forwarded][:5],
         "piece_reads": len(report.piece_reads),
