@@ -73,7 +73,9 @@ def test_inv_gpucheck_runs_every_check_and_says_what_did_not_run_without_a_gpu(c
     assert "LMS's configuration: 0 of " in out and "TensorFlow's defaults: " in out
     assert "as it ran (/CPU:1, post-optimization graph): 0 of " in out
     # e: the split step's updates, the pieces' reads, the pinned cap
-    assert "6 Conv2D split in 4 pieces" in out and "24 of 24 piece reads gated" in out
+    assert (
+        "6 Conv2D split in 4 pieces" in out and "18 of 18 piece reads gated" in out
+    )  # first pieces wait for nothing
     assert "pinned host cap 1 MiB: HostMemoryError on the first call, 0 re-plans" in out
     assert "not run: GPU only, no GPU here: the bytes the pieces move" in out
     assert "FAILED" not in out
