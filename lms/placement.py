@@ -22,9 +22,13 @@ Nothing here changes a step; the suite's `inv gpucheck` and the tests read these
 import re
 from dataclasses import asdict, dataclass, replace
 
+from lms.copy_match import copy_names, swap_copy_pairs
+from lms.graph import SPLIT_SCOPE
+from lms.rewriter import SCOPE
 from lms.steptime import SWAP_IN
 
-LMS_SCOPE = re.compile(r"^lms(_split)?(_\d+)?/")
+# the scopes of the ops LMS makes (swaps; split ops' pieces), uniquified by the importer ("lms_1/")
+LMS_SCOPE = re.compile(rf"^({SCOPE}|{SPLIT_SCOPE})(_\d+)?/")
 _EDGE = re.compile(r"^edge_\d+_(.*)$")
 
 
@@ -149,7 +153,6 @@ def check_step(function, *args, timed: bool = False) -> PlacementReport:
     report = read_placement(callable_.graph, metadata)
     if not timed:
         return report
-    from lms.copy_match import copy_names
     from lms.profile import profiled_space
 
     space = profiled_space(function, *args)
@@ -180,6 +183,7 @@ def read_placement(graph, metadata) -> PlacementReport:
                 nodes[n.name] = (n, by_name)
     ran = {name: nodes[name][0].device for name in planned if name in nodes}
     optimized_names = {n.name for n in post}
+    pairs = swap_copy_pairs(metadata)  # each swap-in's send, found in one pass
     swap_ins = []
     for name, trigger in sorted(triggers.items()):
         if name not in nodes:
@@ -191,7 +195,7 @@ def read_placement(graph, metadata) -> PlacementReport:
         stand_ins = () if trigger in optimized_names else _stand_ins(graph, trigger, post)
         swap_ins.append(
             SwapInCheck(
-                name, node.device, trigger, gate, _send_of(name, partition), ancestors, stand_ins
+                name, node.device, trigger, gate, _send_of(name, pairs), ancestors, stand_ins
             )
         )
     piece_reads = {}
@@ -275,12 +279,10 @@ def _ancestors(partition, name: str, depth: int = 3) -> tuple:
     return tuple(found)
 
 
-def _send_of(name: str, partition) -> str | None:
-    """The `_Send` that takes `name`'s output off its device, if any."""
-    for node in partition.values():
-        if node.op == "_Send" and node.input and node.input[0].split(":")[0] == name:
-            return node.name
-    return None
+def _send_of(name: str, pairs: dict) -> str | None:
+    """The `_Send` that takes swap-in `name`'s output off the host (lms.copy_match), if any."""
+    pair = pairs.get(name)
+    return pair.send if pair is not None and pair.direction == "in" else None
 
 
 def _same_op(found: str, planned: str) -> bool:
