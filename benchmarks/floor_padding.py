@@ -7,7 +7,8 @@ request takes a whole free chunk that is less than twice its size unless 128 MiB
 be left over. At the emulated device's budgets (0.6-1.5 GiB) the floor's tensors are 150-250 MiB,
 so a request can hold up to 127 MiB more than it asked; on a 16-32 GiB GPU the same rule wastes
 at most 128 MiB of tensors of gigabytes. This prints, per workload, the plan that swaps the most
-(`lms.tuner.floor_parameters`) with the allocator model (`lms/allocator.py`, which reproduces the
+(`lms.tuning.tuner.floor_parameters`) with the allocator model (`lms/memory/allocator.py`, which
+reproduces the
 measured peak from the real request sequence: benchmarks/plan_peak_anatomy.py) at the reach
 search's limit size and budget, and at the size whose floor is 0.9 x a 16 GiB GPU: bytes asked,
 the chunks of the emulated device's allocator (the CPU's BFC, regions doubling), and the chunks
@@ -45,8 +46,8 @@ def floor_plan(workload: str, resolution: int, batch: int, device_memory: str, c
     import tensorflow as tf
 
     import lms
-    from lms.allocator import BestFitAllocator
-    from lms.tuner import floor_parameters
+    from lms.memory.allocator import BestFitAllocator
+    from lms.tuning.tuner import floor_parameters
     from suite.workloads import WORKLOADS, build_workload, data, training
 
     info = WORKLOADS[workload]
@@ -100,7 +101,7 @@ def main() -> None:
     args = parser.parse_args()
     from tabulate import tabulate
 
-    from lms.budget import parse_size
+    from lms.values.budget import parse_size
     from suite.workloads import WORKLOADS
 
     rows = []

@@ -1,4 +1,4 @@
-"""Benchmark: the step-time model (lms/steptime.py) against measured steps on emulated links.
+"""Benchmark: the step-time model (lms/timing/steptime.py) against measured steps on emulated links.
 
 Issue 14's goal: the projection is within 10 % of the measured step time on the emulated device
 at three emulated link speeds, for GoogLeNet and DeepLabV3+ with LMS (everything swapped, the

@@ -220,7 +220,7 @@ def child(case: str, fraction: float, steps: int, ordering: int) -> dict:
     measured_lms, seconds_lms = measure(wrapped, images, labels, steps)
     report = planner.report
     # the largest drop: every swappable tensor swapped (threshold 1, ahead 1, groupby 0)
-    from lms.rewriter import rewrite
+    from lms.device.rewriter import rewrite
 
     concrete = tf.function(step.python_function).get_concrete_function(images, labels)
     full = lms.analyze(concrete.graph)

@@ -3,7 +3,7 @@ were killed by the kernel's OOM killer at 12-17 GB where nothing said so beforeh
 case, in a fresh process on the emulated device: the plan's simulated host peak (swapped
 tensors and split ops' host arrays), the most bytes the host store held over the closed loop's
 steps and two more, and the growth of the process's resident memory over them from where the
-plan was made (sampled every 2 ms) against what `lms.host_memory` checks before a step runs
+plan was made (sampled every 2 ms) against what `lms.device.host_memory` checks before a step runs
 (host peak plus the emulated device's peak: its buffers are host memory too).
 
     .venv/bin/python benchmarks/lms_host_need.py                          # the recorded cases
@@ -35,7 +35,7 @@ def measure(name: str, resolution: int, batch: int, device_memory: str, loop=Tru
     from lms_cases import named_case
 
     import lms
-    from lms.host_memory import host_need
+    from lms.device.host_memory import host_need
 
     case = named_case(name, resolution, batch)
     planner = lms.LMS(device_memory=device_memory, **({} if loop else {"calibration_steps": 0}))

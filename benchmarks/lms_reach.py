@@ -32,7 +32,7 @@ CASES = {
 
 def reach(workload: str, resolution: int, batch: int, precision: str, device_gib: float) -> list:
     import lms
-    from lms.allocator import BestFitAllocator
+    from lms.memory.allocator import BestFitAllocator
     from suite.workloads import WORKLOADS, build_workload, data, training
 
     info = WORKLOADS[workload]

@@ -25,7 +25,7 @@ CASES = [  # (workload, resolution, batch, precision): the seeds' full sizes
 
 def measure(workload, resolution, batch, precision, device_memory):
     import lms
-    from lms.rewriter import rewrite
+    from lms.device.rewriter import rewrite
     from suite.workloads import build_workload, data, get_workload, training
 
     info = get_workload(workload)

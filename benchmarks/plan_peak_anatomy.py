@@ -4,7 +4,7 @@ For one workload, size and plan (default: everything swapped in the enforced ord
 process builds the step, runs it `--steps` times under the profiler and prints, per step, the
 measured peak and what the allocator held before and after it; then the bytes the step asked for
 at its own peak, the chunks BFC gave them, and the same request sequence replayed through
-`lms/allocator.py` (from the process's start, and per step from a fresh heap) beside the
+`lms/memory/allocator.py` (from the process's start, and per step from a fresh heap) beside the
 simulator's padded and unpadded peaks. Two variants run interleaved:
 
 - `split`: the rewrite as shipped (sums of 3+ inputs as chains of two-input adds);
@@ -77,7 +77,7 @@ def _events(logdir: str):
 def _replay(events, window=None) -> float:
     """The allocator model's peak over `events`, in MiB: from the process's start, or within
     `window` from a fresh heap that first holds what was alive when the window opened."""
-    from lms.allocator import BestFitAllocator
+    from lms.memory.allocator import BestFitAllocator
 
     model, handles = BestFitAllocator(), {}
     if window is not None:
@@ -103,7 +103,7 @@ def _replay(events, window=None) -> float:
 
 def _replay_as(events, window, allocator) -> float:
     """The peak within `window` (MiB) of the process's requests replayed from its start through
-    `allocator` (a fresh `lms.allocator.BestFitAllocator`)."""
+    `allocator` (a fresh `lms.memory.allocator.BestFitAllocator`)."""
     handles, peak = {}, 0
     for time, allocation, values in events:
         if allocation:
@@ -121,7 +121,11 @@ def _allocators(device_bytes: int) -> dict:
     and that GPU with BFC's split rule scaled to its size as on a 16 GiB GPU (a chunk is split
     when 128 MiB per 16 GiB of device memory would be left over): what the emulated device's
     absolute 128 MiB costs at this scale."""
-    from lms.allocator import MAX_INTERNAL_FRAGMENTATION, BestFitAllocator, cpu_allocator_limit
+    from lms.memory.allocator import (
+        MAX_INTERNAL_FRAGMENTATION,
+        BestFitAllocator,
+        cpu_allocator_limit,
+    )
 
     scaled = MAX_INTERNAL_FRAGMENTATION * device_bytes // (16 << 30)
     return {
@@ -150,8 +154,8 @@ def child(workload, resolution, batch, plan, steps, variant, device_memory) -> d
     import tensorflow as tf
 
     import lms
-    from lms import rewriter
-    from lms.budget import parse_size
+    from lms.device import rewriter
+    from lms.values.budget import parse_size
     from suite.workloads import WORKLOADS, build_workload, data, training
 
     if variant == "addn":

@@ -3,7 +3,8 @@
 For each case of benchmarks/lms_emulated.py and each mode (the plain step; everything swappable
 swapped in the enforced order; the same in TensorFlow's order), a fresh process measures the
 allocator's peak over two steps after a first one and simulates the same step with the bytes asked
-and with the allocator model (lms/allocator.py, lms/padding.py). Prints the errors in % of the
+and with the allocator model (lms/memory/allocator.py, lms/memory/padding.py). Prints the errors in
+% of the
 measured peak and their medians. One process per cell: the plain peak alone varies by up to ~8 %
 between processes (TensorFlow's order); run it more than once to see that spread.
 
@@ -31,7 +32,7 @@ def child(case: str, mode: str, ordering: int) -> dict:
     import tensorflow as tf
 
     import lms
-    from lms.rewriter import rewrite
+    from lms.device.rewriter import rewrite
 
     keras.utils.set_random_seed(0)
     step, images, labels = build_case(*CASES[case])

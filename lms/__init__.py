@@ -18,19 +18,11 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # `X as X`: a re-export, as type checkers read it
     from lms._tf_private import onednn_enabled as onednn_enabled
-    from lms.allocator import BestFitAllocator as BestFitAllocator
-    from lms.analysis import analyze as analyze
-    from lms.analysis import cpu_paired_reads as cpu_paired_reads
     from lms.api import LMS as LMS
-    from lms.budget import (
-        format_size as format_size,
-    )
-    from lms.budget import (
-        gpu_memory_bytes as gpu_memory_bytes,
-    )
-    from lms.budget import (
-        parse_size as parse_size,
-    )
+    from lms.device.host_memory import check_host_memory as check_host_memory
+    from lms.device.swap import DeviceCopy as DeviceCopy
+    from lms.device.swap import HostStore as HostStore
+    from lms.device.target import use_two_devices as use_two_devices
     from lms.errors import (
         HostMemoryError as HostMemoryError,
     )
@@ -43,121 +35,129 @@ if TYPE_CHECKING:  # `X as X`: a re-export, as type checkers read it
     from lms.errors import (
         ParameterError as ParameterError,
     )
-    from lms.explain import explain_peak as explain_peak
     from lms.function import LMSFunction as LMSFunction
-    from lms.graph import Analysis as Analysis
-    from lms.grappler_replay import grappler_replays as grappler_replays
-    from lms.host_memory import check_host_memory as check_host_memory
-    from lms.link import Link as Link
-    from lms.link import named_links as named_links
-    from lms.options import Options as Options
-    from lms.options import check_options as check_options
-    from lms.parameters import AUTO as AUTO
-    from lms.parameters import Parameters as Parameters
-    from lms.placement import PlacementReport as PlacementReport
-    from lms.placement import check_step as check_step
-    from lms.planner import Plan as Plan
-    from lms.planner import plan as plan
-    from lms.profile import (
+    from lms.graph.step import Analysis as Analysis
+    from lms.memory.allocator import BestFitAllocator as BestFitAllocator
+    from lms.memory.explain import explain_peak as explain_peak
+    from lms.memory.simulator import Simulation as Simulation
+    from lms.memory.simulator import simulate as simulate
+    from lms.observe.grappler_replay import grappler_replays as grappler_replays
+    from lms.observe.placement import PlacementReport as PlacementReport
+    from lms.observe.placement import check_step as check_step
+    from lms.planning.planner import Plan as Plan
+    from lms.planning.planner import plan as plan
+    from lms.timing.profile import (
         StepProfile as StepProfile,
     )
-    from lms.profile import profile_copies as profile_copies
-    from lms.profile import (
+    from lms.timing.profile import profile_copies as profile_copies
+    from lms.timing.profile import (
         profile_step as profile_step,
     )
-    from lms.profile import (
+    from lms.timing.profile import (
         swap_graph as swap_graph,
     )
-    from lms.report import (
-        AnalysisSummary as AnalysisSummary,
-    )
-    from lms.report import (
-        FloorOp as FloorOp,
-    )
-    from lms.report import (
-        OpBytes as OpBytes,
-    )
-    from lms.report import (
-        PlanReport as PlanReport,
-    )
-    from lms.report import (
-        SwapTraffic as SwapTraffic,
-    )
-    from lms.report import (
-        Timeline as Timeline,
-    )
-    from lms.roofline import (
+    from lms.timing.roofline import (
         ROOFLINE_GPUS as ROOFLINE_GPUS,
     )
-    from lms.roofline import (
+    from lms.timing.roofline import (
         RooflineDevice as RooflineDevice,
     )
-    from lms.roofline import (
+    from lms.timing.roofline import (
         roofline_profile as roofline_profile,
     )
-    from lms.simulator import Simulation as Simulation
-    from lms.simulator import simulate as simulate
-    from lms.steptime import Projection as Projection
-    from lms.steptime import SwapGraph as SwapGraph
-    from lms.steptime import project as project
-    from lms.swap import DeviceCopy as DeviceCopy
-    from lms.swap import HostStore as HostStore
-    from lms.target import use_two_devices as use_two_devices
-    from lms.tuner import Tuned as Tuned
-    from lms.tuner import tune as tune
+    from lms.timing.steptime import Projection as Projection
+    from lms.timing.steptime import SwapGraph as SwapGraph
+    from lms.timing.steptime import project as project
+    from lms.tuning.analysis import analyze as analyze
+    from lms.tuning.analysis import cpu_paired_reads as cpu_paired_reads
+    from lms.tuning.tuner import Tuned as Tuned
+    from lms.tuning.tuner import tune as tune
+    from lms.values.budget import (
+        format_size as format_size,
+    )
+    from lms.values.budget import (
+        gpu_memory_bytes as gpu_memory_bytes,
+    )
+    from lms.values.budget import (
+        parse_size as parse_size,
+    )
+    from lms.values.link import Link as Link
+    from lms.values.link import named_links as named_links
+    from lms.values.options import Options as Options
+    from lms.values.options import check_options as check_options
+    from lms.values.parameters import AUTO as AUTO
+    from lms.values.parameters import Parameters as Parameters
+    from lms.values.report import (
+        AnalysisSummary as AnalysisSummary,
+    )
+    from lms.values.report import (
+        FloorOp as FloorOp,
+    )
+    from lms.values.report import (
+        OpBytes as OpBytes,
+    )
+    from lms.values.report import (
+        PlanReport as PlanReport,
+    )
+    from lms.values.report import (
+        SwapTraffic as SwapTraffic,
+    )
+    from lms.values.report import (
+        Timeline as Timeline,
+    )
 
 # public name -> the module that defines it
 _EXPORTS = {
-    "AUTO": "lms.parameters",
-    "Analysis": "lms.graph",
-    "AnalysisSummary": "lms.report",
-    "BestFitAllocator": "lms.allocator",
-    "DeviceCopy": "lms.swap",
-    "FloorOp": "lms.report",
+    "AUTO": "lms.values.parameters",
+    "Analysis": "lms.graph.step",
+    "AnalysisSummary": "lms.values.report",
+    "BestFitAllocator": "lms.memory.allocator",
+    "DeviceCopy": "lms.device.swap",
+    "FloorOp": "lms.values.report",
     "HostMemoryError": "lms.errors",
-    "HostStore": "lms.swap",
+    "HostStore": "lms.device.swap",
     "LMS": "lms.api",
     "LMSError": "lms.errors",
     "LMSFunction": "lms.function",
-    "Link": "lms.link",
+    "Link": "lms.values.link",
     "NothingFitsError": "lms.errors",
-    "OpBytes": "lms.report",
-    "Options": "lms.options",
+    "OpBytes": "lms.values.report",
+    "Options": "lms.values.options",
     "ParameterError": "lms.errors",
-    "Parameters": "lms.parameters",
-    "Plan": "lms.planner",
-    "PlanReport": "lms.report",
-    "Projection": "lms.steptime",
-    "ROOFLINE_GPUS": "lms.roofline",
-    "RooflineDevice": "lms.roofline",
-    "Simulation": "lms.simulator",
-    "StepProfile": "lms.profile",
-    "SwapGraph": "lms.steptime",
-    "SwapTraffic": "lms.report",
-    "Timeline": "lms.report",
-    "Tuned": "lms.tuner",
-    "analyze": "lms.analysis",
-    "check_host_memory": "lms.host_memory",
-    "check_options": "lms.options",
-    "cpu_paired_reads": "lms.analysis",
-    "explain_peak": "lms.explain",
-    "format_size": "lms.budget",
-    "gpu_memory_bytes": "lms.budget",
-    "named_links": "lms.link",
+    "Parameters": "lms.values.parameters",
+    "Plan": "lms.planning.planner",
+    "PlanReport": "lms.values.report",
+    "Projection": "lms.timing.steptime",
+    "ROOFLINE_GPUS": "lms.timing.roofline",
+    "RooflineDevice": "lms.timing.roofline",
+    "Simulation": "lms.memory.simulator",
+    "StepProfile": "lms.timing.profile",
+    "SwapGraph": "lms.timing.steptime",
+    "SwapTraffic": "lms.values.report",
+    "Timeline": "lms.values.report",
+    "Tuned": "lms.tuning.tuner",
+    "analyze": "lms.tuning.analysis",
+    "check_host_memory": "lms.device.host_memory",
+    "check_options": "lms.values.options",
+    "cpu_paired_reads": "lms.tuning.analysis",
+    "explain_peak": "lms.memory.explain",
+    "format_size": "lms.values.budget",
+    "gpu_memory_bytes": "lms.values.budget",
+    "named_links": "lms.values.link",
     "onednn_enabled": "lms._tf_private",
-    "parse_size": "lms.budget",
-    "plan": "lms.planner",
-    "profile_step": "lms.profile",
-    "project": "lms.steptime",
-    "roofline_profile": "lms.roofline",
-    "simulate": "lms.simulator",
-    "swap_graph": "lms.profile",
-    "tune": "lms.tuner",
-    "use_two_devices": "lms.target",
-    "PlacementReport": "lms.placement",
-    "check_step": "lms.placement",
-    "grappler_replays": "lms.grappler_replay",
-    "profile_copies": "lms.profile",
+    "parse_size": "lms.values.budget",
+    "plan": "lms.planning.planner",
+    "profile_step": "lms.timing.profile",
+    "project": "lms.timing.steptime",
+    "roofline_profile": "lms.timing.roofline",
+    "simulate": "lms.memory.simulator",
+    "swap_graph": "lms.timing.profile",
+    "tune": "lms.tuning.tuner",
+    "use_two_devices": "lms.device.target",
+    "PlacementReport": "lms.observe.placement",
+    "check_step": "lms.observe.placement",
+    "grappler_replays": "lms.observe.grappler_replay",
+    "profile_copies": "lms.timing.profile",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -5,7 +5,7 @@
 
 `LMS` holds the options (`lms.Options`), the budget and the device, and makes plans (trace,
 analyse, tune, rewrite); `LMSFunction` (lms/function.py) runs the wrapped step and its closed
-loop; the report is an `lms.PlanReport` (lms/report.py).
+loop; the report is an `lms.PlanReport` (lms/values/report.py).
 """
 
 import functools
@@ -16,26 +16,27 @@ import keras
 import tensorflow as tf
 
 from lms import _tf_private
-from lms.allocator import BestFitAllocator, cpu_allocator_limit
-from lms.analysis import analyze, cpu_paired_reads
-from lms.budget import budget_bytes, format_size
 from lms.calibration import Calibration, CalibrationCache, PeakMeter, fingerprint
-from lms.device import EIGEN_KERNELS_WARNING
+from lms.device.host_memory import check_host_memory
+from lms.device.rewriter import keep_from_grappler, rewrite
+from lms.device.swap import DeviceCopy, HostStore
+from lms.device.target import resolve_target
 from lms.errors import NothingFitsError, ParameterError
 from lms.function import LMSFunction
-from lms.host_memory import check_host_memory
-from lms.options import Options
-from lms.parameters import Parameters
+from lms.graph.cpu_host import EIGEN_KERNELS_WARNING
+from lms.graph.names import REWRITTEN_MARK
+from lms.memory.allocator import BestFitAllocator, cpu_allocator_limit
+from lms.memory.simulator import simulate
 from lms.plan_report import build_report
-from lms.planner import log_plan, plan
-from lms.report import PlanReport
-from lms.rewriter import REWRITTEN_MARK, keep_from_grappler, rewrite
-from lms.simulator import simulate
-from lms.split import DevicePieces, HostPieces, running_ops
-from lms.splitting import forced_splits, split_to_fit
-from lms.swap import DeviceCopy, HostStore
-from lms.target import resolve_target
-from lms.tuner import Tuned, tune
+from lms.planning.planner import log_plan, plan
+from lms.split.fit import forced_splits, split_to_fit
+from lms.split.ops import DevicePieces, HostPieces, running_ops
+from lms.tuning.analysis import analyze, cpu_paired_reads
+from lms.tuning.tuner import Tuned, tune
+from lms.values.budget import budget_bytes, format_size
+from lms.values.options import Options
+from lms.values.parameters import Parameters
+from lms.values.report import PlanReport
 
 log = logging.getLogger("lms")
 
@@ -219,7 +220,7 @@ class LMS(keras.callbacks.Callback):
     def _tune_or_split(self, concrete, analysis, parameters, budget):
         """Tune; when nothing fits, or only the bytes asked and not the allocator's chunks, and
         `split` is "auto", split ops into pieces in rounds and tune again after each
-        (lms/splitting.py). Returns (analysis, tuned)."""
+        (lms/split/fit.py). Returns (analysis, tuned)."""
         try:
             analysis, tuned = self._tune_paired_first(concrete, analysis, parameters, budget)
         except NothingFitsError as error:
@@ -317,7 +318,7 @@ class LMS(keras.callbacks.Callback):
         self.report = build_report(analysis, tuned, self.budget, timings, planned, splits)
         self._show_loop(calibration)
         if self.plot_path:
-            from lms.plot import plot_simulation
+            from lms.memory.plot import plot_simulation
 
             plot_simulation(tuned, self.budget, self.plot_path)
         return self.report
@@ -426,7 +427,7 @@ class LMS(keras.callbacks.Callback):
 
 def loops_warning(loops) -> str:
     """One line naming the loop LMS cannot plan into: its body runs as one op, and the tensor
-    lists it keeps for the gradient (lms/loops.py) cannot be swapped."""
+    lists it keeps for the gradient (lms/graph/loops.py) cannot be swapped."""
     name, size = loops[0]
     others = f" ({len(loops)} loops, {format_size(sum(s for _, s in loops))} in all)"
     return (

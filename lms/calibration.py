@@ -22,15 +22,12 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 
-from lms.budget import format_size
 from lms.errors import NothingFitsError
+from lms.values.budget import format_size
+from lms.values.options import CALIBRATION_STEPS, MAX_CORRECTIONS
 
 log = logging.getLogger("lms")
 
-# steps measured per plan before it is accepted, and corrections before giving up (defaults of
-# LMS(calibration_steps=, max_corrections=))
-CALIBRATION_STEPS = 3
-MAX_CORRECTIONS = 3
 # runs of a newly rewritten step that are not measured (one-time allocations)
 UNMEASURED_RUNS = 1
 

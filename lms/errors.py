@@ -23,7 +23,8 @@ class NothingFitsError(LMSError):
 
 
 class HostMemoryError(LMSError, MemoryError):
-    """The plan needs more host memory than the host has (lms/host_memory.py): the step would be
+    """The plan needs more host memory than the host has (lms/device/host_memory.py): the step
+    would be
     killed by the kernel's OOM killer. `need` and `available` are bytes."""
 
     def __init__(self, message: str, need: int = 0, available: int = 0):

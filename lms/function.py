@@ -12,15 +12,15 @@ from typing import TYPE_CHECKING
 import tensorflow as tf
 
 from lms import _tf_private
-from lms.budget import format_size
 from lms.calibration import Calibration
+from lms.device.host_memory import pinned_hint
+from lms.device.swap import Traffic
+from lms.device.target import is_host_out_of_memory
 from lms.errors import HostMemoryError, LMSError, NothingFitsError, ParameterError
-from lms.host_memory import pinned_hint
-from lms.report import PlanReport, SwapTraffic
-from lms.steptime import SwapGraph
-from lms.swap import Traffic
-from lms.target import is_host_out_of_memory
-from lms.tuner import floor_parameters
+from lms.timing.steptime import SwapGraph
+from lms.tuning.tuner import floor_parameters
+from lms.values.budget import format_size
+from lms.values.report import PlanReport, SwapTraffic
 
 # a plan simulated at this many times the device memory is not run to be measured: no plan here
 # measured under 0.9x its simulation (benchmarks/README.md: lms_split_measured.py,
@@ -59,7 +59,8 @@ class LMSFunction:
         self._replanned = set()  # signatures whose best earlier plan was planned again
         self._warned_leftovers = False
         self._traffic, self._steps = Traffic(), 0
-        # GPU: (the profiled callable, its copy events matched to swaps: lms.copy_events.SwapCopies)
+        # GPU: (the profiled callable, its copy events matched to swaps:
+        # lms.observe.copy_events.SwapCopies)
         self._copies = None
 
     @staticmethod
@@ -277,7 +278,8 @@ class LMSFunction:
         """Run one more step of the current plan (after a first call) with TensorFlow's run
         metadata on, through a fresh instantiation of its graph (TensorFlow records a function's
         optimized and partition graphs when it instantiates it, i.e. on its first call with
-        metadata on): the `RunMetadata` proto (lms/placement.py reads it). The step trains."""
+        metadata on): the `RunMetadata` proto (lms/observe/placement.py reads it). The step
+        trains."""
         callable_, _ = self.prepare(*args)
         fresh = _tf_private.concrete_function_from_graph(callable_, callable_.graph)
         with _tf_private.run_metadata() as found:
@@ -304,12 +306,13 @@ class LMSFunction:
 
         With device copies (a GPU, the two-device mode) a swap's bytes move through the
         partitioner's send/recv pair, so one more step runs first with run metadata on
-        (`run_metadata`, it trains too) to read the pairs' names (lms/copy_match.py); the
+        (`run_metadata`, it trains too) to read the pairs' names (lms/observe/copy_match.py); the
         profile's events of those pairs are the swaps' transfers. On a GPU the same step's copy
         events matched to swaps are what `traffic()` reports."""
-        from lms.copy_events import swap_copies
-        from lms.copy_match import copy_names
-        from lms.profile import profiled_space, step_profile, swap_graph
+        from lms.observe.copy_events import swap_copies
+        from lms.observe.copy_match import copy_names
+        from lms.observe.xspace import profiled_space
+        from lms.timing.profile import step_profile, swap_graph
 
         callable_, _ = self.prepare(*args)
         device_copies = self.lms.target.device_copies
@@ -396,7 +399,8 @@ class LMSFunction:
         )
 
     def _profiled_copies(self):
-        """The copy events of the last `profile()` (lms.copy_events.SwapCopies) if the plan it
+        """The copy events of the last `profile()` (lms.observe.copy_events.SwapCopies) if the plan
+        it
         profiled is still the one that runs (a later plan's swaps are others); else None."""
         if not isinstance(self._copies, tuple):
             return None

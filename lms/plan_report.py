@@ -1,8 +1,8 @@
 """`build_report`: the `lms.PlanReport` of a tuned plan, what `LMS.report` holds."""
 
-from lms.explain import explain_peak
-from lms.lifetimes import largest_footprint
-from lms.report import AnalysisSummary, PlanReport, Timeline
+from lms.memory.explain import explain_peak
+from lms.memory.lifetimes import largest_footprint
+from lms.values.report import AnalysisSummary, PlanReport, Timeline
 
 
 def build_report(analysis, tuned, budget, timings, planned=None, splits=()) -> PlanReport:

@@ -99,7 +99,7 @@ def failure_cause(error: str) -> str:
     for marker, text in (
         ("splitting cannot lower the floor: ", "floor op {} cannot be split"),
         ("the floor is a piece of ", "memory of a piece of {}"),
-        ("lms.splitting.MAX_PIECES", "the pieces a plan may have"),
+        ("lms.split.fit.MAX_PIECES", "the pieces a plan may have"),
         ("alone fill the budget", "resident bytes fill the budget"),
         ("no op left above", "every large op split, plan still over"),
         ("OOM killer", "host memory: killed by the OOM killer"),

@@ -1,10 +1,10 @@
 """`inv project`: projected images/sec of a spec's LMS trials on named CPU-GPU links.
 
-Two sources of per-op compute times (lms/steptime.py replays either on each link):
+Two sources of per-op compute times (lms/timing/steptime.py replays either on each link):
 - `--gpu host` (default): this machine at the trial's size, measured. The trial's step is built
   with its LMS settings, run, timed (median of a few steps) and profiled once. On the emulated
   device this is what benchmarks/link_projection.py validates against emulated links.
-- `--gpu v100|a100|h100`: a roofline estimate from the rewritten graph (lms/roofline.py),
+- `--gpu v100|a100|h100`: a roofline estimate from the rewritten graph (lms/timing/roofline.py),
   planned for that GPU's memory (or the spec's `lms.device_memory`); nothing runs, so the seed
   specs' GPU sizes project here too.
 

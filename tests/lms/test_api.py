@@ -43,7 +43,7 @@ def test_a_graph_that_needs_no_lms_runs_unchanged(caplog):
 
 def test_a_budget_nothing_can_meet_is_a_clear_error():
     case = Case(*small_cnn())
-    # swapping alone (with splitting, "auto", this budget is met: tests/lms/test_split.py)
+    # swapping alone (with splitting, "auto", this budget is met: tests/lms/split/test_split.py)
     planner = lms.LMS(device_memory="4MiB", calibration_steps=0, split="off")
     with pytest.raises(lms.NothingFitsError) as raised:
         planner.wrap(case.step)(case.images, case.labels)
@@ -174,7 +174,7 @@ def test_one_step_wrapped_twice_is_planned_from_its_plain_trace_both_times():
 def test_max_pool_outputs_are_swapped_when_nothing_fits_without(caplog):
     """Kept on the device for speed, oneDNN's paired pool outputs are still a lever: a budget
     only swapping them meets gets a plan that swaps them."""
-    from lms.graph import ONEDNN_PAIRED_READS
+    from lms.graph.step import ONEDNN_PAIRED_READS
 
     if not lms.cpu_paired_reads():
         pytest.skip("oneDNN is off: nothing is paired")

@@ -19,10 +19,10 @@ def test_a_swap_in_that_never_runs_is_freed_after_the_step(monkeypatch, caplog):
     """The safety net behind the analysis: with dead reads and pruned ops not recognised,
     swap-ins are planned for reads that never happen; the step must still leave nothing on the
     host."""
-    import lms.graph
+    import lms.graph.step
 
-    monkeypatch.setattr(lms.graph, "drop_dead_reads", lambda *args: None)
-    monkeypatch.setattr(lms.graph, "mark_pruned", lambda *args: None)
+    monkeypatch.setattr(lms.graph.step, "drop_dead_reads", lambda *args: None)
+    monkeypatch.setattr(lms.graph.step, "mark_pruned", lambda *args: None)
     case = mixed_block_case()
     planner = aggressive()
     step = planner.wrap(case.step)
@@ -93,11 +93,11 @@ def test_an_order_tensorflow_cannot_run_falls_back_to_its_own(monkeypatch, caplo
     triggered by one and read by the other then sits inside one op ("nodes in a cycle"). The
     planner avoids such triggers; with that rule switched off the step must still train, planned
     again in TensorFlow's own order, and an explicit ordering=1 must say why it cannot."""
-    import lms.planner
-    import lms.tuner
+    import lms.planning.planner
+    import lms.tuning.tuner
 
-    monkeypatch.setattr(lms.planner, "_neighbours", lambda analysis, group: set())
-    monkeypatch.setattr(lms.tuner, "AUTO_ORDERINGS", (1, 0))
+    monkeypatch.setattr(lms.planning.planner, "_neighbours", lambda analysis, group: set())
+    monkeypatch.setattr(lms.tuning.tuner, "AUTO_ORDERINGS", (1, 0))
     case = workload_case("googlenet", 96, 4)
     analysis = lms.analyze(case.step.get_concrete_function(case.images, case.labels).graph)
     device_memory = int(lms.simulate(analysis).peak_bytes * 0.7)

@@ -83,13 +83,13 @@ def test_the_scan_sees_a_private_module(tmp_path):
     path.write_text(
         "import lms\n"
         "from lms._tf_private import onednn_enabled\n"
-        "from lms.roofline import GPUS\n"
-        "lms.profile.swap_graph\n"
+        "from lms.timing.roofline import GPUS\n"
+        "lms.timing.profile.swap_graph\n"
         'probe = "from lms._tf_private import onednn_enabled"\n'
     )
     assert sorted(lms_uses(path)) == [
         "lms._tf_private",
         "lms._tf_private",
-        "lms.profile",
-        "lms.roofline",
+        "lms.timing",
+        "lms.timing.roofline",
     ]

@@ -1,66 +1,76 @@
-"""lms's modules in layers (as tests/test_layout.py holds the suite's): a module imports from its
-own layer or the layers before it, never from a later one, and no two modules import each other,
-not even through an import inside a function (only `if TYPE_CHECKING:` imports are exempt)."""
+"""lms's folders are its layers (as tests/test_layout.py holds the suite's): a module imports
+from its own folder or the folders before it, never from a later one, and no two modules import
+each other, not even through an import inside a function or one made only for type checkers
+(`if TYPE_CHECKING:`): a loop a type checker needs is a loop a reader follows too."""
 
+import ast
 from pathlib import Path
 
-from layers import import_cycles, run_time_imports
+from layers import import_cycles
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# in order: each may import from itself and from those before it
+# in order: each may import from itself and from those before it; a folder names all its modules
 LAYERS = [
     ("lms.errors",),
-    # plain values and TensorFlow's private API, in one place
-    ("lms.budget", "lms.parameters", "lms.link", "lms.report", "lms._tf_private"),
-    # the options, the closed loop's bookkeeping, the step-time model, the host's memory
-    # (no graph)
-    ("lms.options", "lms.calibration", "lms.steptime", "lms.host_memory"),
-    # the step's graph and what its kernels and allocator hold
-    ("lms.loops", "lms.graph_passes", "lms.graph", "lms.cpu_host", "lms.kernels"),
-    # ... and the device a step runs on (its mechanism kind, budgets, meter)
-    ("lms.allocator", "lms.padding", "lms.target"),
-    # plans
-    ("lms.ordering", "lms.planner"),
-    # simulation
-    ("lms.schedule", "lms.lifetimes", "lms.simulator"),
-    # what simulates: the analysis (a function body's peak), the explained peak, the tuner
-    ("lms.analysis", "lms.explain", "lms.tuner", "lms.plot"),
-    # the rewritten step: swap mechanisms, split ops, the rewrite, its profile
+    # plain values (sizes, parameters, the link, options, report types), TensorFlow's private API
+    ("lms._tf_private", "lms.values"),
+    # the step's graph and what its kernels hold
+    ("lms.graph",),
+    # swap plans and the op order
+    ("lms.planning",),
+    # the memory simulation
+    ("lms.memory",),
+    # the analysis (a function body's simulated peak) and the tuner
+    ("lms.tuning",),
+    # split ops
+    ("lms.split",),
+    # the device: target, mechanisms, host memory, the rewrite
+    ("lms.device",),
+    # what TensorFlow ran, read back
+    ("lms.observe",),
+    # the step-time model: a step's profile (its copies matched to swaps) replayed on a link
+    ("lms.timing",),
+    # the pipeline from step to plan, the closed loop, the public objects
     (
-        "lms.swap",
-        "lms.halo",
-        "lms.split_norm",
-        "lms.split",
-        "lms.splitting",
-        "lms.rewriter",
-        "lms.profile",
-        "lms.copy_events",
-        "lms.copy_match",
-        "lms.roofline",
-        "lms.placement",
-        "lms.grappler_replay",
+        "lms.calibration",
+        "lms.plan_report",
+        "lms.pipeline",
+        "lms.closed_loop",
+        "lms.function",
+        "lms.api",
     ),
-    # the LMS object: its report, its device, the wrapped step
-    ("lms.plan_report", "lms.device", "lms.function", "lms.api"),
 ]
 
 
 def _layer(module: str) -> int | None:
     for index, group in enumerate(LAYERS):
-        if module in group:
+        if any(module == name or module.startswith(name + ".") for name in group):
             return index
     return None
 
 
 def imports(source: str) -> set[str]:
-    return run_time_imports(source, "lms")
+    """The lms modules `source` imports: at the top, inside a function, or for type checkers;
+    `from lms.x import y` imports lms.x.y when that is a module, else lms.x."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == "lms" or node.module.startswith("lms."):
+                for alias in node.names:
+                    name = f"{node.module}.{alias.name}"
+                    module = ROOT / (name.replace(".", "/") + ".py")
+                    package = ROOT / name.replace(".", "/") / "__init__.py"
+                    found.add(name if module.exists() or package.exists() else node.module)
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.split(".")[0] == "lms"}
+    return found
 
 
 def modules(override: dict | None = None) -> dict[str, set[str]]:
     """Every lms module and what it imports; `override` replaces a module's source."""
     found = {}
-    for path in sorted((ROOT / "lms").glob("*.py")):
+    for path in sorted((ROOT / "lms").rglob("*.py")):
         name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
         source = (override or {}).get(name) or path.read_text()
         found[name] = imports(source)
@@ -89,17 +99,21 @@ def test_no_import_import_cycles():
     assert import_cycles(modules()) == []
 
 
-def test_the_package_imports_its_exports_only_for_type_checkers():
+def test_the_package_imports_nothing_at_run_time():
     """`import lms` stays light: its names load on first use (tests/lms/test_init.py)."""
-    assert modules()["lms"] == set()
+    from layers import run_time_imports
+
+    assert run_time_imports((ROOT / "lms" / "__init__.py").read_text(), "lms") == set()
 
 
 def test_a_function_local_import_that_closes_a_cycle_is_caught():
     """The cycle this test was written against (issue 28): the analysis simulated a function
     body by importing the simulator inside a function, while the simulator's layer imports the
     analysis's graph. Put back, both tests fail."""
-    graph = (ROOT / "lms" / "graph.py").read_text()
-    back = graph + "\n\ndef _body(analysis):\n    from lms.simulator import simulate\n"
-    found = modules({"lms.graph": back})
-    assert ("lms.graph", "lms.simulator") in upward(found)
-    assert any(c[0] == "lms.graph" and "lms.simulator" in c for c in import_cycles(found))
+    graph = (ROOT / "lms" / "graph" / "step.py").read_text()
+    back = graph + "\n\ndef _body(analysis):\n    from lms.memory.simulator import simulate\n"
+    found = modules({"lms.graph.step": back})
+    assert ("lms.graph.step", "lms.memory.simulator") in upward(found)
+    assert any(
+        c[0] == "lms.graph.step" and "lms.memory.simulator" in c for c in import_cycles(found)
+    )

@@ -21,8 +21,8 @@ from _lms_measure import measured_peak  # noqa: E402
 from lms_cases import workload_case  # noqa: E402
 
 import lms  # noqa: E402
-from lms.cpu_host import cpu_kernels  # noqa: E402
-from lms.rewriter import rewrite  # noqa: E402
+from lms.device.rewriter import rewrite  # noqa: E402
+from lms.graph.cpu_host import cpu_kernels  # noqa: E402
 
 
 def main(workload: str, resolution: int, batch: int, mode: str) -> None:

@@ -12,7 +12,7 @@ import keras
 import tensorflow as tf
 
 import lms
-from lms.cpu_host import cpu_kernels
+from lms.graph.cpu_host import cpu_kernels
 
 
 def lstm_step(length: int, batch: int, width: int = 256):

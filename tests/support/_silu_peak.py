@@ -1,8 +1,9 @@
-"""Run by tests/lms/test_analysis.py in a fresh process: the measured and simulated plain peak of
+"""Run by tests/lms/tuning/test_analysis.py in a fresh process: the measured and simulated plain
+peak of
 a small EfficientNet-like model (convolutions, batch norm, silu, depthwise convolutions),
 simulated as analysed and without the two Grappler effects the analysis models (pruned ops,
 x * 1), with the temporaries of the kernels this process computes with (oneDNN's or Eigen's,
-lms/kernels.py)."""
+lms/graph/kernels.py)."""
 
 import json
 import sys
@@ -17,8 +18,8 @@ from _lms_measure import measured_peak  # noqa: E402
 from lms_cases import Case  # noqa: E402
 
 import lms  # noqa: E402
-from lms import graph as lms_graph  # noqa: E402
-from lms.cpu_host import cpu_kernels  # noqa: E402
+from lms.graph import step as lms_graph  # noqa: E402
+from lms.graph.cpu_host import cpu_kernels  # noqa: E402
 
 
 def silu_case(resolution=96, batch=4):

@@ -1,4 +1,4 @@
-"""Run by tests/lms/test_target.py in a fresh process: the two-device mode's budgets. Two
+"""Run by tests/lms/device/test_target.py in a fresh process: the two-device mode's budgets. Two
 logical CPU devices are made before TensorFlow starts; the step computes on /CPU:1.
 
 Prints one JSON object: the compute device's pool as TensorFlow reports it, the devices the
@@ -19,7 +19,7 @@ import lms  # noqa: E402
 lms.use_two_devices()
 from lms_cases import Case, small_cnn  # noqa: E402
 
-from lms.target import device_pool_bytes, resolve_target  # noqa: E402
+from lms.device.target import device_pool_bytes, resolve_target  # noqa: E402
 
 
 def main() -> None:

@@ -4,13 +4,14 @@ each item the model's step is planned and rewritten (gpu_path_cases.lms_options)
 checked from what TensorFlow ran:
 
 - placement: from the run metadata of the first call (which plans, rewrites and instantiates
-  the step, so its post-optimization and partition graphs are recorded; lms.placement
+  the step, so its post-optimization and partition graphs are recorded; lms.observe.placement
   read_placement, what lms.check_step reads from one more step): which LMS ops survived
   Grappler and partitioning, on which device; whether each swap-in's host-to-device send is
   gated by its trigger; whether each piece's host slice waits for the piece before;
-- "timing": a profiled step (lms.placement.host_timing): each gated send started after its
+- "timing": a profiled step (lms.observe.placement.host_timing): each gated send started after its
   trigger ended;
-- "replay": Grappler replayed on a virtual GPU with LMS's configuration (lms.grappler_replay);
+- "replay": Grappler replayed on a virtual GPU with LMS's configuration
+(lms.observe.grappler_replay);
 - "equivalence": the loss and every variable's update of one step against the plain step's,
   with Grappler's arithmetic optimizer and remapper off for both (tests/lms/conftest.py says
   why). The other checks run with TensorFlow's default configuration, as a user's step does.
@@ -46,12 +47,12 @@ from lms_equivalence import EXACT_ARITHMETIC, update_mismatches, update_toleranc
 from tensorflow.core.protobuf import config_pb2  # noqa: E402
 
 import lms.api  # noqa: E402
-import lms.rewriter  # noqa: E402
+import lms.device.rewriter  # noqa: E402
 from lms import _tf_private  # noqa: E402
-from lms.grappler_replay import replay  # noqa: E402
-from lms.placement import LMS_SCOPE, host_timing, read_placement  # noqa: E402
-from lms.profile import profiled_space  # noqa: E402
-from lms.swap import DeviceCopy, node, type_attr  # noqa: E402
+from lms.device.swap import DeviceCopy, node, type_attr  # noqa: E402
+from lms.observe.grappler_replay import replay  # noqa: E402
+from lms.observe.placement import LMS_SCOPE, host_timing, read_placement  # noqa: E402
+from lms.observe.xspace import profiled_space  # noqa: E402
 
 CHECKS = ("timing", "replay", "equivalence")
 MiB = 2**20
@@ -80,15 +81,15 @@ class Unkept:
 
 @contextlib.contextmanager
 def unkept():
-    """LMS keeps none of its ops from Grappler inside (lms.rewriter and lms.api call
+    """LMS keeps none of its ops from Grappler inside (lms.device.rewriter and lms.api call
     keep_from_grappler); yields the `Unkept` that saw them."""
-    saved = lms.rewriter.keep_from_grappler, lms.api.keep_from_grappler
+    saved = lms.device.rewriter.keep_from_grappler, lms.api.keep_from_grappler
     recorder = Unkept()
-    lms.rewriter.keep_from_grappler = lms.api.keep_from_grappler = recorder
+    lms.device.rewriter.keep_from_grappler = lms.api.keep_from_grappler = recorder
     try:
         yield recorder
     finally:
-        lms.rewriter.keep_from_grappler, lms.api.keep_from_grappler = saved
+        lms.device.rewriter.keep_from_grappler, lms.api.keep_from_grappler = saved
 
 
 @contextlib.contextmanager
@@ -200,12 +201,12 @@ def ungated_copies(report, metadata, space) -> list:
     """Per swap-in whose Identity ran on the compute device (the "device-swapin" control):
     (name, when its trigger ended, when the host's `_Send` that copies its input to the device
     started), seconds from the step's first event, from a profiled step's host events."""
-    from lms.profile import _op_events  # (what host_timing reads)
+    from lms.observe.xspace import op_events  # (what host_timing reads)
 
     events = {}
     for plane in space.planes:
         if plane.name.startswith("/host:"):
-            for start, duration, name, _ in _op_events(plane):
+            for start, duration, name, _ in op_events(plane):
                 if name not in events or start < events[name][0]:
                     events[name] = (start, start + duration)
     origin = min((a for a, _ in events.values()), default=0)
@@ -240,7 +241,7 @@ def step_graphs(metadata):
 
 
 def placement(graph, metadata) -> tuple:
-    """What TensorFlow ran of the LMS ops of `graph` (lms.placement): the report, and it as
+    """What TensorFlow ran of the LMS ops of `graph` (lms.observe.placement): the report, and it as
     plain data."""
     everything, metadata = metadata, step_graphs(metadata)
     report = read_placement(graph, metadata)
@@ -258,7 +259,8 @@ def placement(graph, metadata) -> tuple:
         "gated": len(report.swap_ins) - len(report.ungated),
         "ungated": report.ungated[:5],
         "forwarded": len(forwarded),
-        # gated through what stands for a trigger Grappler removed (lms.placement's stand-ins)
+        # gated through what stands for a trigger Grappler removed (lms.observe.placement's
+        # stand-ins)
         "stood_in": sum(
             1 for c in report.swap_ins if c.gated and c.gate and not c.gate.startswith(c.trigger)
         ),

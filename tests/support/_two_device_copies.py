@@ -1,9 +1,9 @@
-"""Run by tests/lms/test_copy_events.py, tests/lms/test_link.py and
+"""Run by tests/lms/observe/test_copy_events.py, tests/lms/values/test_link.py and
 tests/suite/hosts/test_link.py in a fresh process: TensorFlow's send/recv pairs between two
 logical CPU devices (lms.use_two_devices(), before TensorFlow runs anything), named as on a GPU.
 
 `swaps` (default): a small conv step with everything swapped, mechanism "two-device", run once;
-then one step with run metadata (lms/copy_match.py reads the pairs' names), one profiled
+then one step with run metadata (lms/observe/copy_match.py reads the pairs' names), one profiled
 (`LMSFunction.profile`) and the step-time model on it. `round-trip`: suite/hosts/link.py's copy
 functions on /CPU:1 and /CPU:0, with the partitions they ran and a measurement on them.
 Prints one JSON object."""
@@ -25,9 +25,9 @@ lms.use_two_devices()
 def swaps() -> dict:
     from lms_cases import Case, small_cnn
 
-    from lms.copy_match import copy_names, swap_copy_pairs
-    from lms.link import Link
-    from lms.steptime import project, seen_transfers
+    from lms.observe.copy_match import copy_names, swap_copy_pairs
+    from lms.timing.steptime import project, seen_transfers
+    from lms.values.link import Link
 
     with tf.device("/CPU:1"):
         case = Case(*small_cnn(resolution=32, batch=2, layers=3))

@@ -1,4 +1,5 @@
-"""The models and plans of tests/lms/test_placement.py: each step built as a GPU user's is (its
+"""The models and plans of tests/lms/observe/test_placement.py: each step built as a GPU user's is
+(its
 variables on the compute device, here the two-device mode's /CPU:1), with the plans LMS makes
 for it, checked in a child process (_two_device_case.py) from what TensorFlow ran.
 
@@ -16,7 +17,7 @@ from lms_cases import Case, applications_case, run_child, workload_case
 
 from suite.workloads.losses import classification
 
-COMPUTE_DEVICE = "/CPU:1"  # the two-device mode's compute device (lms/target.py)
+COMPUTE_DEVICE = "/CPU:1"  # the two-device mode's compute device (lms/device/target.py)
 DEVICE_MEMORY = "1MiB"  # below every step's resident bytes: the given parameters apply as given
 SWAPS = {"swapout_threshold": 1, "swapin_ahead": 1, "swapin_groupby": 0}
 
@@ -133,7 +134,8 @@ def lms_options(kind: str, model: str) -> dict:
 
 
 # Models and plans grouped into child processes (each pays TensorFlow's start, and a model its
-# build and its plain step, once), run two at a time (tests/lms/test_placement.py), the longest
+# build and its plain step, once), run two at a time (tests/lms/observe/test_placement.py), the
+# longest
 # first. The three largest steps run their split plan only, which swaps as their swap plan does
 # (the same parameters) beside the ops it splits: DeepLabV3+'s step traces in 8-16 s, and
 # Grappler takes 10-15 s over each of its 4,700-op rewrites, as long in the replay and again for

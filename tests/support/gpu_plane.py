@@ -1,12 +1,12 @@
 """A GPU's device plane in this machine's own profile: an XSpace of one profiled step (host planes
 only, no GPU here) to which a "/device:GPU:0" plane is added the way tsl's cupti_collector writes
-one (tests/lms/test_copy_events.py, tests/lms/test_link.py)."""
+one (tests/lms/observe/test_copy_events.py, tests/lms/values/test_link.py)."""
 
 import tempfile
 
 import tensorflow as tf
 
-from lms.profile import _read_xspace
+from lms.observe.xspace import _read_xspace
 
 
 @tf.function

@@ -82,7 +82,7 @@ def force_plan(planner, case, mutate=None):
     plan = lms.plan(analysis, planner.parameters)
     if mutate:
         plan = mutate(analysis, plan, concrete.graph)
-    from lms.rewriter import rewrite
+    from lms.device.rewriter import rewrite
 
     store = lms.HostStore()
     rewritten = rewrite(concrete, analysis, plan, store)

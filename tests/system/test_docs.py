@@ -20,7 +20,7 @@ DOCUMENTS = [
 ]
 FENCE = re.compile(r"^(```|~~~)")
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
-# a source file named in backticks: `lms/simulator.py`, `suite/running/trial.py`, ...
+# a source file named in backticks: `lms/memory/simulator.py`, `suite/running/trial.py`, ...
 SOURCE_PATH = re.compile(r"`((?:lms|suite|benchmarks|tests|scripts|scheduled|images)/[\w./-]*\w)`")
 
 

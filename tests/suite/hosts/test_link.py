@@ -47,7 +47,7 @@ def test_the_round_trip_copies_from_the_hosts_recv_of_a_device_tensor():
 def test_the_copy_events_time_each_way_by_its_fastest_copy():
     """The copy engine's own durations, read from a device plane as the collector writes it
     (through lms's public profile): each way, the fastest of the copies; kernels are no copy."""
-    from lms.profile import step_profile
+    from lms.timing.profile import step_profile
 
     events = []
     for repeat in (1.5, 1.0, 1.2):
@@ -65,8 +65,8 @@ def test_on_a_gpu_the_link_is_timed_by_copy_events_on_pinned_buffers():
     side is pinned memory (the collector's memory kind), as a swap's is."""
     import tensorflow as tf
 
-    from lms.copy_events import copy_events
-    from lms.profile import profiled_space
+    from lms.observe.copy_events import copy_events
+    from lms.observe.xspace import profiled_space
     from suite.hosts.link import copy_functions
 
     measured = measure_gpu_copies(0, sizes=(2**20, 2**26))

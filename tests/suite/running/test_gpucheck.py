@@ -15,7 +15,7 @@ from invoke import Context, Exit
 from report_cases import HOST, record, write_record
 
 import tasks
-from lms.placement import PlacementReport, SwapInCheck, SwapInTiming
+from lms.observe.placement import PlacementReport, SwapInCheck, SwapInTiming
 from suite.records import gpucheck as gpucheck_records
 from suite.records import load_host, store_host
 from suite.records.hosts import GpuCheck
@@ -357,7 +357,8 @@ def test_without_a_visible_gpu_the_default_mode_is_two_device(monkeypatch):
 
 def gpu_run(copy_start: float):
     """GPU only, made by hand: the run metadata of one swap-in's send/recv pair (named as the
-    partitioner names them, lms/copy_match.py) and a device plane as cupti_collector writes one
+    partitioner names them, lms/observe/copy_match.py) and a device plane as cupti_collector writes
+    one
     (tests/support/gpu_plane.py): the trigger's kernel from 0 to 1 ms, the swap-in's
     host-to-device copy from `copy_start`."""
     from gpu_plane import add_gpu_plane
@@ -386,8 +387,8 @@ def gpu_run(copy_start: float):
 
 
 def test_gpu_only_a_copy_event_is_timed_against_its_triggers_kernel():
-    from lms.copy_match import copy_names
-    from lms.placement import copy_timing
+    from lms.observe.copy_match import copy_names
+    from lms.observe.placement import copy_timing
 
     def device_copy_timing(report, metadata, space):
         return copy_timing(report, copy_names(metadata), space)

@@ -1,0 +1,222 @@
+"""Put a plan into the step's graph and make a callable of it (docs/lms.md).
+
+For each swap: one swap-out reading the tensor right after its producer; per group of far readers
+one swap-in, held back by a control dependency on the trigger, and the readers rerouted to it.
+In an enforced order the swaps are links of the chain: the op after a producer waits for its
+swap-out, the op after a trigger for its swap-in. Serialized levels get a chain of control
+dependencies. The edited graph becomes a new ConcreteFunction sharing the original's variables;
+the original is left as it was compiled.
+
+All swap ops of a plan enter the graph in one `import_graph_def` (one C call that builds every
+node, then light Python wrappers), not through op constructors one at a time: for DeepLabV3+ at
+1600² that is 3,263 ops, and the op constructors' Python overhead (~0.5 ms each) dominated.
+"""
+
+import tensorflow as tf
+from tensorflow.core.framework import graph_pb2
+
+from lms import _tf_private
+from lms.device.swap import SwapMechanism
+from lms.graph.names import REWRITTEN_MARK, SWAP_SCOPE
+from lms.graph.step import Analysis
+from lms.planning.ordering import FOLDED_OPS, UNCHAINED_OPS, anchor_ops, executed_ops
+from lms.planning.planner import Plan, swap_in_waiter, swap_out_waiter
+
+SCOPE = SWAP_SCOPE
+
+
+def swap_graph_def(analysis: Analysis, plan: Plan, mechanism: SwapMechanism, tensor_of):
+    """The GraphDef of every swap op, and per swap-in the (trigger, consumers, node names)."""
+    graph_def = graph_pb2.GraphDef()
+    swap_ins, swap_outs = [], []
+    for number, swap in enumerate(plan.swaps):
+        info = analysis.tensors[swap.tensor]
+        tensor = tensor_of[info.name]
+        out_nodes = mechanism.swap_out_nodes(f"s{number}/", info.name, tensor, len(swap.swap_ins))
+        graph_def.node.extend(out_nodes)
+        stored = out_nodes[-1].name
+        swap_outs.append((swap, stored))
+        for group, swap_in in enumerate(swap.swap_ins):
+            in_nodes = mechanism.swap_in_nodes(f"s{number}/g{group}/", stored, tensor)
+            graph_def.node.extend(in_nodes)
+            swap_ins.append((swap_in, in_nodes[0].name, in_nodes[-1].name))
+    return graph_def, swap_outs, swap_ins
+
+
+def rewrite(concrete, analysis: Analysis, plan: Plan, mechanism: SwapMechanism):
+    """Edit `concrete.graph` in place per `plan`; return the new callable."""
+    graph = concrete.graph
+    tf_ops = graph.get_operations()[: len(analysis.ops)]
+    tensor_of = {tensor.name: tensor for op in tf_ops for tensor in op.outputs}
+    graph_def, swap_outs, swap_ins = swap_graph_def(analysis, plan, mechanism, tensor_of)
+    rerouted = {}  # swap-in's last node -> op indices reading it
+    sources = {analysis.tensors[swap.tensor].name for swap in plan.swaps}
+    # the importer enters a tf.device scope per node that names a device (~0.5 ms each): place
+    # the nodes after the import instead
+    devices = {}
+    for node_def in graph_def.node:
+        if node_def.device:
+            devices[node_def.name] = node_def.device
+            node_def.ClearField("device")
+    with graph.as_default(), tf.control_dependencies(None):
+        imported = tf.graph_util.import_graph_def(
+            graph_def,
+            input_map={name: tensor_of[name] for name in sources},
+            return_elements=[n.name for n in graph_def.node],
+            name=SCOPE,  # uniquified by the importer's name scope
+        )
+    new_op = {node.name: op for node, op in zip(graph_def.node, imported, strict=True)}
+    for consumer, position, source in analysis.bypassed:  # as the analysis read the graph
+        _tf_private.update_input(
+            tf_ops[consumer], position, tensor_of[analysis.tensors[source].name]
+        )
+    for name, device in devices.items():
+        _tf_private.set_device(new_op[name], device)
+    for swap_in, first, last in swap_ins:
+        _tf_private.add_control_input(new_op[first], tf_ops[swap_in.trigger])
+        for consumer, position in swap_in.consumers:
+            _tf_private.update_input(tf_ops[consumer], position, new_op[last].outputs[0])
+        rerouted[last] = {consumer for consumer, _ in swap_in.consumers}
+    if plan.parameters.sync_mode & 1:  # synchronous swap-out
+        for swap, stored in swap_outs:
+            for consumer in swap.near_consumers:
+                _tf_private.add_control_input(tf_ops[consumer], new_op[stored])
+    if plan.order is not None:
+        _chain(analysis, plan.order, tf_ops)
+        _wait_for_swap_outs(analysis, plan, tf_ops, [(s, new_op[n]) for s, n in swap_outs])
+        _wait_for_swap_ins(
+            analysis, plan, tf_ops, [(s, new_op[n], rerouted[n]) for s, _, n in swap_ins]
+        )
+    for level in sorted(plan.serialized_levels):
+        chain = analysis.levels[level]
+        for before, after in zip(chain, chain[1:], strict=False):
+            _tf_private.add_control_input(tf_ops[after], tf_ops[before])
+    _split_sums(analysis, graph, tf_ops)
+    if mechanism.keeps_ops:
+        keep_from_grappler(graph, imported)
+    setattr(graph, REWRITTEN_MARK, True)
+    return _tf_private.concrete_function_from_graph(concrete, graph)
+
+
+def keep_from_grappler(graph, ops) -> None:
+    """Make `ops` control outputs of the step's function graph: they become the FunctionDef's
+    control returns, which reach Grappler as nodes to preserve (`GrapplerItem::NodesToPreserve`).
+    Without this the dependency optimizer bypasses swap Identities that add no cross-device edge
+    once removed, and the far readers read the device tensor that was to be swapped
+    (../shared/gpu-desk-check.md B2). Pass only ops that run anyway: a control output runs."""
+    kept = set(graph.control_outputs)
+    graph.control_outputs.extend(op for op in ops if op not in kept)
+
+
+def _split_sums(analysis: Analysis, graph, tf_ops) -> None:
+    """Each AddN of more than two floating-point inputs becomes a chain of two-input adds (the
+    same left-to-right sum), in the AddN's place in the order.
+
+    Grappler's memory optimizer rewrites an AddN of three or more inputs into a temporary
+    variable that each input is added to (`SchedulingPass`) when its static estimate of the
+    step's peak is over 80 % of the device's memory, which on the CPU is the RAM available
+    when the step is compiled: an LMS step, whose estimate counts every swapped tensor, is. The
+    rewritten sum holds its output and a zeros tensor of the output's size besides its inputs,
+    and constant folding keeps the zeros as a constant for as long as the step lives. ResNet50
+    1408² b1, everything swapped: measured 1.38x the simulated peak, 245 MiB held between steps;
+    a sum of two inputs is never rewritten."""
+    outputs = {analysis.tensors[t].name for t in analysis.outputs}
+    for index, info in enumerate(analysis.ops):
+        op = tf_ops[index]
+        if (
+            info.type != "AddN"
+            or not info.runs
+            or len(op.inputs) <= 2
+            or not op.outputs[0].dtype.is_floating
+            or op.outputs[0].name in outputs
+        ):
+            continue
+        scope = f"{op.name}/{SCOPE}_sum/"  # absolute: under the AddN's own name
+        with graph.as_default(), tf.control_dependencies(None), tf.name_scope(scope):
+            adds = [tf.raw_ops.AddV2(x=op.inputs[0], y=op.inputs[1])]
+            for term in list(op.inputs)[2:]:
+                adds.append(tf.raw_ops.AddV2(x=adds[-1], y=term))
+        for add in adds:
+            _tf_private.set_device(add.op, op.device)
+        for control in op.control_inputs:
+            _tf_private.add_control_input(adds[0].op, control)
+        for consumer in list(op.outputs[0].consumers()):
+            for position, tensor in enumerate(consumer.inputs):
+                if tensor is op.outputs[0]:
+                    _tf_private.update_input(consumer, position, adds[-1])
+        _tf_private.move_control_outputs(op, adds[-1].op)
+
+
+def _chained_ops(analysis: Analysis, order) -> list:
+    """The ops of `order` that the chain links. Ops TensorFlow prunes stay out of it (the chain
+    would make them run), and so do UNCHAINED_OPS."""
+    executed = executed_ops(analysis)
+    return [
+        int(index)
+        for index in order
+        if executed[index] and analysis.ops[index].type not in UNCHAINED_OPS
+    ]
+
+
+def _chain(analysis: Analysis, order, tf_ops) -> None:
+    """Make the ops that run follow `order`: each waits for the one before it
+    (lms/planning/ordering.py),
+    and each anchor (`anchor_ops`) for the anchor before it as well: a link through an op
+    Grappler folds or removes is lost with it (FOLDED_OPS). ResNet50 1024² b1 (the limit
+    search's plan) ran 94 of 3,405 pairs of chained kernels side by side, and measured 1.18x its
+    simulated peak (a 64 MiB swap-out awaited by a folded Shape still copying at the peak);
+    with anchors none, 1.05x (the rest: allocator chunks)."""
+    chained = _chained_ops(analysis, order)
+    for previous, index in zip(chained, chained[1:], strict=False):
+        op = analysis.ops[index]
+        inputs = {analysis.tensors[t].producer for t in op.inputs}
+        if previous not in inputs and previous not in op.control_inputs:
+            _tf_private.add_control_input(tf_ops[index], tf_ops[previous])
+    anchors = anchor_ops(analysis)
+    linked = [index for index in chained if anchors[index]]
+    adjacent = set(zip(chained, chained[1:], strict=False))
+    for previous, index in zip(linked, linked[1:], strict=False):
+        if (previous, index) not in adjacent and not _waits_for(analysis, index, previous):
+            _tf_private.add_control_input(tf_ops[index], tf_ops[previous])
+
+
+def _waits_for(analysis: Analysis, index: int, previous: int) -> bool:
+    """Whether op `index` already waits for op `previous`: a control input, or a data input
+    (directly or through ops that pass it on and that Grappler removes)."""
+    op = analysis.ops[index]
+    if previous in op.control_inputs:
+        return True
+    stack, seen = [analysis.tensors[t].producer for t in op.inputs], set()
+    while stack:
+        producer = stack.pop()
+        if producer == previous:
+            return True
+        if producer in seen:
+            continue
+        seen.add(producer)
+        source = analysis.ops[producer]
+        if source.type in FOLDED_OPS or source.type in UNCHAINED_OPS:
+            stack.extend(analysis.tensors[t].producer for t in source.inputs)
+    return False
+
+
+def _wait_for_swap_outs(analysis: Analysis, plan: Plan, tf_ops, swap_outs) -> None:
+    """In an enforced order, the anchor after a swapped tensor's producer waits for its swap-out:
+    the tensor's device buffer is then released where the simulation frees it, not whenever
+    the copy gets to run (on the CPU the measured peak of one ordered plan varied by 1.4x from
+    run to run while swap-outs lagged behind the chain)."""
+    for swap, swap_out in swap_outs:
+        waiter = swap_out_waiter(analysis, plan, swap)
+        if waiter >= 0:
+            _tf_private.add_control_input(tf_ops[waiter], swap_out)
+
+
+def _wait_for_swap_ins(analysis: Analysis, plan: Plan, tf_ops, swap_ins) -> None:
+    """In an enforced order, the anchor after a swap-in's trigger waits for the swap-in's last
+    node: the copy runs between the two, where the simulation allocates it. Beside the chain
+    (ResNet50 1024² b1) 39 of 602 copies were still running when the next op of the chain
+    started, and one forward copy started 440 ms after its trigger, which had run early."""
+    for swap_in, last, readers in swap_ins:
+        waiter = swap_in_waiter(analysis, plan, swap_in)
+        if waiter >= 0 and waiter not in readers:
+            _tf_private.add_control_input(tf_ops[waiter], last)

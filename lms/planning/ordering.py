@@ -1,0 +1,211 @@
+"""A total order for the step's ops, enforced by control dependencies (`ordering=1`).
+
+Left free, TensorFlow's executor runs every ready op as soon as it can: parallel branches (a
+residual block's shortcut and main path, a backward pass's two gradient paths) advance side by
+side, each holding its large tensors, and the order (so the peak) changes from run to run — on
+the CPU the measured peak of one plan varied by up to 1.7x over three processes. A depth-first
+order finishes one branch before it starts the next; chained by control dependencies it is the
+order that runs, so the simulation can be exact about it, distances (swapout_threshold,
+swapin_ahead, swapin_groupby) count ops rather than levels, and a swap-in comes back exactly
+`swapin_ahead` ops before its reader. ResNet50 at 8000² with everything swapped: a simulated
+peak of 31.4 GiB left free, 16.3 GiB ordered (largest op and resident variables: 16.2 GiB).
+"""
+
+import numpy as np
+
+from lms.graph.step import NO_BUFFER_OPS, Analysis, CacheKey, Fact, dependencies
+
+
+def depth_first_order(analysis: Analysis) -> np.ndarray:
+    """A topological order (data and control edges) that runs the op made ready last first; of
+    the ops one op makes ready, the one with the smallest outputs first (a convolution's filter
+    gradient before its input gradient: the large input gradient is then not yet held while the
+    filter gradient runs on the same inputs)."""
+    if CacheKey(Fact.DEPTH_FIRST) not in analysis.cache:
+        ops, tensors = analysis.ops, analysis.tensors
+        pending, successors = dependencies(ops, tensors)
+        produced = [sum(tensors[t].bytes for t in op.outputs) for op in ops]
+        for following in successors:
+            # pushed largest first, so popped smallest first (ties: creation order)
+            following.sort(key=lambda s: (produced[s], s), reverse=True)
+        stack = [i for i in range(len(ops) - 1, -1, -1) if pending[i] == 0]
+        order = []
+        while stack:
+            index = stack.pop()
+            order.append(index)
+            for s in successors[index]:
+                pending[s] -= 1
+                if pending[s] == 0:
+                    stack.append(s)
+        analysis.cache[CacheKey(Fact.DEPTH_FIRST)] = np.array(order, dtype=np.int64)
+    return analysis.cache[CacheKey(Fact.DEPTH_FIRST)]
+
+
+def positions(order: np.ndarray) -> np.ndarray:
+    """Each op's position in `order`."""
+    position = np.empty(len(order), dtype=np.int64)
+    position[order] = np.arange(len(order))
+    return position
+
+
+def order_positions(analysis: Analysis) -> np.ndarray:
+    """Each op's position in the depth-first order: its step when that order is enforced."""
+    if CacheKey(Fact.ORDER_POSITIONS) not in analysis.cache:
+        analysis.cache[CacheKey(Fact.ORDER_POSITIONS)] = positions(depth_first_order(analysis))
+    return analysis.cache[CacheKey(Fact.ORDER_POSITIONS)]
+
+
+# Left out of the chain: Grappler's dependency optimizer removes these and moves their control
+# edges to their neighbours, which made cycles of the chain (GoogLeNet: "1570 nodes in a cycle").
+UNCHAINED_OPS = frozenset({"Identity", "IdentityN", "NoOp"})
+# Not swap-in triggers either: a Const's control edges do not hold it in place after Grappler
+# (a swap-in held back by a batch norm's reduction indices came back early; yet taking Consts out
+# of the chain let ResNet50's measured peak grow by 29 %: they stay chained).
+UNTIMED_OPS = UNCHAINED_OPS | {"Const"}
+# Ops that never run as kernels of their own once Grappler is done: it folds or removes them
+# (ResNet50 1024² b1's profiled step ran none of its 904 Reshapes, 159 Squeezes, 53 ShapeNs and
+# 53 StopGradients; nor its 538 resource Placeholders, which become function arguments). A
+# control edge to or from one is lost with it, as with a Const: the ops after them started as
+# soon as their data was ready (a projection shortcut beside the main path, batch norm
+# gradients' Tiles and Sums beside the Muls before them: 94 of 3,405 pairs of chained kernels
+# overlapped). They stay chained, but no link of the chain relies on them alone (`anchor_ops`).
+FOLDED_OPS = frozenset(
+    {"Reshape", "Squeeze", "ExpandDims", "StopGradient", "PreventGradient", "Shape", "ShapeN"}
+    | {"Size", "Rank", "Placeholder", "Snapshot", "EnsureShape"}
+)
+
+
+# Ops a graph pass fuses with another op reading the same input (oneDNN's layout pass: a filter
+# gradient and the BiasAddGrad beside it become one _MklNativeConv2DBackpropFilterWithBias).
+SIBLING_FUSED_OPS = frozenset({"BiasAddGrad"})
+# Ops Grappler's remapper or oneDNN's layout pass fuse into the op producing their input
+# (Conv2D + BiasAdd + Add + Relu, MatMul + BiasAdd + activation, batch norm + activation).
+FUSED_TAIL_OPS = frozenset(
+    {"BiasAdd", "BiasAddV1", "Relu", "Relu6", "Elu", "LeakyRelu", "Tanh", "Sigmoid", "AddV2", "Add"}
+    | {f"FusedBatchNorm{v}" for v in ("", "V2", "V3")}
+    | {f"FusedBatchNormGrad{v}" for v in ("", "V2", "V3")}
+)
+
+
+def neighbours(analysis: Analysis, group) -> set:
+    """Ops a graph pass could fuse with one of `group`'s: for a fusion tail, the producer of an
+    input only it reads, if that is a fusion head or tail (Keras 2's SGD adds a Mul's output to
+    a variable: nothing fuses those, and taking the Mul for a neighbour kept every momentum
+    product of the 3D U-Net on the device, +12 % on its lowest ordered peak); and ops beside it
+    on the same input where either is of SIBLING_FUSED_OPS. Any other fusion TensorFlow may do
+    makes the step fall back to its own order (lms/function.py)."""
+    near = set()
+    for op in group:
+        for t in analysis.ops[op].inputs:
+            tensor = analysis.tensors[t]
+            readers = {c for c, _ in tensor.consumers}
+            fusable = analysis.ops[tensor.producer].type in FUSION_HEAD_OPS | FUSED_TAIL_OPS
+            if readers == {op} and analysis.ops[op].type in FUSED_TAIL_OPS and fusable:
+                near.add(tensor.producer)
+            if analysis.ops[op].type in SIBLING_FUSED_OPS:
+                near.update(readers)
+            else:
+                near.update(c for c in readers if analysis.ops[c].type in SIBLING_FUSED_OPS)
+    return near
+
+
+# Ops a graph pass fuses with fusion tails (FUSED_TAIL_OPS) reading their output: Grappler's
+# remapper and oneDNN's layout pass (convolution, matrix product or batch norm + bias + add +
+# activation), and the filter gradient oneDNN fuses with the BiasAddGrad beside it.
+FUSION_HEAD_OPS = frozenset(
+    {"Conv2D", "Conv3D", "DepthwiseConv2dNative", "MatMul", "BatchMatMul", "BatchMatMulV2"}
+    | {"BatchMatMulV3", "Conv2DBackpropFilter", "Conv3DBackpropFilterV2"}
+    | {f"FusedBatchNorm{v}" for v in ("", "V2", "V3")}
+)
+
+
+def fusion_helpers(analysis: Analysis) -> np.ndarray:
+    """Whether each op feeds an op that a graph pass could fuse with an op before it in the
+    depth-first order, and sits between the two (a convolution's bias, read by the BiasAdd after
+    it). Chained after the earlier op, such an op would make the fused op wait for itself:
+    TensorFlow refuses the graph ("nodes in a cycle"; ResNet50: every convolution's bias)."""
+    if CacheKey(Fact.FUSION_HELPERS) not in analysis.cache:
+        ops, tensors = analysis.ops, analysis.tensors
+        where = order_positions(analysis)
+        helper = np.zeros(len(ops), dtype=bool)
+        for head, op in enumerate(ops):
+            if op.type not in FUSION_HEAD_OPS:
+                continue
+            group, frontier = {head}, [head]
+            while frontier:  # the fusion tails reading the head's output, and theirs
+                producer = frontier.pop()
+                for t in ops[producer].outputs:
+                    for reader, _ in tensors[t].consumers:
+                        kind = ops[reader].type
+                        tail = kind in FUSED_TAIL_OPS or kind in FOLDED_OPS
+                        if tail and reader not in group and where[reader] > where[head]:
+                            group.add(reader)
+                            frontier.append(reader)
+            group |= neighbours(analysis, [head])  # siblings (a BiasAddGrad)
+            start = min(where[g] for g in group)
+            stack = [
+                p
+                for g in group
+                for p in [tensors[t].producer for t in ops[g].inputs] + ops[g].control_inputs
+            ]
+            while stack:
+                p = stack.pop()
+                if p in group or helper[p] or where[p] <= start:
+                    continue
+                helper[p] = True
+                stack.extend(tensors[t].producer for t in ops[p].inputs)
+                stack.extend(ops[p].control_inputs)
+        analysis.cache[CacheKey(Fact.FUSION_HELPERS)] = helper
+    return analysis.cache[CacheKey(Fact.FUSION_HELPERS)]
+
+
+def anchor_ops(analysis: Analysis) -> np.ndarray:
+    """Whether each op holds its place in the enforced (depth-first) order when control edges
+    say so, and matters there: it runs as a kernel of its own (not UNTIMED_OPS, FOLDED_OPS, or
+    without inputs), reads no variable alone (a ReadVariableOp allocates nothing), and is no
+    fusion helper. Anchors are what the chain links directly, what triggers swap-ins and what
+    waits for swaps."""
+    if CacheKey(Fact.ANCHORS) not in analysis.cache:
+        untimed = np.fromiter(
+            (
+                op.type in UNTIMED_OPS
+                or op.type in FOLDED_OPS
+                or op.type in NO_BUFFER_OPS
+                or not op.inputs
+                for op in analysis.ops
+            ),
+            bool,
+            len(analysis.ops),
+        )
+        anchors = executed_ops(analysis) & ~untimed & ~fusion_helpers(analysis)
+        analysis.cache[CacheKey(Fact.ANCHORS)] = anchors
+    return analysis.cache[CacheKey(Fact.ANCHORS)]
+
+
+def next_anchors(analysis: Analysis) -> np.ndarray:
+    """Per op, the first anchor (`anchor_ops`) after it in the depth-first order, or -1: the op
+    that waits for what is chained after it (a swap-out of its output, a swap-in it triggers)."""
+    if CacheKey(Fact.NEXT_ANCHORS) not in analysis.cache:
+        order = depth_first_order(analysis)
+        count = len(order)
+        anchored = anchor_ops(analysis)[order]
+        # per position, the first anchored position at or after it (count: none)
+        at = np.where(anchored, np.arange(count), count)
+        first = np.minimum.accumulate(at[::-1])[::-1] if count else at
+        after = np.append(first[1:], count)  # strictly after each position
+        following = np.full(count + 1, -1, dtype=np.int64)
+        following[:count] = order
+        result = np.full(len(analysis.ops), -1, dtype=np.int64)
+        result[order] = following[after]
+        analysis.cache[CacheKey(Fact.NEXT_ANCHORS)] = result
+    return analysis.cache[CacheKey(Fact.NEXT_ANCHORS)]
+
+
+def executed_ops(analysis: Analysis) -> np.ndarray:
+    """Whether each op runs (`OpInfo.runs`: TensorFlow prunes the rest; chaining them into the
+    order would make them run)."""
+    if CacheKey(Fact.EXECUTED) not in analysis.cache:
+        analysis.cache[CacheKey(Fact.EXECUTED)] = np.fromiter(
+            (op.runs for op in analysis.ops), bool, len(analysis.ops)
+        )
+    return analysis.cache[CacheKey(Fact.EXECUTED)]

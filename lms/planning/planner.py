@@ -1,0 +1,254 @@
+"""Plan swaps from an analysis and a parameter set (docs/lms.md).
+
+A tensor is swapped out when a consumer sits more than `swapout_threshold` levels after its
+producer. Its far consumers are grouped (`swapin_groupby`); each group reads one swap-in. The
+swap-in's trigger is found by walking back from the group's first consumer along its
+latest-level inputs, `swapin_ahead` steps: those are the ops that really run just before the
+consumer late in the backward pass (any other input fires too early and moves no peak).
+"""
+
+import logging
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from lms.graph.step import Analysis, CacheKey, Fact, GiB
+from lms.planning.ordering import anchor_ops, depth_first_order, next_anchors, order_positions
+from lms.planning.ordering import neighbours as _neighbours
+from lms.values.parameters import Parameters
+
+log = logging.getLogger("lms")
+
+
+@dataclass
+class SwapIn:
+    consumers: list  # [(op index, input position)] reading the swapped-in copy
+    trigger: int  # op index after which the copy comes back
+
+
+@dataclass
+class Swap:
+    tensor: int  # tensor index
+    swap_ins: list = field(default_factory=list)
+    near_consumers: list = field(default_factory=list)  # op indices still reading the original
+
+
+@dataclass
+class Plan:
+    parameters: Parameters
+    swaps: list
+    serialized_levels: frozenset
+    order: np.ndarray | None = None  # ordering=1: every op's place in the enforced order
+
+    @property
+    def swap_count(self) -> int:
+        return len(self.swaps)
+
+    @property
+    def swap_in_count(self) -> int:
+        return sum(len(s.swap_ins) for s in self.swaps)
+
+    def swapped_bytes(self, analysis: Analysis) -> int:
+        return sum(analysis.tensors[s.tensor].bytes for s in self.swaps)
+
+    def swapped_in_bytes(self, analysis: Analysis) -> int:
+        return sum(analysis.tensors[s.tensor].bytes * len(s.swap_ins) for s in self.swaps)
+
+
+def _latest_input_op(analysis: Analysis, op: int, exclude_tensor: int) -> int | None:
+    """The producer of `op`'s latest-level input (control inputs too), ignoring one tensor."""
+    node = analysis.ops[op]
+    candidates = [analysis.tensors[t].producer for t in node.inputs if t != exclude_tensor]
+    candidates += node.control_inputs
+    if not candidates:
+        return None
+    return max(candidates, key=lambda i: analysis.ops[i].level)
+
+
+def _ancestors(analysis: Analysis) -> tuple[np.ndarray, np.ndarray]:
+    """Jump table over the "latest input" chains: row j holds each op's 2^j-th predecessor along
+    its latest-level inputs (a sentinel past the last op where the chain ends), and the levels
+    (the sentinel's is -1). Built once per analysis: walking back `swapin_ahead` ops then costs
+    log2(ahead) steps instead of `ahead` (DeepLabV3+ at 1600²: 15 s of planning per tuning)."""
+    if CacheKey(Fact.ANCESTORS) not in analysis.cache:
+        count = len(analysis.ops)
+        level = np.array([op.level for op in analysis.ops] + [-1], dtype=np.int64)
+        parent = np.full(count + 1, count, dtype=np.int64)
+        for index in range(count):
+            previous = _latest_input_op(analysis, index, -1)
+            if previous is not None:
+                parent[index] = previous
+        table = [parent]
+        for _ in range(max(1, count.bit_length())):
+            table.append(table[-1][table[-1]])
+        analysis.cache[CacheKey(Fact.ANCESTORS)] = (np.stack(table), level)
+    return analysis.cache[CacheKey(Fact.ANCESTORS)]
+
+
+def find_trigger(analysis: Analysis, consumer: int, tensor: int, ahead: int) -> int | None:
+    """Walk back `ahead` steps from `consumer` along latest-level inputs (the first step ignores
+    the swapped tensor itself); never to or before the tensor's producer."""
+    producer_level = analysis.ops[analysis.tensors[tensor].producer].level
+    node = _latest_input_op(analysis, consumer, tensor)
+    if node is None or analysis.ops[node].level <= producer_level or ahead < 1:
+        return None
+    table, level = _ancestors(analysis)
+    remaining = ahead - 1
+    # levels fall strictly along a chain, so "still after the producer" holds on a prefix of it
+    for power in range(len(table) - 1, -1, -1):
+        if remaining >= 1 << power:
+            candidate = table[power][node]
+            if level[candidate] > producer_level:
+                node, remaining = int(candidate), remaining - (1 << power)
+    return node
+
+
+def serialized_levels(analysis: Analysis, parameters: Parameters) -> frozenset:
+    levels = set()
+    count = len(analysis.levels)
+    for start, stop in parameters.serialization:
+        levels.update(range(start, min(count, stop if stop is not None else count)))
+    if parameters.serialization_by_size:
+        limit = parameters.serialization_by_size * GiB
+        for level, ops in enumerate(analysis.levels):
+            size = sum(analysis.tensors[t].bytes for i in ops for t in analysis.ops[i].outputs)
+            if size > limit and len(ops) > 1:
+                levels.add(level)
+    return frozenset(levels)
+
+
+def _spans(analysis: Analysis, before: int, after: int) -> bool:
+    """Whether a graph pass could fuse an op at or before `before` in the enforced order with
+    one at or after `after` (see `_neighbours`): a swap between the two would then sit inside
+    one op (TensorFlow refuses the graph, "nodes in a cycle")."""
+    where = order_positions(analysis)
+    return any(where[n] >= where[after] for n in _neighbours(analysis, [before])) or any(
+        where[n] <= where[before] for n in _neighbours(analysis, [after])
+    )
+
+
+def _ordered_trigger(analysis, where, runs_before, group, tensor, ahead) -> int | None:
+    """In an enforced order: the op `ahead` places before the group's first reader, after the
+    tensor's producer, one that runs in its place (see `anchor_ops`), and before every op a
+    later graph pass could fuse a reader with: the swap-in would otherwise sit between two
+    halves of one op (oneDNN fuses a filter gradient with the BiasAddGrad beside it; GoogLeNet
+    224² b4 with a swap-in triggered between the two: "1603 nodes in a cycle"). Nor one that
+    could be fused across the anchor after it, which waits for the swap-in (`_spans`)."""
+    producer = where[analysis.tensors[tensor].producer]
+    near = _neighbours(analysis, group)
+    first = min(where[c] for c in set(group) | near)
+    position = max(first - ahead, producer + 1)
+    following = next_anchors(analysis)
+    while position > producer:
+        trigger = runs_before[position]
+        if trigger < 0 or where[trigger] <= producer:
+            return None
+        waiter = following[trigger]
+        if waiter < 0 or not _spans(analysis, trigger, waiter):
+            return int(trigger) if where[trigger] < first else None
+        position = where[trigger] - 1
+    return None
+
+
+def swap_out_waiter(analysis: Analysis, plan: Plan, swap: Swap) -> int:
+    """In an enforced order: the op that waits for `swap`'s swap-out, so that the device buffer
+    is released before it runs (lms/device/rewriter.py): the first anchor after the tensor's
+    producer,
+    unless a graph pass could fuse ops across the two (`_spans`). -1: none."""
+    if plan.order is None:
+        return -1
+    producer = analysis.tensors[swap.tensor].producer
+    waiter = int(next_anchors(analysis)[producer])
+    return -1 if waiter < 0 or _spans(analysis, producer, waiter) else waiter
+
+
+def swap_in_waiter(analysis: Analysis, plan: Plan, swap_in: SwapIn) -> int:
+    """In an enforced order: the op that waits for a swap-in's copy, which waits for its trigger:
+    the first anchor after the trigger (`_ordered_trigger` picks triggers no fusion spans with
+    it), so the copy runs between the two, where it is simulated. -1: none."""
+    if plan.order is None:
+        return -1
+    waiter = int(next_anchors(analysis)[swap_in.trigger])
+    return -1 if waiter < 0 or _spans(analysis, swap_in.trigger, waiter) else waiter
+
+
+def coordinates(analysis: Analysis, ordered: bool) -> np.ndarray:
+    """Where each op sits for the distances of a plan: its position in the enforced order, or
+    its level."""
+    if ordered:
+        return order_positions(analysis)
+    if CacheKey(Fact.LEVELS) not in analysis.cache:
+        levels = np.fromiter((op.level for op in analysis.ops), np.int64, len(analysis.ops))
+        analysis.cache[CacheKey(Fact.LEVELS)] = levels
+    return analysis.cache[CacheKey(Fact.LEVELS)]
+
+
+def plan(analysis: Analysis, parameters: Parameters) -> Plan:
+    """The swaps `parameters` (fully resolved: no -1 left) give on `analysis`."""
+    if parameters.needs_tuning:
+        raise ValueError("plan() needs resolved parameters; tune them first")
+    threshold, groupby = parameters.swapout_threshold, parameters.swapin_groupby
+    ahead = 1 if parameters.sync_mode & 2 else parameters.swapin_ahead
+    order = depth_first_order(analysis) if parameters.ordered else None
+    where = coordinates(analysis, order is not None)
+    if order is not None:  # distances count ops of the order
+        runs = anchor_ops(analysis)[order]
+        # the latest op that can trigger at or before each position (-1: none)
+        latest = np.maximum.accumulate(np.where(runs, np.arange(len(order)), -1))
+        runs_before = np.where(latest >= 0, order[np.maximum(latest, 0)], -1)
+
+        def trigger_of(group, tensor):
+            return _ordered_trigger(analysis, where, runs_before, group, tensor, ahead)
+
+    else:  # distances count levels
+
+        def trigger_of(group, tensor):
+            return find_trigger(analysis, group[0], tensor, ahead)
+
+    swaps = []
+    for t, info in enumerate(analysis.tensors):
+        if not info.swappable or not info.consumers:
+            continue
+        level = where[info.producer]
+        far = sorted(
+            (c for c in info.consumers if where[c[0]] - level > threshold),
+            key=lambda c: where[c[0]],
+        )
+        if not far:
+            continue
+        swap = Swap(t, near_consumers=sorted({c for c, _ in info.consumers} - {c for c, _ in far}))
+        group, group_level = [], None
+        for consumer in far:
+            consumer_level = where[consumer[0]]
+            if group and consumer_level - group_level > groupby:
+                _close_group(swap, group, trigger_of([c for c, _ in group], t))
+                group = []
+            if not group:
+                group_level = consumer_level
+            group.append(consumer)
+        _close_group(swap, group, trigger_of([c for c, _ in group], t))
+        if swap.swap_ins:
+            swaps.append(swap)
+    levels = frozenset() if order is not None else serialized_levels(analysis, parameters)
+    return Plan(parameters, swaps, levels, order)
+
+
+def _close_group(swap, group, trigger):
+    if trigger is None:  # nothing runs between producer and consumer: swapping gains nothing
+        swap.near_consumers = sorted(set(swap.near_consumers) | {c for c, _ in group})
+        return
+    swap.swap_ins.append(SwapIn(list(group), trigger))
+
+
+def log_plan(analysis: Analysis, result: Plan) -> None:
+    out_bytes = result.swapped_bytes(analysis)
+    in_bytes = result.swapped_in_bytes(analysis)
+    log.info(
+        "Added %d operations to the model (%d swap-out operations (%.2f GiB) and %d swap-in "
+        "operations (%.2f GiB))",
+        result.swap_count + result.swap_in_count,
+        result.swap_count,
+        out_bytes / GiB,
+        result.swap_in_count,
+        in_bytes / GiB,
+    )

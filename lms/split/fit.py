@@ -1,0 +1,175 @@
+"""When and what `LMS` splits (lms/split/ops.py does the splitting): ops named by the `split`
+option always; with "auto" (the default), only while no plan fits by swapping alone, in rounds.
+
+Round r splits every op whose own device bytes (`lms.memory.lifetimes.footprints`) exceed a share of
+the room the budget leaves beside the resident bytes: first the ops larger than the room (no
+swap plan can fit while they are whole: the floor), then those above 3/4, 1/2, 1/3, 1/4 and 1/6
+of it (what still crowds the closest plan's peak beside the op running there). Each op gets
+enough pieces for one piece to take at most an eighth of the room (lms.split.ops.PIECE_SHARE); one
+tuning per round, not per op. Splitting stops at the first plan that fits, after the last
+round, when the floor is an op that cannot be split, or before a round that would take the plan
+past MAX_PIECES pieces. Splitting is the lever after every
+swapping parameter: a plan that fits by swapping never pays for pieces (their extra host copies
+and smaller kernels)."""
+
+import logging
+
+from lms.errors import NothingFitsError
+from lms.memory.lifetimes import footprints, largest_footprint
+from lms.split.ops import (
+    SCOPE,
+    Split,
+    layout,
+    piece_scope,
+    pieces_for,
+    running_ops,
+    split_op,
+    splittable,
+)
+from lms.values.budget import format_size
+
+log = logging.getLogger("lms")
+# shares of the room above which an op is split, round by round (the last two: Eigen's CPU
+# kernels, whose convolution gradients' temporaries crowd ResNet50 1024² b1 after four rounds)
+ROUNDS = (1.0, 0.75, 0.5, 1 / 3, 1 / 4, 1 / 6)
+# the most pieces one plan may have: each adds about ten ops to the graph (reads, halo, store)
+# and its analysis and tuning time. GoogLeNet 4096² b1 in 400 MiB fits with 7,565 (81 s, 2.3 GiB
+# of planning process), ResNet50 2048² b1 with 8,271 (39 s, 1.9 GiB); ResNet50 4096² b1, whose
+# input alone leaves a sixth of the room, had passed 13 GiB before its first round was built.
+MAX_PIECES = 16384
+
+
+def forced_splits(graph, wanted: dict, io) -> list[Split]:
+    """Split every op whose type or name `wanted` lists, into that many pieces."""
+    splits, running = [], running_ops(graph)
+    for op in list(graph.get_operations()):
+        pieces = wanted.get(op.name, wanted.get(op.type))
+        if pieces is None:
+            continue
+        reason = splittable(op) if op in running else "TensorFlow prunes it: it never runs"
+        if reason:
+            log.info("not splitting %s as asked: %s", op.name, reason)
+            continue
+        splits.append(split_op(op, pieces, io, "asked for (split option)"))
+    return splits
+
+
+def _closest_peak(error: NothingFitsError) -> float:
+    return error.closest.simulation.peak_bytes if error.closest is not None else float("inf")
+
+
+def _stop(error: NothingFitsError, why: str, analysis, splits) -> NothingFitsError:
+    error.args = (f"{error}; {why}",)
+    error.analysis, error.splits = analysis, splits
+    return error
+
+
+def _targets(graph, analysis, threshold: float) -> list:
+    """The unsplit ops above `threshold` bytes that can be split, largest first."""
+    found = []
+    for footprint in sorted(footprints(analysis), key=lambda f: f.bytes, reverse=True):
+        if footprint.bytes <= threshold:
+            break
+        if footprint.name.startswith(f"{SCOPE}/"):  # a piece: already split
+            continue
+        op = graph.get_operation_by_name(footprint.name)
+        if splittable(op) is None:
+            found.append((op, footprint.bytes))
+    return found
+
+
+def _piece_floor(analysis, splits, room: int, reason: str = "") -> str | None:
+    """When the plan's floor is a piece of a split op: which op, and its pieces' bytes against
+    the room (what sets the limit then is the memory of one piece: more pieces are not made
+    past one row per piece, and a window op's halo rows come with each)."""
+    floor = largest_footprint(analysis)
+    if not floor.name.startswith(f"{SCOPE}/"):
+        return None
+    split = next((s for s in splits if floor.name.startswith(f"{piece_scope(s.op)}/")), None)
+    if split is None:
+        return None
+    share = floor.bytes / max(split.bytes / split.pieces, 1)  # > 1: halo rows, temporaries
+    return (
+        f"the floor is a piece of {split.op}, split into {split.pieces} pieces: "
+        f"{format_size(floor.bytes)} of the {format_size(room)} of room beside the resident "
+        f"bytes, {share:.1f}x its share of the op's inputs and outputs (the halo's rows and "
+        "the kernel's temporary)" + (f"; {reason}" if reason else "")
+    )
+
+
+def split_to_fit(graph, analysis, budget: int, error: NothingFitsError, io, analyse, tune):
+    """Split in rounds (module docstring) and tune again until a plan fits: (analysis, tuned,
+    splits). `analyse()` reads the edited graph again; `tune(analysis)` tunes or raises
+    NothingFitsError. Raises the last NothingFitsError, saying why splitting stopped, when none
+    fits; it carries the `analysis` of the graph as split and the `splits`, for the closest
+    plan."""
+    splits, previous, closest, capped = [], _closest_peak(error), None, False
+    why = f"after splitting {{}} ops, no op left above {ROUNDS[-1]:.2g} of the room"
+    for share in ROUNDS:
+        room = budget - analysis.resident_bytes
+        if room <= 0:
+            why = (
+                f"splitting cannot help: the resident {format_size(analysis.resident_bytes)} "
+                f"alone fill the budget of {format_size(budget)}"
+            )
+            raise _stop(error, why, analysis, splits)
+        floor = largest_footprint(analysis)
+        floor_op = graph.get_operation_by_name(floor.name)
+        reason = splittable(floor_op)
+        if floor.bytes > room and reason:
+            why = _piece_floor(analysis, splits, room, reason)
+            why = why or f"splitting cannot lower the floor: {floor.name}: {reason}"
+            raise _stop(error, why, analysis, splits)
+        targets = [
+            (op, bytes_, pieces_for(bytes_, room, layout(op).length))
+            for op, bytes_ in _targets(graph, analysis, share * room)
+        ]
+        if not targets:
+            continue
+        planned = sum(split.pieces for split in splits) + sum(n for *_, n in targets)
+        if planned > MAX_PIECES:  # checked before the graph grows by them
+            why = (
+                f"{{}} ops split; the next round would make {planned:,} pieces, over the "
+                f"{MAX_PIECES:,} a plan may have (lms.split.fit.MAX_PIECES)"
+            )
+            capped = True
+            break
+        for op, bytes_, pieces in targets:
+            reason = (
+                f"its {format_size(bytes_)} are over {share:.2g} of the "
+                f"{format_size(room)} the budget of {format_size(budget)} leaves beside "
+                f"the resident {format_size(analysis.resident_bytes)}"
+            )
+            split = split_op(op, pieces, io, reason)
+            splits.append(split)
+            log.info(
+                "split %s (%s) into %d pieces along axis %d: %s",
+                op.name,
+                op.type,
+                split.pieces,
+                split.axis,
+                reason,
+            )
+        analysis = analyse()
+        closest = None
+        try:
+            tuned = tune(analysis)
+        except NothingFitsError as again:
+            error, peak = again, _closest_peak(again)
+        else:
+            if tuned.simulation.peak_bytes <= budget:
+                return analysis, tuned, splits
+            # its bytes asked fit, not with the allocator's padding: splitting goes on
+            closest, peak = tuned, tuned.simulation.peak_bytes
+        log.info(
+            "after %d splits the closest plan's peak is %s (before: %s)",
+            len(splits),
+            format_size(peak),
+            format_size(previous),
+        )
+        previous = peak
+    why = (None if capped else _piece_floor(analysis, splits, room)) or why.format(len(splits))
+    if closest is not None:  # the tuner keeps such a plan: the closed loop measures it
+        log.info("Splitting stopped (%s): keeping the closest plan", why)
+        return analysis, closest, splits
+    raise _stop(error, why, analysis, splits)
