@@ -16,10 +16,20 @@ class ParameterError(LMSError, ValueError):
 class NothingFitsError(LMSError):
     """No parameter set brings the simulated peak under the memory budget.
 
-    `closest` (an lms.Tuned, or None) holds the parameter set whose simulated peak came lowest.
+    What it carries, for a report of the shortfall or a plan run to be measured all the same:
+    - `closest`: the `lms.Tuned` whose simulated peak came lowest, or None;
+    - `analysis`: the `lms.Analysis` `closest` was planned on (once splitting edited the graph,
+      that of the graph as split), or None;
+    - `splits`: the ops split before splitting stopped (`lms.split.ops.Split`), in order.
     """
 
-    closest = None
+    def __init__(self, message: str, closest=None, analysis=None, splits=()):
+        super().__init__(message)
+        self.closest, self.analysis, self.splits = closest, analysis, list(splits)
+
+    def stopped(self, why: str, analysis, splits) -> "NothingFitsError":
+        """This error, with why splitting stopped added, and the graph it stopped at."""
+        return NothingFitsError(f"{self}; {why}", self.closest, analysis, splits)
 
 
 class HostMemoryError(LMSError, MemoryError):

@@ -58,12 +58,6 @@ def _closest_peak(error: NothingFitsError) -> float:
     return error.closest.simulation.peak_bytes if error.closest is not None else float("inf")
 
 
-def _stop(error: NothingFitsError, why: str, analysis, splits) -> NothingFitsError:
-    error.args = (f"{error}; {why}",)
-    error.analysis, error.splits = analysis, splits
-    return error
-
-
 def _targets(graph, analysis, threshold: float) -> list:
     """The unsplit ops above `threshold` bytes that can be split, largest first."""
     found = []
@@ -112,14 +106,14 @@ def split_to_fit(graph, analysis, budget: int, error: NothingFitsError, io, anal
                 f"splitting cannot help: the resident {format_size(analysis.resident_bytes)} "
                 f"alone fill the budget of {format_size(budget)}"
             )
-            raise _stop(error, why, analysis, splits)
+            raise error.stopped(why, analysis, splits)
         floor = largest_footprint(analysis)
         floor_op = graph.get_operation_by_name(floor.name)
         reason = splittable(floor_op)
         if floor.bytes > room and reason:
             why = _piece_floor(analysis, splits, room, reason)
             why = why or f"splitting cannot lower the floor: {floor.name}: {reason}"
-            raise _stop(error, why, analysis, splits)
+            raise error.stopped(why, analysis, splits)
         targets = [
             (op, bytes_, pieces_for(bytes_, room, layout(op).length))
             for op, bytes_ in _targets(graph, analysis, share * room)
@@ -172,4 +166,4 @@ def split_to_fit(graph, analysis, budget: int, error: NothingFitsError, io, anal
     if closest is not None:  # the tuner keeps such a plan: the closed loop measures it
         log.info("Splitting stopped (%s): keeping the closest plan", why)
         return analysis, closest, splits
-    raise _stop(error, why, analysis, splits)
+    raise error.stopped(why, analysis, splits)

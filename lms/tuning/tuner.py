@@ -242,6 +242,7 @@ def _search(
         if lowest is not None:  # what came closest, for reports that show the shortfall
             closest = plan(analysis, lowest)
             error.closest = Tuned(lowest, closest, simulate(analysis, closest), baseline, count)
+            error.analysis = analysis
         raise error
     if parameters.swapin_ahead == AUTO and not chosen.sync_mode & 2:
         ahead = _largest_fitting(
