@@ -56,11 +56,11 @@ def floor_plan(workload: str, resolution: int, batch: int, device_memory: str, c
     images, labels = data.synthetic_batch(info, resolution, batch, info.default_classes)
     specs = [tf.TensorSpec(t.shape, t.dtype) for t in (images, labels)]
     allocator = None if chunks == "asked" else "bfc"
-    planner = lms.LMS(device_memory=device_memory, batch_size=batch, allocator=allocator)
-    planner.parameters = floor_parameters(planner.parameters)
+    floor = floor_parameters(lms.Options(device_memory).parameters).as_dict()
+    planner = lms.LMS(device_memory, batch_size=batch, allocator=allocator, **floor)
     if chunks == "gpu":  # the same analysis and plan; only the allocator model differs
         one_region = functools.partial(BestFitAllocator, planner.device_bytes, False)
-        planner._allocator = lambda: one_region
+        planner.pipeline.allocator_model = lambda: one_region
     report = planner.plan_only(step, *specs)
     tf.keras.backend.clear_session()
     return report

@@ -14,7 +14,8 @@ Three kinds (`Options.mechanism`):
   path"). Both devices share the CPU's allocator, so nothing measures the compute device's own
   bytes: its plans are simulated only; the host memory is checked as on a GPU host.
 
-`resolve_target` is the only place that asks whether a GPU is there.
+`resolve_target` is the only place that asks whether a GPU is there; `describe_device` works out,
+once per `LMS`, everything a plan needs of the device (`Device`).
 """
 
 import os
@@ -24,6 +25,7 @@ import tensorflow as tf
 
 from lms.device.host_memory import pinned_limit_bytes
 from lms.errors import ParameterError
+from lms.values.budget import budget_bytes
 
 HOST_DEVICE = "/device:CPU:0"
 TWO_DEVICE_COMPUTE = "/device:CPU:1"
@@ -117,6 +119,55 @@ def resolve_target(mechanism: str = "auto", device: str | None = None) -> Target
     compute = _canonical(device or "/device:GPU:0")
     spec = tf.DeviceSpec.from_string(compute)
     return Target("gpu", compute, HOST_DEVICE, f"GPU:{spec.device_index or 0}", "CPU")
+
+
+@dataclass(frozen=True)
+class Device:
+    """The device a plan is for, worked out once from the options (`describe_device`).
+
+    device_bytes: the device memory (the option, else the GPU's pool); budget_bytes: what a
+    plan may fill (less the reserve, times the safety ratio); limit_bytes: what a measured peak
+    is held to (less the reserve only); kernels: whose temporaries the simulator counts
+    ("onednn", "eigen", "gpu"); growth: whether the device's allocator grows by regions (the
+    allocator model's); pinned_host_bytes: the pinned host allocator's cap (GPU, two-device)."""
+
+    target: Target
+    device_bytes: int
+    budget_bytes: int
+    limit_bytes: int
+    kernels: str
+    growth: bool
+    pinned_host_bytes: int | None
+
+    def key(self, parameters, allocator: str | None) -> str:
+        """What besides the graph a calibration holds for: device, memory, kernels, versions."""
+        target = self.target
+        return (
+            f"{target.kind}:{target.compute_device}|{self.device_bytes}|{self.budget_bytes}|"
+            f"{self.kernels}|tf{tf.__version__}|{parameters}|{allocator}"
+        )
+
+
+def describe_device(options) -> Device:
+    """The `Device` of `lms.Options`: its target, memory and budget, kernels and allocator."""
+    target = resolve_target(options.mechanism, options.device)
+    device_bytes = options.device_bytes
+    if device_bytes is None:  # the step's own GPU: TensorFlow's memory pool for it
+        device_bytes = target.pool_bytes() if target.kind == "gpu" else None
+        if device_bytes is None:
+            raise ParameterError(
+                "device_memory is required without a readable GPU (on the emulated device it "
+                "is the memory budget), e.g. LMS(device_memory='2GiB')"
+            )
+    return Device(
+        target=target,
+        device_bytes=device_bytes,
+        budget_bytes=budget_bytes(device_bytes, options.reserve, options.safety_ratio),
+        limit_bytes=budget_bytes(device_bytes, options.reserve, 1.0),
+        kernels=target.kernels(),
+        growth=target.growth(),
+        pinned_host_bytes=target.pinned_host_bytes(),
+    )
 
 
 def _canonical(device: str) -> str:

@@ -155,7 +155,7 @@ def check_step(function, *args, timed: bool = False) -> PlacementReport:
     if not timed:
         return report
     space = profiled_space(function, *args)
-    if function.lms.target.kind == "gpu":
+    if function.pipeline.device.target.kind == "gpu":
         return replace(
             report, timings=tuple(copy_timing(report, copy_names(metadata), space)), clock="device"
         )

@@ -27,6 +27,7 @@ one JSON line: {"onednn", "tensorflow", "results": [one dict per item]}.
 """
 
 import contextlib
+import dataclasses
 import json
 import sys
 import time
@@ -46,7 +47,6 @@ from lms_cases import step_update  # noqa: E402
 from lms_equivalence import EXACT_ARITHMETIC, update_mismatches, update_tolerance  # noqa: E402
 from tensorflow.core.protobuf import config_pb2  # noqa: E402
 
-import lms.api  # noqa: E402
 import lms.device.rewriter  # noqa: E402
 from lms import _tf_private  # noqa: E402
 from lms.device.swap import DeviceCopy, node, type_attr  # noqa: E402
@@ -81,15 +81,23 @@ class Unkept:
 
 @contextlib.contextmanager
 def unkept():
-    """LMS keeps none of its ops from Grappler inside (lms.device.rewriter and lms.api call
-    keep_from_grappler); yields the `Unkept` that saw them."""
-    saved = lms.device.rewriter.keep_from_grappler, lms.api.keep_from_grappler
+    """LMS keeps none of its ops from Grappler inside (lms.device.rewriter's
+    keep_from_grappler, wherever an lms module imported it); yields the `Unkept` that saw
+    them."""
+    original = lms.device.rewriter.keep_from_grappler
+    users = [
+        module
+        for name, module in sorted(sys.modules.items())
+        if name.split(".")[0] == "lms" and getattr(module, "keep_from_grappler", None) is original
+    ]
     recorder = Unkept()
-    lms.device.rewriter.keep_from_grappler = lms.api.keep_from_grappler = recorder
+    for module in users:
+        module.keep_from_grappler = recorder
     try:
         yield recorder
     finally:
-        lms.device.rewriter.keep_from_grappler, lms.api.keep_from_grappler = saved
+        for module in users:
+            module.keep_from_grappler = original
 
 
 @contextlib.contextmanager
@@ -309,8 +317,9 @@ def check(case, item: dict, plain: dict) -> dict:
     checks = item.get("checks", CHECKS)
     planner = lms.LMS(**lms_options(item["plan"], item["model"]))
     if control == "device-swapin":
-        target = planner.target
-        planner._mechanism = lambda: DeviceSideSwapIn(target.host_device, target.compute_device)
+        target, mechanism = planner.target, planner.pipeline.mechanism
+        swaps = DeviceSideSwapIn(target.host_device, target.compute_device)
+        planner.pipeline.mechanism = dataclasses.replace(mechanism, swaps=swaps)
     step = planner.wrap(case.step)
     x, y = case.images, case.labels
     with contextlib.ExitStack() as stack:

@@ -117,7 +117,7 @@ def test_the_emulated_devices_allocator_grows_past_the_budget(monkeypatch):
     monkeypatch.setenv("TF_CPU_BFC_MEM_LIMIT_IN_MB", "1024")
     assert cpu_allocator_limit() == 2**30
     planner = lms.LMS(device_memory="100MiB", mechanism="host-store")
-    model = planner._allocator()()
+    model = planner.pipeline.allocator_model()()
     model.allocate(90 * MiB)  # a region of 128 MiB, past the device's 100 MiB
     assert model.regions == 128 * MiB
 

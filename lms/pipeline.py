@@ -1,0 +1,366 @@
+"""Plan-making as one pipeline, from a training step to a plan that runs: trace, analyse, tune
+(splitting ops when swapping alone does not fit), check the host's memory, rewrite.
+
+`LMS` (lms/api.py) holds one `Pipeline`; the closed loop (lms/closed_loop.py) asks it for plans
+at the budgets it measures its way to. Each step of the way returns one frozen result that says
+what it is: `plan` a `Planned` (the trace, its analysis, the tuned plan, the splits, what it was
+planned for), `prepare` a `Prepared` (the callable that runs the plan, and its report). The device
+is worked out once, when the pipeline is made (`lms.device.target.Device`), and so is the
+mechanism that moves bytes on it (`lms.device.mechanism`).
+"""
+
+import functools
+import logging
+import time
+from dataclasses import dataclass, replace
+
+import tensorflow as tf
+
+from lms import _tf_private
+from lms.calibration import Calibration, CalibrationCache, fingerprint
+from lms.device.host_memory import check_host_memory
+from lms.device.mechanism import mechanism_for
+from lms.device.rewriter import rewrite
+from lms.device.target import describe_device
+from lms.errors import NothingFitsError
+from lms.graph.cpu_host import EIGEN_KERNELS_WARNING
+from lms.graph.names import REWRITTEN_MARK
+from lms.memory.allocator import BestFitAllocator, cpu_allocator_limit
+from lms.memory.simulator import simulate
+from lms.plan_report import build_report
+from lms.planning.planner import log_plan, plan
+from lms.split.fit import forced_splits, split_to_fit
+from lms.tuning.analysis import analyze, cpu_paired_reads
+from lms.tuning.tuner import Tuned, tune
+from lms.values.budget import format_size
+from lms.values.options import Options
+from lms.values.parameters import Parameters
+from lms.values.report import PlanReport
+
+log = logging.getLogger("lms")
+
+
+@dataclass(frozen=True)
+class Request:
+    """What one plan is asked for.
+
+    parameters: None: the options'. budget_bytes: None: the device's budget (or, with `cached`,
+    what the calibration cache holds for this step). keep_closest: a budget nothing meets in
+    simulation gives the closest plan instead of NothingFitsError (the closed loop measures it).
+    """
+
+    parameters: Parameters | None = None
+    budget_bytes: int | None = None
+    keep_closest: bool = False
+    cached: bool = False
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A tuned plan and what it was made from.
+
+    concrete: the step's trace (its graph edited in place by the splits); pieces: the tracker of
+    the split ops' piece copies (from the mechanism); budget_bytes: what it was planned for;
+    shortfall: why nothing fit in simulation, when the closest plan was kept; timings: seconds
+    of trace, analysis and tuning (and, once prepared, rewrite); fingerprint: the trace's key in
+    the calibration cache (None without one)."""
+
+    concrete: object
+    analysis: object
+    tuned: Tuned
+    splits: tuple
+    pieces: object
+    budget_bytes: int
+    shortfall: str | None
+    timings: dict
+    fingerprint: str | None
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A plan ready to run: `callable` runs the rewritten step; `report` says what was planned."""
+
+    callable: object
+    planned: Planned
+    report: PlanReport
+
+    @property
+    def tuned(self) -> Tuned:
+        return self.planned.tuned
+
+
+class Pipeline:
+    """Plans for one device and one set of options (`lms.Options`)."""
+
+    def __init__(self, options: Options):
+        self.options = options
+        self.device = describe_device(options)
+        self.mechanism = mechanism_for(self.device.target, options.link)
+        path = options.calibration_cache
+        self.cache = CalibrationCache(path) if path else None
+
+    def plan(self, function, args, request: Request = Request()) -> Planned:
+        """Trace `function` for `args` (tensors or TensorSpecs), analyse, tune for the budget
+        asked (splitting where the options allow and nothing fits by swapping). Raises
+        NothingFitsError unless `request.keep_closest` and a closest plan exists."""
+        started = time.perf_counter()
+        concrete = _trace(function, args)
+        traced = time.perf_counter()
+        parameters, budget = request.parameters, request.budget_bytes
+        key = None
+        if self.cache is not None:
+            key = fingerprint(
+                concrete.graph, self.device.key(self.options.parameters, self.options.allocator)
+            )
+            entry = self.cache.entry(key) if request.cached and budget is None else None
+            if entry is not None:  # the plan that held last time: its budget and parameters
+                budget = entry["budget_bytes"]
+                if entry.get("parameters"):
+                    parameters = Parameters(**entry["parameters"])
+                log.info(
+                    "LMS: planning for %s with the parameters that held last time (calibration "
+                    "cache %s)",
+                    format_size(budget),
+                    self.cache.path,
+                )
+        budget = budget or self.device.budget_bytes
+        parameters = parameters or self.options.parameters
+        target = self.device.target
+        if target.on_cpu and not _tf_private.onednn_enabled():
+            log.warning(EIGEN_KERNELS_WARNING)
+        pieces = self.mechanism.pieces()  # one per graph: it tracks the graph's pieces
+        splits = []
+        if isinstance(self.options.split, dict):  # asked for: split before anything is planned
+            splits = forced_splits(concrete.graph, self.options.split, pieces)
+        paired = cpu_paired_reads() if target.on_cpu else frozenset()
+        analysis = self._analyse(concrete, paired)
+        if analysis.loops:
+            log.warning(loops_warning(analysis.loops))
+        analysed = time.perf_counter()
+        shortfall = None
+        try:
+            analysis, tuned, made = self._tune_or_split(
+                concrete, analysis, parameters, budget, pieces
+            )
+        except NothingFitsError as error:
+            splits += error.splits
+            analysis = error.analysis or analysis
+            if self.options.safety_ratio < 1:
+                error.args = (
+                    f"{error} (the budget is safety_ratio {self.options.safety_ratio:g} of the "
+                    "device memory left after the reserve; a larger safety_ratio, up to 1, plans "
+                    "closer to the device memory and leaves less room for the simulator's error)",
+                )
+            if not request.keep_closest or error.closest is None:
+                raise
+            log.info("%s", error)
+            tuned, shortfall = error.closest, str(error)
+        else:
+            splits += made
+        timings = {
+            "trace_s": traced - started,
+            "analysis_s": analysed - traced,
+            "tune_s": time.perf_counter() - analysed,
+        }
+        if tuned.plan is not None:
+            log_plan(analysis, tuned.plan)
+        return Planned(
+            concrete, analysis, tuned, tuple(splits), pieces, budget, shortfall, timings, key
+        )
+
+    def prepare(self, function, args, request: Request = Request()) -> Prepared:
+        """`plan`, then check the host's memory for it and rewrite the step: what runs."""
+        planned = self.plan(function, args, request)
+        simulation, target = planned.tuned.simulation, self.device.target
+        check_host_memory(
+            simulation.host_peak_bytes,
+            simulation.peak_bytes,
+            target.emulated,  # the emulated device's buffers are host memory too
+            self.options.host_memory,
+            pinned=self.device.pinned_host_bytes,
+        )
+        started = time.perf_counter()
+        concrete = planned.concrete
+        if planned.splits:
+            planned.pieces.finish(concrete.graph)  # TensorFlow's copies: kept from Grappler
+        callable_ = concrete
+        if planned.tuned.plan is not None:
+            plan_ = planned.tuned.plan
+            callable_ = rewrite(concrete, planned.analysis, plan_, self.mechanism.swaps)
+        elif planned.splits:  # split but nothing swapped: the edited graph needs a callable
+            callable_ = _tf_private.concrete_function_from_graph(concrete, concrete.graph)
+            setattr(concrete.graph, REWRITTEN_MARK, True)
+        timings = {**planned.timings, "rewrite_s": time.perf_counter() - started}
+        planned = replace(planned, timings=timings)
+        return Prepared(callable_, planned, self.report(planned))
+
+    def report(self, planned: Planned) -> PlanReport:
+        """The `lms.PlanReport` of `planned` (planned for a budget from the calibration cache:
+        with the cache's entry as its calibration); with the `plot` option, its PNG too."""
+        budget = self.device.budget_bytes
+        report = build_report(
+            planned.analysis,
+            planned.tuned,
+            budget,
+            planned.timings,
+            planned.budget_bytes,
+            planned.splits,
+        )
+        if planned.budget_bytes != budget and self.cache is not None and planned.fingerprint:
+            report = report.with_calibration(self.cache.entry(planned.fingerprint))
+        if self.options.plot:
+            from lms.memory.plot import plot_simulation
+
+            plot_simulation(planned.tuned, budget, self.options.plot)
+        return report
+
+    def remember(self, planned: Planned, calibration: Calibration) -> None:
+        """A plan held after the closed loop corrected it: keep its budget and parameters in
+        the calibration cache, for the next process that plans this step."""
+        if self.cache is not None and calibration.corrections and planned.fingerprint:
+            parameters = planned.tuned.parameters.as_dict()
+            self.cache.store(planned.fingerprint, calibration, parameters)
+
+    def new_calibration(self) -> Calibration:
+        """The closed loop's bookkeeping for one input signature."""
+        options = self.options
+        return Calibration(
+            self.device.budget_bytes,
+            self.device.limit_bytes,
+            options.calibration_steps,
+            options.max_corrections,
+        )
+
+    # the steps of `plan`
+    def _analyse(self, concrete, paired_reads):
+        analysis = analyze(
+            concrete.graph,
+            self.options.batch_size,
+            host_device_marker=self.device.target.host_marker,
+            paired_reads=paired_reads,
+        )
+        analysis.kernels = self.device.kernels  # whose temporaries the simulator counts
+        return analysis
+
+    def allocator_model(self):
+        """A factory of the allocator model plans are checked with, or None (bytes asked only).
+        A GPU's allocator holds all its memory in one region unless memory growth is on
+        (TensorFlow's default: off). The emulated device's is the CPU's, which grows by regions
+        up to its own limit, not the device memory LMS plans for: regions double past the
+        budget (GoogLeNet 1216² b2 everything swapped for 640 MiB: modelled with regions capped
+        at 640 MiB 693 MiB, with the CPU's limit 623, measured 610-625)."""
+        if self.options.allocator is None:
+            return None
+        if not self.device.target.on_cpu:
+            device = self.device
+            return functools.partial(BestFitAllocator, device.device_bytes, device.growth)
+        return functools.partial(BestFitAllocator, cpu_allocator_limit(), True)
+
+    def _tune_or_split(self, concrete, analysis, parameters, budget, pieces):
+        """Tune; when nothing fits, or only the bytes asked and not the allocator's chunks, and
+        `split` is "auto", split ops into pieces in rounds and tune again after each
+        (lms/split/fit.py). Returns (analysis, tuned, splits made); a NothingFitsError raised
+        carries the splits made and the analysis of the graph as split."""
+        try:
+            analysis, tuned = self._tune_paired_first(concrete, analysis, parameters, budget)
+        except NothingFitsError as error:
+            if self.options.split != "auto":
+                raise
+            failed, unsplit = error, None
+        else:
+            fits = tuned.simulation.peak_bytes <= budget
+            if fits or self.options.split != "auto" or not parameters.needs_tuning:
+                return analysis, tuned, []  # (parameters given are applied as given)
+            # its bytes asked fit, not with the allocator's padding (tune kept the closest):
+            # splitting may fit; if it does not, this plan stays the closest
+            failed = NothingFitsError("only with the allocator's padding over", tuned)
+            unsplit = tuned
+
+        # "without LMS" stays the step as traced, not as split
+        plain = failed.closest.baseline if failed.closest is not None else None
+
+        def analyse():  # unpaired: splitting comes after the paired reads were given up
+            return self._analyse(concrete, frozenset())
+
+        def tune_split(split_analysis):
+            try:
+                tuned = self._tune_or_apply(split_analysis, parameters, budget)
+            except NothingFitsError as error:
+                if error.closest is not None and plain is not None:
+                    error.closest.baseline = plain
+                raise
+            tuned.baseline = plain or tuned.baseline
+            return tuned
+
+        try:
+            split_analysis, tuned, splits = split_to_fit(
+                concrete.graph, analysis, budget, failed, pieces, analyse, tune_split
+            )
+        except NothingFitsError as error:
+            if unsplit is not None and not error.splits:  # the graph is as traced: tune's plan
+                return analysis, unsplit, []
+            if unsplit is not None and error.closest is not None:  # the graph is split now
+                return error.analysis, error.closest, error.splits
+            raise
+        return split_analysis, tuned, splits
+
+    def _tune_paired_first(self, concrete, analysis, parameters, budget):
+        """Tune with the reads oneDNN pairs kept direct (speed: `lms.cpu_paired_reads`); when
+        nothing fits that way, tune again with them swappable (reach: their gradients then take
+        TensorFlow's slower kernel). Returns (analysis, tuned) of the plan kept.
+
+        Only then: a plan that merely misses the budget after the allocator's padding stays
+        paired. GoogLeNet 224² b4 replanned with them swapped measured up to 1.02x its device
+        memory, 11 % over the simulated peak, which fell in pool1's gradient (paired: 0.97x)."""
+        try:
+            return analysis, self._tune_or_apply(analysis, parameters, budget)
+        except NothingFitsError:
+            if not any(t.paired_with for t in analysis.tensors):
+                raise
+        log.info(
+            "Nothing fits with the max pool outputs oneDNN pairs with their gradients kept on "
+            "the device; planning again with them swappable"
+        )
+        unpaired = self._analyse(concrete, frozenset())
+        return unpaired, self._tune_or_apply(unpaired, parameters, budget)
+
+    def _tune_or_apply(self, analysis, parameters, budget):
+        """Auto-tune for `budget` when any parameter is -1; parameters all given are applied as
+        they are (TFLMSv2's behaviour), with a warning when their simulated peak misses it."""
+        allocator = self.allocator_model()
+        if parameters.needs_tuning:
+            return tune(analysis, budget, parameters, allocator)
+        baseline = simulate(analysis, None, allocator)
+        if parameters.ordering == -1:  # TFLMSv2's parameters all given: TFLMSv2's free order
+            parameters = parameters.resolved(ordering=0)
+        given = plan(analysis, parameters)
+        simulation = simulate(analysis, given, allocator)
+        if simulation.peak_bytes > budget:
+            log.warning(
+                "The given LMS parameters give a simulated peak of %.3f GiB, above the budget "
+                "of %.3f GiB",
+                simulation.peak_bytes / 2**30,
+                budget / 2**30,
+            )
+        return Tuned(parameters, given, simulation, baseline, 2)
+
+
+def _trace(function, args):
+    """The concrete function of `function` for `args`. A trace another LMS object rewrote in
+    place (one step wrapped twice, e.g. at two budgets) is not planned on top of: traced afresh."""
+    concrete = function.get_concrete_function(*args)
+    if getattr(concrete.graph, REWRITTEN_MARK, False):
+        concrete = tf.function(function.python_function).get_concrete_function(*args)
+    return concrete
+
+
+def loops_warning(loops) -> str:
+    """One line naming the loop LMS cannot plan into: its body runs as one op, and the tensor
+    lists it keeps for the gradient (lms/graph/loops.py) cannot be swapped."""
+    name, size = loops[0]
+    others = f" ({len(loops)} loops, {format_size(sum(s for _, s in loops))} in all)"
+    return (
+        f"LMS cannot plan into the While loop '{name}': the {format_size(size)} its body keeps "
+        f"for the gradient stay on the device{others if len(loops) > 1 else ''}; they are "
+        "counted in the plan's peak, not swapped"
+    )
