@@ -69,8 +69,14 @@ def imports(source: str) -> set[str]:
 
 def modules(override: dict | None = None) -> dict[str, set[str]]:
     """Every lms module and what it imports; `override` replaces a module's source."""
-    found = {}
-    for path in sorted((ROOT / "lms").rglob("*.py")):
+    found, lms = {}, ROOT / "lms"
+    for path in sorted(lms.rglob("*.py")):
+        if not all(
+            (folder / "__init__.py").is_file()
+            for folder in path.parents
+            if lms in folder.parents or folder == lms
+        ):
+            continue  # not a package's (a build's copy, a distribution's metadata)
         name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
         source = (override or {}).get(name) or path.read_text()
         found[name] = imports(source)
