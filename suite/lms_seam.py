@@ -4,12 +4,9 @@ Only `lms`'s public names are used. Importing `lms` costs no TensorFlow until a 
 so loading and checking a spec stays light (a trial's parent process never holds TensorFlow).
 """
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import lms
-
-if TYPE_CHECKING:  # the seam sits below the specs: it takes their parameters, never imports them
-    from suite.specs.model import TrialParams
 
 # What an `lms` table may hold: lms.LMS's parameters (-1 auto-tunes) and the memory it plans for,
 # with lms.Options' defaults (the order and the list are the hashed form's).
@@ -55,7 +52,23 @@ def link_text(link: dict) -> str:
     return lms.Link.of(link).describe()
 
 
-def device_memory(params: "TrialParams") -> int | None:
+class LMSTrial(Protocol):
+    """What the seam reads of a trial's parameters. The seam sits below the specs: it is handed
+    their `TrialParams` (suite/specs/model.py), which has these fields, and never imports them."""
+
+    @property
+    def lms(self) -> dict | None:
+        """The resolved `lms` table (check_lms_table); None: LMS off."""
+
+    @property
+    def memory_budget_bytes(self) -> int | None:
+        """The emulated device's memory; None: the device's own."""
+
+    @property
+    def batch(self) -> int | None: ...
+
+
+def device_memory(params: LMSTrial) -> int | None:
     """The memory of a trial's device, which LMS plans for and the simulator checks against:
     the spec's lms.device_memory, else the trial's memory budget (the emulated device), else
     None: the GPU's, which lms reads."""
@@ -63,7 +76,7 @@ def device_memory(params: "TrialParams") -> int | None:
     return settings.get("device_memory") or params.memory_budget_bytes
 
 
-def lms_options(params: "TrialParams") -> dict | None:
+def lms_options(params: LMSTrial) -> dict | None:
     """Keyword arguments of lms.LMS for a trial, or None when the trial runs without LMS."""
     settings = params.lms
     if not settings:
@@ -80,7 +93,7 @@ def lms_options(params: "TrialParams") -> dict | None:
 HOST_NOT_CHECKED = "host memory not checked: planning for another host; give --host-memory to check"
 
 
-def host_memory_limit(params: "TrialParams", given: int | None, here: bool):
+def host_memory_limit(params: LMSTrial, given: int | None, here: bool):
     """The host memory a trial's plan is checked against: `given` (a task's --host-memory), else
     the spec's lms.host_memory, else, for a plan of this host ("here"), "auto" (what this host
     has available: lms.check_host_memory); for another host None, not checked: this machine's
@@ -109,6 +122,6 @@ def host_memory_shortfall(
     return None
 
 
-def make_planner(params: "TrialParams", plot=None) -> "lms.LMS | None":
+def make_planner(params: LMSTrial, plot=None) -> "lms.LMS | None":
     options = lms_options(params)
     return None if options is None else lms.LMS(plot=plot, **options)

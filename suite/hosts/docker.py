@@ -1,5 +1,6 @@
 """`inv run --hosts A,B`: one spec on several Docker hosts at once, through the docker SDK. A host
-here is a `DockerHost` (suite/dispatch/docker.py: its name, engine URL, image, gpus, client()).
+here is an `Engine`: what these functions read of a Docker host (suite/dispatch/docker.py's
+`DockerHost` is one: its name, engine URL, image, gpus, client()).
 
 Per host, in its own thread: connect (a local socket or `ssh://user@host`, whose host key must
 already be in ~/.ssh/known_hosts: the SDK's paramiko transport rejects unknown keys), check the
@@ -22,7 +23,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from suite.errors import SuiteError
 from suite.hosts.description import IMAGE_DIGEST_VARIABLE
@@ -35,9 +36,6 @@ from suite.hosts.volumes import (
     sweep_volumes,
     tar_files,
 )
-
-if TYPE_CHECKING:  # the host kind, a later layer, whose objects these functions are handed
-    from suite.dispatch.docker import DockerHost
 
 CONTAINER_USER = "1000:1000"  # the image's `lms` user
 # The container's command runs under this `sh -c` script, PID 1: the run reads nothing, a
@@ -53,6 +51,18 @@ exec 3<&-
 wait "$run"
 """
 STOP_SECONDS = 120  # how long an interrupted run waits for its hosts to copy out and clean up
+
+
+class Engine(Protocol):
+    """A Docker host as these functions use it. The host kind (suite/dispatch/docker.py's
+    `DockerHost`) is a later layer: it hands its objects down, never imported from here."""
+
+    name: str  # the name its records are filed under
+    url: str  # "local", unix://..., tcp://..., ssh://user@host[:port]
+    image: str
+    gpus: bool
+
+    def client(self): ...  # a docker.DockerClient of the engine
 
 
 def run_arguments(
@@ -140,7 +150,7 @@ def _close(attached) -> None:
                 part.close()
 
 
-def _connect(host: "DockerHost"):
+def _connect(host: Engine):
     """The host's client and its image; a clear reason when either is missing."""
     import docker
 
@@ -160,7 +170,7 @@ def _connect(host: "DockerHost"):
         ) from None
 
 
-def _create_container(client, host: "DockerHost", image, volume, run_args: list[str], labels):
+def _create_container(client, host: Engine, image, volume, run_args: list[str], labels):
     """The suite's own `inv run` under the tether, non-root, without a network, /results on
     `volume`."""
     import docker
@@ -187,7 +197,7 @@ def _create_container(client, host: "DockerHost", image, volume, run_args: list[
 class _HostRun:
     """One host's container from creation to removal (`run_on_host`)."""
 
-    def __init__(self, host: "DockerHost", results_dir: Path, runs: ContainerRuns, echo):
+    def __init__(self, host: Engine, results_dir: Path, runs: ContainerRuns, echo):
         self.host, self.results_dir, self.runs, self.echo = host, Path(results_dir), runs, echo
         self.outcome = HostOutcome(host.name, False)
         self.client = self.container = self.volume = None
@@ -264,7 +274,7 @@ class _HostRun:
 
 
 def run_on_host(
-    host: "DockerHost",
+    host: Engine,
     spec_text: str,
     run_args: list[str],
     results_dir: Path,
@@ -296,7 +306,7 @@ def outcome_line(outcome: HostOutcome) -> str:
 
 
 def run_on_hosts(
-    hosts: list["DockerHost"],
+    hosts: list[Engine],
     spec_path: Path,
     run_args: list[str],
     results_dir: Path,

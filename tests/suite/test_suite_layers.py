@@ -1,9 +1,13 @@
 """The suite's folders are its layers (docs/architecture.md): a module imports from its own layer or
-the layers before it, never from a later one, and no two modules import each other."""
+the layers before it, never from a later one, and no two modules import each other, not even
+through an import inside a function or one made only for type checkers (`if TYPE_CHECKING:`): a
+loop a type checker needs is a loop a reader follows too. A lower layer that is handed a later
+layer's objects says what it reads of them (a `typing.Protocol`), as suite.lms_seam.LMSTrial and
+suite.hosts.docker.Engine do."""
 
 from pathlib import Path
 
-from layers import import_cycles, run_time_imports
+from layers import all_imports, import_cycles
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,17 +32,24 @@ def _layer(module: str) -> int | None:
     return None
 
 
-def _imports(path: Path) -> set[str]:
-    """Suite modules `path` imports at run time (not under `if TYPE_CHECKING:`)."""
-    return run_time_imports(path.read_text(), "suite")
-
-
-def _modules() -> dict[str, set[str]]:
+def _modules(override: dict | None = None) -> dict[str, set[str]]:
+    """Every suite module and the suite modules it imports, at run time or for type checkers;
+    `override` replaces a module's source."""
     modules = {}
     for path in sorted((ROOT / "suite").rglob("*.py")):
         name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
-        modules[name] = _imports(path)
+        source = (override or {}).get(name) or path.read_text()
+        modules[name] = all_imports(source, "suite", ROOT)
     return modules
+
+
+def _upward(modules: dict) -> list:
+    return [
+        (module, imported)
+        for module, imports in modules.items()
+        for imported in sorted(imports)
+        if _layer(module) is not None and (_layer(imported) or 0) > _layer(module)
+    ]
 
 
 def test_every_module_has_a_layer():
@@ -46,15 +57,24 @@ def test_every_module_has_a_layer():
 
 
 def test_no_module_imports_from_a_later_layer():
-    upward = [
-        (module, imported)
-        for module, imports in _modules().items()
-        for imported in imports
-        if _layer(module) is not None and (_layer(imported) or 0) > _layer(module)
-    ]
-    assert upward == []
+    assert _upward(_modules()) == []
 
 
 def test_no_import_cycles():
     # `from suite.specs import X` depends on the package suite.specs
     assert import_cycles(_modules()) == []
+
+
+def test_an_import_for_type_checkers_that_closes_a_cycle_is_caught():
+    """The loop this test was written against (issue 42): the seam named the specs' TrialParams
+    for type checkers while the specs import the seam's link_text. Put back, both tests fail."""
+    seam = (ROOT / "suite" / "lms_seam.py").read_text()
+    back = seam.replace(
+        "import lms\n",
+        "import lms\n\nif TYPE_CHECKING:\n    from suite.specs.model import TrialParams\n",
+        1,
+    )
+    found = _modules({"suite.lms_seam": back})
+    assert ("suite.lms_seam", "suite.specs.model") in _upward(found)
+    loop = {"suite.lms_seam", "suite.specs.model"}
+    assert any(loop <= set(cycle) for cycle in import_cycles(found))

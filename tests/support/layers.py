@@ -1,19 +1,34 @@
-"""What the layer tests of lms and of the suite share: the imports a module makes at run time,
-and the import cycles among modules."""
+"""What the layer tests of lms and of the suite share: the imports a module makes (at run time,
+or also those for type checkers only), and the import cycles among modules."""
 
 import ast
+from pathlib import Path
 
 
 def run_time_imports(source: str, package: str) -> set[str]:
     """The `package` modules `source` imports at run time, at the top or inside a function (not
     under `if TYPE_CHECKING:`); `from package import x` imports the module package.x."""
+    return _imports(source, package, for_type_checkers=False)
+
+
+def all_imports(source: str, package: str, root: Path) -> set[str]:
+    """The `package` modules `source` imports at run time or for type checkers only (under
+    `if TYPE_CHECKING:`): a loop a type checker needs is a loop a reader follows too. With the
+    folder that holds `package` (`root`), `from package.x import y` imports package.x and, where
+    y is a module of it, package.x.y too."""
+    return _imports(source, package, for_type_checkers=True, root=root)
+
+
+def _imports(source: str, package: str, for_type_checkers: bool, root: Path | None = None):
     tree = ast.parse(source)
-    skipped = {
-        id(child)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING"
-        for child in ast.walk(node)
-    }
+    skipped = set()
+    if not for_type_checkers:
+        skipped = {
+            id(child)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING"
+            for child in ast.walk(node)
+        }
     found = set()
     for node in ast.walk(tree):
         if id(node) in skipped:
@@ -23,9 +38,20 @@ def run_time_imports(source: str, package: str) -> set[str]:
                 found |= {f"{package}.{alias.name}" for alias in node.names}
             elif node.module.startswith(package + "."):
                 found.add(node.module)
+                if root is not None:
+                    found |= {
+                        name
+                        for name in (f"{node.module}.{alias.name}" for alias in node.names)
+                        if _is_module(root, name)
+                    }
         elif isinstance(node, ast.Import):
             found |= {a.name for a in node.names if a.name.split(".")[0] == package}
     return found
+
+
+def _is_module(root: Path, name: str) -> bool:
+    path = root / name.replace(".", "/")
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
 def import_cycles(imports: dict) -> list:
