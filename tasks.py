@@ -314,11 +314,11 @@ def plan(
 ):
     """Print LMS's plans (JSON) for a spec's trials and plot each one's memory, without running."""
     from suite.specs import load_spec
-    from suite.units import parse_size
+    from suite.units import size_option
 
-    for name, size in (("--device-memory", device_memory), ("--host-memory", host_memory)):
-        if size is not None:
-            parse_size(name, size)  # "1.5" has no unit: refused before any work
+    # parsed once, here: "1.5" has no unit, refused before any work; the suite takes bytes
+    device_memory = size_option("--device-memory", device_memory)
+    host_memory = size_option("--host-memory", host_memory)
     overrides = {"resolution": resolution, "batch": batch, "precision": precision}
     loaded = load_spec(spec or c.suite.spec, overrides)
     output = writable_directory(Path(output or c.suite.reports), "--output")
@@ -326,8 +326,9 @@ def plan(
 
     show_lms_messages()
     results = Path(c.suite.results)
-    reports = plan_spec(loaded, output, workload, device_memory, results, host_memory)
-    print(json.dumps(reports, indent=1))  # stdout is the JSON; progress and messages: stderr
+    plans = plan_spec(loaded, output, workload, device_memory, results, host_memory)
+    # stdout is the JSON; progress and messages: stderr
+    print(json.dumps([p.to_dict() for p in plans], indent=1))
 
 
 @task(
@@ -361,10 +362,9 @@ def project(
 ):
     """Project the LMS trials' images/sec on named CPU-GPU links (JSON; a section of the report)."""
     from suite.specs import load_spec
-    from suite.units import parse_size
+    from suite.units import size_option
 
-    if host_memory is not None:
-        parse_size("--host-memory", host_memory)  # refused before any work
+    host_memory = size_option("--host-memory", host_memory)  # bytes; refused before any work
     names = [n.strip() for n in link.split(",") if n.strip()] if link else None
     overrides = {"resolution": resolution, "batch": batch, "precision": precision}
     loaded = load_spec(spec or c.suite.spec, overrides)
@@ -458,7 +458,7 @@ def test(c, compat=True, lint=True, docker=True, slurm=True, chromium=True, k=No
         c.run(f"{sys.executable} -m pytest -ra{marker}{selector}", echo=True, pty=False)
         # the CPU kernels this CPU does not default to (oneDNN's without AVX-512, Eigen's with
         # it): the tests that depend on them, once more, so CI covers both on any CPU
-        probe = "import lms; print(int(lms.onednn_enabled()))"
+        probe = "import lms; print(int(lms.cpu_kernels() == 'onednn'))"
         onednn = c.run(f'{sys.executable} -c "{probe}"', hide=True).stdout.strip().splitlines()
         other = "0" if onednn and onednn[-1] == "1" else "1"
         kernels = f" -m {json.dumps(' and '.join(['kernels', *skipped]))}"

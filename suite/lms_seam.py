@@ -107,16 +107,17 @@ def host_memory_limit(params: LMSTrial, given: int | None, here: bool):
 
 
 def host_memory_shortfall(
-    report: dict, limit, emulated: bool, pinned: int | None = None
+    report: "lms.PlanReport", limit, emulated: bool, pinned: int | None = None
 ) -> str | None:
-    """Why the host cannot hold a planned trial (`report`: its plan as a dict), or None when it
-    can or `limit` is None (not checked): the check lms makes before the trial's step runs
+    """Why the host cannot hold a planned trial (`report`: its plan), or None when it can or
+    `limit` is None (not checked): the check lms makes before the trial's step runs
     (lms.check_host_memory: bytes, or "auto" for this host's), made on a plan that does not run.
     `emulated`: the device's buffers are host memory too; `pinned`: a GPU host's pinned
     allocator cap (the planner's `target.pinned_host_bytes()`)."""
     try:
-        host_peak, device_peak = report["host_peak_bytes"], report["peak_bytes_with_lms"]
-        lms.check_host_memory(host_peak, device_peak, emulated, limit, pinned)
+        lms.check_host_memory(
+            report.host_peak_bytes, report.peak_bytes_with_lms, emulated, limit, pinned
+        )
     except lms.HostMemoryError as error:
         return str(error)
     return None

@@ -32,6 +32,12 @@ def parse_size(name: str, value) -> int:
         ) from None
 
 
+def size_option(option: str, value: str | None) -> int | None:
+    """A command-line size (`inv plan --device-memory 16GiB`) as bytes, parsed where the task
+    reads it and handed on as bytes; None when not given."""
+    return None if value is None else parse_size(option, value)
+
+
 def format_bytes(size: int | float | None) -> str:
     """Binary units with three significant digits; None prints as an em dash."""
     if size is None:

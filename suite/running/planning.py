@@ -7,6 +7,7 @@ with LMS (`plot_name`): a study's LMS-off and LMS-on trials are two plans and tw
 """
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import lms
@@ -20,7 +21,6 @@ from suite.lms_seam import (
 )
 from suite.specs import Spec, Trial, TrialParams
 from suite.specs.model import lms_text
-from suite.units import parse_size
 
 
 def show_lms_messages() -> None:
@@ -40,19 +40,81 @@ class NoPlan(SuiteError):
         self.device_bytes = device_bytes
 
 
+@dataclass(frozen=True)
+class HostCheck:
+    """A plan's host need checked against a host's memory (lms.check_host_memory), as made on a
+    plan that does not run."""
+
+    limit: int | str | None  # bytes, "auto" (this host's available memory) or None: not checked
+    shortfall: str | None  # why the host cannot hold the plan; None: it can, or not checked
+
+    @property
+    def fits(self) -> bool | None:
+        """Whether the host holds the plan; None: not checked."""
+        return None if self.limit is None else self.shortfall is None
+
+    def to_dict(self) -> dict:
+        return {"limit": self.limit, "fits": self.fits, "shortfall": self.shortfall}
+
+
+@dataclass(frozen=True)
+class TrialPlan:
+    """A trial's plan, as lms makes it before the trial's first step, and what it was made for:
+    the device (`target`, lms's kind: "emulated", "gpu", "two-device"; `device_bytes`, its
+    memory) and the host memory it was checked against."""
+
+    params: TrialParams
+    plot: Path | None  # its memory plot
+    target: str
+    device_bytes: int
+    report: lms.PlanReport
+    host_memory: HostCheck
+
+
+@dataclass(frozen=True)
+class SpecPlan:
+    """A spec's trial planned (`inv plan`): its plan, and where a run of the same trial is
+    recorded, the closed loop's attempts it measured (lms's `calibration`)."""
+
+    trial: Trial
+    plan: TrialPlan
+    measured: dict | None = None
+
+    def to_dict(self) -> dict:
+        """The JSON `inv plan` prints: the trial planned (its study and its LMS as the spec runs
+        it: an LMS-off trial is planned as LMS would do it, auto-tuned, to show what LMS would
+        change), the device, lms's report but its timeline (drawn in the plot; hundreds of
+        numbers in JSON), the host check and what was measured."""
+        plan, params = self.plan, self.plan.params
+        report = plan.report.to_dict()
+        del report["timeline"]
+        planned = {
+            "spec_hash": self.trial.hash,
+            "study": self.trial.study,
+            "trial_lms": lms_text(self.trial.params.lms),
+            "workload": params.workload,
+            "resolution": params.resolution,
+            "batch": params.batch,
+            "precision": params.precision,
+            "plot": str(plan.plot) if plan.plot else None,
+            "target": plan.target,
+            "device_bytes": plan.device_bytes,
+            **report,
+            "host_memory": plan.host_memory.to_dict(),
+        }
+        return planned | ({"measured": self.measured} if self.measured is not None else {})
+
+
 def plan_trial(
     params: TrialParams, device_memory=None, plot: Path | None = None, host_memory="auto"
-) -> dict:
+) -> TrialPlan:
     """The plan of a trial, as lms makes it before the trial's first step, without running it.
 
     device_memory: a GPU's memory (bytes) to plan for, with a GPU's swaps and allocator (another
         host: `inv plan --device-memory`); None: the device the trial runs on here (its spec's
         lms.device_memory or memory budget, else TensorFlow's pool of this host's GPU).
     host_memory: what the plan's host need is checked against (lms.check_host_memory): bytes,
-        "auto" (this host's available memory) or None (not checked). The report's `host_memory`
-        says the limit, whether the plan fits it (None: not checked) and, when not, why.
-    The report also carries `device_bytes` (the device memory planned for) and `target` (lms's
-    kind of device: "emulated", "gpu", "two-device")."""
+        "auto" (this host's available memory) or None (not checked)."""
     from suite.workloads import build_workload, data, training
 
     info = params.info
@@ -72,7 +134,7 @@ def plan_trial(
     step = training.make_train_step(model, loss_fn, training.make_optimizer(), params.precision)
     specs = data.batch_specs(info, params.resolution, params.batch, params.classes)
     try:
-        report = planner.plan_only(step, *specs).to_dict()
+        report = planner.plan_only(step, *specs)
     except lms.NothingFitsError as error:
         raise NoPlan(
             f"{info.name} {params.resolution}px batch {params.batch}: {error}",
@@ -82,22 +144,8 @@ def plan_trial(
     shortfall = lms_seam.host_memory_shortfall(
         report, host_memory, target.emulated, target.pinned_host_bytes()
     )
-    checked = host_memory is not None
-    return {
-        "workload": info.name,
-        "resolution": params.resolution,
-        "batch": params.batch,
-        "precision": params.precision,
-        "plot": str(plot) if plot else None,
-        "target": target.kind,
-        "device_bytes": planner.device_bytes,
-        **report,
-        "host_memory": {
-            "limit": host_memory,  # bytes, "auto" (this host's available memory) or None
-            "fits": (shortfall is None) if checked else None,
-            "shortfall": shortfall,
-        },
-    }
+    check = HostCheck(host_memory, shortfall)
+    return TrialPlan(params, plot, target.kind, planner.device_bytes, report, check)
 
 
 def measured_attempts(results_dir: Path | None) -> dict:
@@ -127,16 +175,16 @@ def plan_spec(
     spec: Spec,
     output_dir: Path,
     workload: str | None = None,
-    device_memory: str | None = None,
+    device_memory: int | None = None,
     results_dir: Path | None = None,
-    host_memory: str | None = None,
-) -> list[dict]:
+    host_memory: int | None = None,
+) -> list[SpecPlan]:
     """Plans of the trials of `spec` (of one workload if given); plots go to `output_dir`.
     Where `results_dir` holds a run of the same trial, its plan's measured attempts (the
     closed loop) are shown beside the simulation as `measured`.
 
-    With `device_memory` the plans are for a GPU of that memory on another host: their host
-    need is checked against `host_memory` (e.g. "512GiB"), else the spec's lms.host_memory,
+    With `device_memory` (bytes) the plans are for a GPU of that memory on another host: their
+    host need is checked against `host_memory` (bytes), else the spec's lms.host_memory,
     else not at all (one line on stderr says so), never against this machine's free memory.
     Without it they are for this host and checked against what it has available. A plan over
     its host memory is reported (`host_memory`, and a line on stderr), not refused."""
@@ -146,32 +194,23 @@ def plan_spec(
         raise SuiteError(
             f"spec {spec.name} has no trial of workload {workload!r}; it has: {', '.join(choices)}"
         )
-    memory = None if device_memory is None else parse_size("--device-memory", device_memory)
-    given = None if host_memory is None else parse_size("--host-memory", host_memory)
-    here = memory is None
-    limits = [host_memory_limit(t.params, given, here) for t in trials]
+    here = device_memory is None
+    limits = [host_memory_limit(t.params, host_memory, here) for t in trials]
     if any(limit is None for limit in limits):
         print(HOST_NOT_CHECKED, file=sys.stderr)
     output_dir.mkdir(parents=True, exist_ok=True)
-    measured = measured_attempts(results_dir) if device_memory is None else {}
-    reports = []
+    measured = measured_attempts(results_dir) if here else {}
+    plans = []
     for trial, limit in zip(trials, limits, strict=True):
+        plot = output_dir / plot_name(spec, trial)
         try:
-            report = plan_trial(trial.params, memory, output_dir / plot_name(spec, trial), limit)
+            plan = plan_trial(trial.params, device_memory, plot, limit)
         except SuiteError as error:
-            if isinstance(error, NoPlan) or memory is not None:
+            if isinstance(error, NoPlan) or not here:
                 raise
             hint = "give --device-memory, e.g. --device-memory 16GiB"
             raise SuiteError(f"{error} ({hint})") from None
-        report.pop("timeline", None)  # drawn in the plot; hundreds of numbers in JSON
-        if report["host_memory"]["shortfall"]:
-            print(f"{trial.study}: {report['host_memory']['shortfall']}", file=sys.stderr)
-        if trial.hash in measured:
-            report["measured"] = measured[trial.hash]
-        # the trial planned: its study and its LMS as the spec runs it (an LMS-off trial is
-        # planned as LMS would do it, auto-tuned, to show what LMS would change)
-        trial_lms = lms_text(trial.params.lms)
-        reports.append(
-            {"spec_hash": trial.hash, "study": trial.study, "trial_lms": trial_lms, **report}
-        )
-    return reports
+        if plan.host_memory.shortfall:
+            print(f"{trial.study}: {plan.host_memory.shortfall}", file=sys.stderr)
+        plans.append(SpecPlan(trial, plan, measured.get(trial.hash)))
+    return plans

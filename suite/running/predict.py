@@ -37,18 +37,18 @@ def _fits(params: "TrialParams", mode: str) -> Probe:
     # where its trials run (or the spec's lms.host_memory)
     limit = host_memory_limit(params, None, here=True) if mode != "off" else None
     try:
-        report = plan_trial(params, host_memory=limit)
+        plan = plan_trial(params, host_memory=limit)
     except NoPlan as error:  # not even the closest plan: nothing LMS can do
         return Probe(False, error.device_bytes)
     except SuiteError as error:  # no device memory to plan for
         raise SuiteError(f"nothing to predict against: {error}") from None
-    budget = report["device_bytes"]
+    report, budget = plan.report, plan.device_bytes
     # off: the plain peak within the device; on: within LMS's budget (with its safety ratio)
-    fits = report["peak_bytes_without_lms"] <= budget if mode == "off" else bool(report["fits"])
+    fits = report.peak_bytes_without_lms <= budget if mode == "off" else bool(report.fits)
     if fits and mode != "off":  # and the host holds what the plan swaps and splits
-        fits = report["host_memory"]["fits"] is not False
-    peaks = report["peak_bytes_without_lms"], report["peak_bytes_with_lms"]
-    return Probe(fits, budget, report["budget_bytes"], *peaks)
+        fits = plan.host_memory.fits is not False
+    peaks = report.peak_bytes_without_lms, report.peak_bytes_with_lms
+    return Probe(fits, budget, report.budget_bytes, *peaks)
 
 
 def predict(candidates: list[dict], mode: str, search_hash: str) -> PredictionRecord:

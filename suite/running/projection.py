@@ -27,7 +27,6 @@ from suite.errors import SuiteError
 from suite.lms_seam import HOST_NOT_CHECKED, host_memory_limit, lms_options
 from suite.records import LinkProjection, Projection, write_projections
 from suite.specs import Spec, Trial, TrialParams
-from suite.units import parse_size
 
 GPU_MEMORY = {"v100": "16GiB", "a100": "40GiB", "h100": "80GiB"}
 DEFAULT_LINKS = ("nvlink2", "pcie3", "pcie3-shared", "pcie4", "pcie5", "nvlink-c2c")
@@ -175,11 +174,11 @@ def project_spec(
     link_names=None,
     gpu: str = "host",
     workload: str | None = None,
-    host_memory: str | None = None,
+    host_memory: int | None = None,
 ) -> list[Projection]:
     """Projections of the LMS trials of `spec`, written to output_dir/projection.json.
 
-    A plan's host need is checked against `host_memory` (e.g. "512GiB"), else the spec's
+    A plan's host need is checked against `host_memory` (bytes), else the spec's
     lms.host_memory, else, with `gpu` "host", this machine's available memory; for a named GPU
     (another host) it is then not checked (one line on stderr says so)."""
     if gpu != "host" and gpu not in lms.ROOFLINE_GPUS:
@@ -196,8 +195,7 @@ def project_spec(
         )
     if gpu == "host":
         _check_sized_for_here(trials)
-    given = None if host_memory is None else parse_size("--host-memory", host_memory)
-    limits = [host_memory_limit(t.params, given, here=gpu == "host") for t in trials]
+    limits = [host_memory_limit(t.params, host_memory, here=gpu == "host") for t in trials]
     if any(limit is None for limit in limits):
         print(HOST_NOT_CHECKED, file=sys.stderr)
     results = []

@@ -30,9 +30,10 @@ def test_inv_plan_shows_what_the_loop_measured_for_a_recorded_trial(tmp_path):
     calibration = record.metrics.lms_plan.calibration
     assert calibration["attempts"][-1]["measured_peak_bytes"] > 0
     both = tiny_spec("[128, 112]", defaults)
-    reports = {r["resolution"]: r for r in plan_spec(both, tmp_path / "p", results_dir=results)}
-    assert reports[128]["measured"] == calibration
-    assert "measured" not in reports[112]
+    plans = plan_spec(both, tmp_path / "p", results_dir=results)
+    measured = {p.trial.params.resolution: p.measured for p in plans}
+    assert measured == {128: calibration, 112: None}
+    assert "measured" not in plans[1].to_dict() and plans[0].to_dict()["measured"] == calibration
 
 
 # GoogLeNet 64² b1 with everything swapped: a plan that holds a few MiB on the host
@@ -46,28 +47,31 @@ def test_a_plan_for_another_hosts_gpu_is_checked_against_that_hosts_memory_only(
     (or the spec's lms.host_memory) its host need is not checked, one line says so for all
     plans, and this machine's free memory is never read; with --host-memory it is checked
     against that size. Planning for a GPU warns of nothing about the emulated device."""
-    from suite.running.planning import plan_spec
+    from suite.running.planning import HostCheck, plan_spec
 
     spec = tiny_spec("[48, 64]", SWAPPED)
     with caplog.at_level(logging.WARNING, logger="lms"):
-        unchecked = plan_spec(spec, tmp_path, device_memory="16GiB")
-    assert [r["resolution"] for r in unchecked] == [48, 64]
-    for report in unchecked:
-        assert report["target"] == "gpu" and report["device_bytes"] == 16 * 2**30
-        assert report["host_peak_bytes"] > 0  # it swaps: a host need there was to check
-        assert report["host_memory"] == {"limit": None, "fits": None, "shortfall": None}
+        unchecked = plan_spec(spec, tmp_path, device_memory=16 * 2**30)
+    assert [p.plan.params.resolution for p in unchecked] == [48, 64]
+    for planned in unchecked:
+        plan = planned.plan
+        assert plan.target == "gpu" and plan.device_bytes == 16 * 2**30
+        assert plan.report.host_peak_bytes > 0  # it swaps: a host need there was to check
+        assert plan.host_memory == HostCheck(None, None) and plan.host_memory.fits is None
+        assert planned.to_dict()["host_memory"] == {"limit": None, "fits": None, "shortfall": None}
     assert capsys.readouterr().err.splitlines() == [HOST_NOT_CHECKED]
     lms_records = [r for r in caplog.records if r.name.startswith("lms")]
     assert [r.getMessage() for r in lms_records if r.levelno >= logging.WARNING] == []
 
     one = tiny_spec("[48]", SWAPPED)
+    gpu = 16 * 2**30
     (small,), (large,) = (
-        plan_spec(one, tmp_path, device_memory="16GiB", host_memory=size)
-        for size in ("1MiB", "512GiB")
+        [p.plan.host_memory for p in plan_spec(one, tmp_path, device_memory=gpu, host_memory=size)]
+        for size in (2**20, 2**39)
     )
-    assert (small["host_memory"]["fits"], large["host_memory"]["fits"]) == (False, True)
-    assert (small["host_memory"]["limit"], large["host_memory"]["limit"]) == (2**20, 2**39)
-    assert "over the 1.00 MiB of host memory given" in small["host_memory"]["shortfall"]
+    assert (small.fits, large.fits) == (False, True)
+    assert (small.limit, large.limit) == (2**20, 2**39)
+    assert "over the 1.00 MiB of host memory given" in small.shortfall
     err = capsys.readouterr().err
     assert HOST_NOT_CHECKED not in err and err.count("g: host memory: the plan holds") == 1
 
@@ -76,18 +80,20 @@ def test_a_plan_for_another_host_honours_the_specs_host_memory(tmp_path, capsys)
     from suite.running.planning import plan_spec
 
     given = SWAPPED.replace("sync_mode = 0", 'sync_mode = 0, host_memory = "1MiB"')
-    (report,) = plan_spec(tiny_spec("[64]", given), tmp_path, device_memory="16GiB")
-    assert report["host_memory"]["limit"] == 2**20 and report["host_memory"]["fits"] is False
+    (planned,) = plan_spec(tiny_spec("[64]", given), tmp_path, device_memory=16 * 2**30)
+    checked = planned.plan.host_memory
+    assert checked.limit == 2**20 and checked.fits is False
     assert HOST_NOT_CHECKED not in capsys.readouterr().err
 
 
 def test_a_plan_for_this_host_is_checked_against_what_it_has_available(tmp_path, capsys):
     """Without --device-memory a plan is for the trial as it runs here (the emulated device): its
     host need (the device's buffers included) is checked against this host's available memory."""
-    from suite.running.planning import plan_spec
+    from suite.running.planning import HostCheck, plan_spec
 
     spec = tiny_spec("[64]", f'memory_budget = "64MiB"\n{SWAPPED}')
-    (report,) = plan_spec(spec, tmp_path)
-    assert report["target"] == "emulated" and report["device_bytes"] == 64 * 2**20
-    assert report["host_memory"] == {"limit": "auto", "fits": True, "shortfall": None}
+    (planned,) = plan_spec(spec, tmp_path)
+    plan = planned.plan
+    assert plan.target == "emulated" and plan.device_bytes == 64 * 2**20
+    assert plan.host_memory == HostCheck("auto", None) and plan.host_memory.fits is True
     assert HOST_NOT_CHECKED not in capsys.readouterr().err

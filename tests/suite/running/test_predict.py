@@ -43,8 +43,8 @@ def test_a_prediction_plans_as_its_trial_runs_here_with_the_trials_device_memory
     probe = prediction.probes[1]
     assert probe.budget_bytes == 2**30
     planned = plan_trial(TrialParams.from_dict(candidates[1]))
-    assert planned["target"] == "emulated"
-    assert probe.peak_bytes_without_lms == planned["peak_bytes_without_lms"]
+    assert planned.target == "emulated"
+    assert probe.peak_bytes_without_lms == planned.report.peak_bytes_without_lms
     assert lms.LMS(device_memory=2**30).target.emulated  # what "auto" means on this machine
 
 

@@ -53,7 +53,7 @@ def test_a_named_gpus_projection_is_checked_against_the_host_memory_given(tmp_pa
 
     spec = load_spec("smoke", {"resolution": "64", "batch": "2"})
     with pytest.raises(SuiteError, match="over the 1.00 MiB of host memory given"):
-        project_spec(spec, tmp_path, ["pcie3"], "v100", "googlenet", host_memory="1MiB")
-    (fits,) = project_spec(spec, tmp_path, ["pcie3"], "v100", "googlenet", "512GiB")
+        project_spec(spec, tmp_path, ["pcie3"], "v100", "googlenet", host_memory=2**20)
+    (fits,) = project_spec(spec, tmp_path, ["pcie3"], "v100", "googlenet", 2**39)
     assert fits.swaps > 0
     assert HOST_NOT_CHECKED not in capsys.readouterr().err
