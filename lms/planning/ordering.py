@@ -13,7 +13,8 @@ peak of 31.4 GiB left free, 16.3 GiB ordered (largest op and resident variables:
 
 import numpy as np
 
-from lms.graph.step import NO_BUFFER_OPS, Analysis, CacheKey, Fact, dependencies
+from lms.graph.reader import dependencies
+from lms.graph.step import NO_BUFFER_OPS, Analysis, CacheKey, Fact
 
 
 def depth_first_order(analysis: Analysis) -> np.ndarray:

@@ -9,7 +9,8 @@ import math
 
 from lms import _tf_private
 from lms.graph.loops import IF_OPS, WHILE_OPS, body_graph, called_function
-from lms.graph.step import ONEDNN_PAIRED_READS, Analysis, collector_paused, read_graph
+from lms.graph.reader import read_graph
+from lms.graph.step import ONEDNN_PAIRED_READS, Analysis, collector_paused
 from lms.memory.simulator import simulate
 
 # Ops that run another function's body: its own buffers are the call's temporaries.

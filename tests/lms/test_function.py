@@ -19,10 +19,10 @@ def test_a_swap_in_that_never_runs_is_freed_after_the_step(monkeypatch, caplog):
     """The safety net behind the analysis: with dead reads and pruned ops not recognised,
     swap-ins are planned for reads that never happen; the step must still leave nothing on the
     host."""
-    import lms.graph.step
+    import lms.graph.reader
 
-    monkeypatch.setattr(lms.graph.step, "drop_dead_reads", lambda *args: None)
-    monkeypatch.setattr(lms.graph.step, "mark_pruned", lambda *args: None)
+    monkeypatch.setattr(lms.graph.reader, "drop_dead_reads", lambda *args: None)
+    monkeypatch.setattr(lms.graph.reader, "mark_pruned", lambda *args: None)
     case = mixed_block_case()
     planner = aggressive()
     step = planner.wrap(case.step)

@@ -18,7 +18,7 @@ from _lms_measure import measured_peak  # noqa: E402
 from lms_cases import Case  # noqa: E402
 
 import lms  # noqa: E402
-from lms.graph import step as lms_graph  # noqa: E402
+from lms.graph import reader as lms_graph  # noqa: E402
 from lms.graph.cpu_host import cpu_kernels  # noqa: E402
 
 
