@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Usage: scripts/venv.sh DIR EXTRAS
 # Create (or bring up to date) the virtualenv DIR with this project installed in editable mode
-# with the given extras (e.g. "cpu,dev"). Re-installs only when pyproject.toml changed. A DIR
+# with the given extras (e.g. "cpu,dev"): the lms library from lms/ (its own distribution,
+# tf-lms, which the suite requires; not on PyPI, so it is named here, in the same pip call) and
+# the suite from the root. Re-installs only when either pyproject.toml changed. A DIR
 # left broken by an interrupted or failed first setup (no working python or pip in it) is
 # removed and made again; a failed install leaves no stamp, so the next call installs again.
 set -euo pipefail
@@ -21,10 +23,11 @@ if [ ! -x "$dir/bin/python" ]; then
     exit 1
   fi
 fi
-stamp="$dir/.installed-$(sha256sum "$root/pyproject.toml" | cut -c1-16)-${extras//,/-}"
+hash=$(cat "$root/pyproject.toml" "$root/lms/pyproject.toml" | sha256sum | cut -c1-16)
+stamp="$dir/.installed-$hash-${extras//,/-}"
 if [ ! -f "$stamp" ]; then
-  echo "installing lms-bench[$extras] into $dir (first time: several minutes)" >&2
-  "$dir/bin/python" -m pip install -q --disable-pip-version-check -e "$root[$extras]"
+  echo "installing tf-lms and lms-bench[$extras] into $dir (first time: several minutes)" >&2
+  "$dir/bin/python" -m pip install -q --disable-pip-version-check -e "$root/lms" -e "$root[$extras]"
   rm -f "$dir"/.installed-*
   touch "$stamp"
 fi

@@ -139,7 +139,7 @@ def suite_version() -> dict:
 def _cpu_kernels() -> str:
     import lms
 
-    return "oneDNN" if lms.onednn_enabled() else "Eigen"
+    return "oneDNN" if lms.cpu_kernels() == "onednn" else "Eigen"
 
 
 def describe_host() -> dict:

@@ -41,8 +41,12 @@ def image_tag(arch: str, extras: str) -> str:
 
 
 def _pins() -> tuple[list[str], dict]:
+    """The root's pins, less the lms library's distribution (lms/pyproject.toml): not on PyPI,
+    the image has it from its sources (src/lms, on the image's PYTHONPATH like the suite)."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    return project["dependencies"], project["optional-dependencies"]
+    library = tomllib.loads((ROOT / "lms" / "pyproject.toml").read_text())["project"]["name"]
+    base = [r for r in project["dependencies"] if _name(r) != library]
+    return base, project["optional-dependencies"]
 
 
 def _name(requirement: str) -> str:
@@ -91,7 +95,7 @@ def prepare_context(directory: Path, arch: str) -> dict:
         (build / f"requirements-{extra}.txt").write_text("\n".join(pins) + "\n")
     src = directory / "src"
     src.mkdir()
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")  # no pip leftovers
     for name in SOURCES:
         path = ROOT / name
         if path.is_dir():
