@@ -167,6 +167,9 @@ def _lazy(namespace: dict, exports: dict, other=None):
 
 
 def _moved(name: str):
+    """`lms.internal` (loaded on first use, like a name) and the names that moved there."""
+    if name == "internal":
+        return importlib.import_module("lms.internal")
     if name not in _MOVED:
         raise AttributeError(f"module 'lms' has no attribute {name!r}")
     warnings.warn(

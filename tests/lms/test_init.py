@@ -4,6 +4,8 @@ with a warning, and the suite and tasks.py reach lms only through the public nam
 
 import ast
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -48,6 +50,12 @@ def test_type_checkers_see_the_names_the_lazy_table_exports():
     assert lms.__all__ == sorted(lms._EXPORTS)
     assert type_checking_imports(INTERNAL) == lms.internal._EXPORTS
     assert lms.internal.__all__ == sorted(lms.internal._EXPORTS)
+
+
+def test_lms_internal_loads_on_first_use_like_a_name():
+    code = "import lms, sys; print('lms.internal' in sys.modules, lms.internal.__name__)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.stdout.split() == ["False", "lms.internal"], done.stderr[-2000:]
 
 
 def test_every_internal_name_resolves():
