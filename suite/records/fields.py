@@ -129,6 +129,49 @@ def _read_value(t: Table, key: str, hint, default, metadata):
     return value
 
 
+def _mismatch(value, hint, path: str, null: bool = False) -> tuple[str, str, object] | None:
+    """(dotted path, what is allowed, the value there) of the first part of `value` that is not
+    of type `hint` (`null`: None is allowed too), or None when all of it is."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        null = null or type(None) in typing.get_args(hint)
+        (hint,) = [a for a in typing.get_args(hint) if a is not type(None)]
+    if value is None:
+        return None if null else (path, "not null", value)
+    if dataclasses.is_dataclass(hint):
+        if not isinstance(value, hint):
+            return path, f"a table {hint.__name__}", value
+        hints = typing.get_type_hints(hint)
+        parts = (
+            _mismatch(getattr(value, f.name), hints[f.name], f"{path}.{f.name}")
+            for f in dataclasses.fields(hint)
+        )
+        return next((found for found in parts if found), None)
+    if (typing.get_origin(hint) or hint) is tuple:
+        if not isinstance(value, tuple):
+            return path, "a list", value
+        items = typing.get_args(hint)[:1]  # tuple[X, ...]; a bare tuple may hold anything
+        parts = (_mismatch(v, items[0], f"{path}.{i}") for i, v in enumerate(value) if items)
+        return next((found for found in parts if found), None)
+    check, allowed = _kind(hint) or (lambda v: isinstance(v, hint), f"a {hint.__name__}")
+    return None if check(value) else (path, allowed, value)
+
+
+def check_loaded(value, t: Table, key: str, nullable: bool = False):
+    """`value`, read from the table `key` of `t` by another package's `from_dict` (lms's report
+    types, which take what a table holds as it is), checked against its type's annotations as
+    `read_fields` checks the suite's own types: a part of the wrong type is a DamagedRecord
+    naming its path, so that what loads is what the type says. `nullable`: its own fields may
+    be None whatever they say (PlanReport reads a key an older record lacks as None)."""
+    hints = typing.get_type_hints(type(value))
+    for field in dataclasses.fields(value):
+        found = _mismatch(getattr(value, field.name), hints[field.name], field.name, nullable)
+        if found:
+            path, allowed, part = found
+            problem = f"= {short(part)} is invalid; allowed: {allowed}"
+            raise t.damaged(f"{key}.{path}", problem)
+    return value
+
+
 def read(cls, t: Table):
     """An instance of the dataclass `cls` from the table `t`: by its `from_table` if it has one,
     else field by field (`read_fields`)."""

@@ -1,13 +1,14 @@
 """A trial record's metrics: what one trial process measured, each a typed field (None: not
 measured). Stored as the sparse table schema 1 had: only what was measured, `lms` on disk for
 `lms_plan`. lms's plan report and swap traffic are lms's own types (lms.PlanReport,
-lms.SwapTraffic), read with their `from_dict`, which knows every form lms ever wrote."""
+lms.SwapTraffic), read with their `from_dict`, which knows every form lms ever wrote, and checked
+against their annotations here, where the file is read: the report trusts their types."""
 
 import dataclasses
 from dataclasses import dataclass, field
 
 import lms
-from suite.records.fields import Table, fields_of, read_fields
+from suite.records.fields import Table, check_loaded, fields_of, read_fields
 
 # how a trial ended: it trained, ran out of (emulated) device memory, died, or did not finish
 # skipped: the host lacks what the trial needs (e.g. 4 GPUs), said in the record's error
@@ -95,19 +96,22 @@ class WorkerSummary:
     placement: Placement | None = field(default=None, metadata={"sparse": True})
 
 
-def _lms_type(cls):
-    """A field reader for one of lms's report types: the stored table through `cls.from_dict`;
-    a table it cannot read is a damaged record naming the field."""
+def _lms_type(cls, nullable: bool = False):
+    """A field reader for one of lms's report types: the stored table through `cls.from_dict`,
+    and what that made checked against `cls`'s annotations (`check_loaded`; `nullable`: lms
+    reads a key an older record lacks as None), so that the report reads lms's fields as their
+    types say; a table it cannot read is a damaged record naming the field."""
 
     def read(t: Table, key: str, null: bool, default):
         table = t.table(key, null, default)
         if table is None:
             return None
         try:
-            return cls.from_dict(table.values)
+            value = cls.from_dict(table.values)
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             problem = f"is not lms's {cls.__name__} ({type(error).__name__}: {error})"
             raise t.damaged(key, problem) from None
+        return check_loaded(value, t, key, nullable)
 
     return read
 
@@ -139,7 +143,7 @@ class Metrics:
     nodes: int | None = None
     workers: tuple[WorkerSummary, ...] | None = None
     lms_plan: lms.PlanReport | None = field(
-        default=None, metadata={"key": "lms", "read": _lms_type(lms.PlanReport)}
+        default=None, metadata={"key": "lms", "read": _lms_type(lms.PlanReport, nullable=True)}
     )  # LMS.report: the plan beside the measured peak
     lms_traffic: lms.SwapTraffic | None = field(
         default=None, metadata={"read": _lms_type(lms.SwapTraffic)}

@@ -1,16 +1,19 @@
 """What the report shows of lms's plan report and swap traffic (`Metrics.lms_plan`, an
 lms.PlanReport; `Metrics.lms_traffic`, an lms.SwapTraffic), and of the emulated link of a trial's
-`lms` table (`TrialParams.lms`). A field an older lms did not write, or a hand-written record's
-value of another type, reads as None: the report says "—" for what it cannot show rather than
-stop."""
+`lms` table (`TrialParams.lms`). Their types are checked where the record is read
+(suite/records/metrics.py): what is here reads them as their types say. A field an older lms did
+not write reads as None, and the report says "—" for what it cannot show rather than stop. The
+two numbers checked here come from tables no type describes: the closed loop's `calibration` and
+the trial's `lms` table."""
 
 from dataclasses import dataclass
 
 import lms
 
 
-def _is_number(value) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+def _number(value) -> float | None:
+    """`value` from an untyped table if it is a number, else None."""
+    return value if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 @dataclass(frozen=True)
@@ -27,48 +30,20 @@ class Plan:
     timeline: lms.Timeline | None  # simulated device and host memory over one step, pooled
 
 
-def _floor_op(analysis) -> "lms.FloorOp | lms.OpBytes | None":
-    op = (analysis.floor_op or analysis.largest_op) if analysis is not None else None
-    if op is None or not isinstance(op.name, str) or not op.name or not _is_number(op.bytes):
-        return None
-    return op
-
-
-def _numbers(values) -> tuple[float, ...] | None:
-    if values is None or not all(map(_is_number, values)):
-        return None
-    return tuple(values)
-
-
-def _timeline(timeline) -> "lms.Timeline | None":
-    """lms's timeline with a series of anything but numbers as None (a hand-written record)."""
-    without = _numbers(timeline.device_bytes_without_lms) if timeline is not None else None
-    if not without:
-        return None
-    return lms.Timeline(
-        without, _numbers(timeline.device_bytes_with_lms), _numbers(timeline.host_bytes)
-    )
-
-
-def _number(value) -> float | None:
-    return value if _is_number(value) else None
-
-
 def plan(metrics) -> Plan | None:
     """The LMS plan report of a trial's metrics (None: no LMS, or a record before it)."""
     report = metrics.lms_plan if metrics is not None else None
     if report is None:
         return None
-    analysis = report.analysis
-    budget = _number(report.budget_bytes)
-    calibration = report.calibration if isinstance(report.calibration, dict) else {}
+    analysis, timeline = report.analysis, report.timeline
+    limit = _number((report.calibration or {}).get("device_limit_bytes"))
     return Plan(
-        budget_bytes=budget,
-        device_limit_bytes=_number(calibration.get("device_limit_bytes")) or budget,
-        variable_bytes=_number(analysis.variable_bytes) if analysis else None,
-        input_bytes=_number(analysis.input_bytes) if analysis else None,
-        floor_op=_floor_op(analysis),
-        timeline=_timeline(report.timeline),
+        budget_bytes=report.budget_bytes,
+        device_limit_bytes=limit or report.budget_bytes,
+        variable_bytes=analysis.variable_bytes if analysis else None,
+        input_bytes=analysis.input_bytes if analysis else None,
+        floor_op=(analysis.floor_op or analysis.largest_op) if analysis else None,
+        timeline=timeline if timeline and timeline.device_bytes_without_lms else None,
     )
 
 
@@ -91,24 +66,18 @@ class Traffic:
     into: Direction
 
 
-def _direction(traffic, way: str) -> Direction | None:
-    moved = _number(getattr(traffic, f"{way}_bytes_per_step"))
-    swaps = _number(getattr(traffic, f"swap_{way}s_per_step"))
-    if moved is None or swaps is None:
-        return None
-    seconds = _number(getattr(traffic, f"{way}_seconds_per_step"))
-    return Direction(moved, swaps, seconds, _number(getattr(traffic, f"{way}_bandwidth")))
-
-
 def traffic(metrics) -> Traffic | None:
-    """The swap traffic of a trial's metrics; None without one (or one this cannot read)."""
-    table = metrics.lms_traffic if metrics is not None else None
-    if table is None:
+    """The swap traffic of a trial's metrics; None without one."""
+    t = metrics.lms_traffic if metrics is not None else None
+    if t is None:
         return None
-    out, into = _direction(table, "out"), _direction(table, "in")
-    if out is None or into is None:
-        return None
-    return Traffic(table.copy if table.version >= 2 else None, out, into)
+    out = Direction(
+        t.out_bytes_per_step, t.swap_outs_per_step, t.out_seconds_per_step, t.out_bandwidth
+    )
+    into = Direction(
+        t.in_bytes_per_step, t.swap_ins_per_step, t.in_seconds_per_step, t.in_bandwidth
+    )
+    return Traffic(t.copy if t.version >= 2 else None, out, into)
 
 
 def link_bandwidth(params) -> float | None:

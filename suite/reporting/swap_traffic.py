@@ -37,10 +37,6 @@ def _bandwidth(measured: list[Traffic], direction: str) -> str:
     return f"{moved / seconds / 1e9:.3g}"
 
 
-def _is_number(value) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 def _planned(records: list[TrialRecord]) -> str | None:
     """The plan's bytes and swaps each way per step (mean over the processes measured from copy
     events that record them), e.g. "planned 131 MiB / 189 MiB, 143 / 194 swaps"; None where no
@@ -49,10 +45,10 @@ def _planned(records: list[TrialRecord]) -> str | None:
     plans = []
     for record in records:
         table = record.metrics.lms_traffic if record.metrics is not None else None
-        if table is None or getattr(table, "source", None) != "copy events":
+        if table is None or table.source != "copy events":
             continue
-        values = [getattr(table, f"planned_{key}_per_step", None) for key in keys]
-        if all(map(_is_number, values)):
+        values = [getattr(table, f"planned_{key}_per_step") for key in keys]
+        if None not in values:  # records before the plan's swaps were written beside them
             plans.append(values)
     if not plans:
         return None

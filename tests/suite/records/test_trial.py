@@ -2,6 +2,7 @@ import json
 
 import pytest
 from record_cases import PARAMS, RATE, trial_values
+from report_cases import MIB, RELU_GRAD, lms_report, traffic
 
 import lms
 from suite.records import (
@@ -60,6 +61,58 @@ def test_an_lms_report_lms_cannot_read_is_a_damaged_record_naming_the_field():
     values = trial_values(metrics={"images_per_sec": RATE, "lms_traffic": {"steps": 2}})
     with pytest.raises(DamagedRecord, match=r"'metrics.lms_traffic' is not lms's SwapTraffic"):
         TrialRecord.from_dict(values, "test")
+
+
+def _with(table: dict, path: str, value) -> dict:
+    """`table` (JSON) with the value at the dotted `path` replaced."""
+    table = json.loads(json.dumps(table))
+    *parents, last = path.split(".")
+    part = table
+    for name in parents:
+        part = part[int(name)] if name.isdigit() else part[name]
+    part[int(last) if last.isdigit() else last] = value
+    return table
+
+
+FULL_PLAN = {
+    **lms_report(60 * MIB, 6 * MIB, RELU_GRAD, 74 * MIB),
+    "timeline": {"device_bytes_without_lms": [1, 2], "device_bytes_with_lms": [1, 1]},
+}
+
+
+@pytest.mark.parametrize(
+    ("key", "table", "path", "value"),
+    [
+        ("lms", FULL_PLAN, "budget_bytes", "300MiB"),
+        ("lms", FULL_PLAN, "fits", 1),
+        ("lms", FULL_PLAN, "analysis.variable_bytes", 1.5),
+        ("lms", FULL_PLAN, "analysis.largest_op.name", None),
+        ("lms", FULL_PLAN, "timeline.device_bytes_without_lms.1", "2"),
+        ("lms_traffic", traffic("emulated link", 0.1, 0.2), "swap_outs_per_step", None),
+        ("lms_traffic", traffic("emulated link", 0.1, 0.2), "in_bandwidth", "fast"),
+    ],
+)
+def test_an_lms_report_of_other_types_than_lms_declares_is_a_damaged_record(
+    key, table, path, value
+):
+    """lms's from_dict takes a table's values as they are: the record's reader checks them
+    against lms's annotations (suite/records/fields.py check_loaded), so that the report reads
+    lms's fields as their types say."""
+    good = trial_values(metrics={"images_per_sec": RATE, key: table})
+    assert TrialRecord.from_dict(good, "test").metrics is not None
+    bad = trial_values(metrics={"images_per_sec": RATE, key: _with(table, path, value)})
+    with pytest.raises(DamagedRecord, match=rf"'metrics.{key}.{path}' = .* is invalid"):
+        TrialRecord.from_dict(bad, "test")
+
+
+def test_a_plan_report_reads_what_an_older_lms_did_not_write_as_none():
+    """PlanReport reads a key an older record lacks as None, whatever its annotation says (its
+    docstring): the check lets those through, and the report shows "—" for them."""
+    record = TrialRecord.from_dict(
+        trial_values(metrics={"images_per_sec": RATE, "lms": {"budget_bytes": 5}}), "test"
+    )
+    plan = record.metrics.lms_plan
+    assert plan.budget_bytes == 5 and plan.peak_bytes_with_lms is None and plan.analysis is None
 
 
 def test_metrics_store_only_what_was_measured():
