@@ -2,7 +2,13 @@
 
 
 class SuiteError(Exception):
-    """A user error the suite reports plainly (bad input, missing file, unknown name)."""
+    """A user error the suite reports plainly (bad input, missing file, unknown name): a task
+    ends with `line()` and `exit_code`."""
+
+    exit_code = 2
+
+    def line(self) -> str:
+        return f"error: {self}"
 
 
 class SpecError(SuiteError):

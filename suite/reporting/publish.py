@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from suite.errors import SuiteError
-from suite.records import utc_now, write_atomic
+from suite.records import readable_directory, utc_now, writable_directory, write_atomic
 from suite.reporting.pages import index_html, page_html, render_markdown, section
 
 _DATED = re.compile(r"^(\d{4}-\d{2}-\d{2})(?:-(\d+))?$")
@@ -31,6 +31,19 @@ class Published:
     missing: list[str]
     index: Path
     history: str | None = None  # why the history could not be rebuilt, if it could not
+
+    def lines(self, report_dir: Path) -> list[str]:
+        """What `inv publish` says of it (`report_dir`: the report published): where it went,
+        and what it could not do."""
+        said = [f"published: {self.folder} (site: {self.index})"]
+        if self.history:
+            said.append(f"history not rebuilt: {self.history}")
+        if self.missing:
+            said.append(
+                f"published without {len(self.missing)} plot(s) the report refers to: "
+                f"{', '.join(self.missing)} (not in {report_dir})"
+            )
+        return said
 
 
 @dataclass
@@ -184,3 +197,25 @@ def publish(
         except SuiteError as error:  # said on the index and by `inv publish`, in one line
             note = str(error)
     return Published(target, page.missing, write_index(publish_dir, note), note)
+
+
+def publish_command(
+    report_dir, publish_dir, gate: dict, results=None, baseline=None, defaults=(None, None)
+) -> list[str]:
+    """`inv publish`: the report in `report_dir` published into `publish_dir` (paths or their
+    text), the history rebuilt from `results` and checked against `baseline` with the gate's
+    settings; what it says. A results directory or baseline file not given is the default one
+    (`defaults`: results, baseline), taken only where it exists."""
+    report_dir = readable_directory(Path(report_dir), "--reports")
+    default_results, default_baseline = (Path(d) if d else None for d in defaults)
+    if results:
+        results = readable_directory(Path(results), "--results")
+    elif default_results and default_results.is_dir():
+        results = default_results
+    if baseline:
+        baseline = Path(baseline)
+    elif default_baseline and default_baseline.is_file():
+        baseline = default_baseline
+    publish_dir = writable_directory(Path(publish_dir), "--to")
+    done = publish(report_dir, publish_dir, results_dir=results, baseline=baseline, gate=gate)
+    return done.lines(report_dir)

@@ -30,9 +30,17 @@ from pathlib import Path
 from tabulate import tabulate
 
 from suite.errors import SuiteError
-from suite.records import DamagedRecord, TrialRecord, load_trials, utc_now, write_atomic
+from suite.records import (
+    DamagedRecord,
+    TrialRecord,
+    load_trials,
+    readable_directory,
+    utc_now,
+    writable_directory,
+    write_atomic,
+)
 from suite.records.fields import Table, read_fields
-from suite.reporting.baseline import Baseline, Entry, Process, newest_runs
+from suite.reporting.baseline import Baseline, Entry, Process, load_baseline, newest_runs
 from suite.specs.model import lms_text
 from suite.stats import ratio_interval
 
@@ -282,6 +290,41 @@ def write_regression(rows: list[Row], output_dir: Path, tolerance: float, alpha:
     }
     write_atomic(path, json.dumps(payload, indent=1))
     return path
+
+
+@dataclass(frozen=True)
+class Check:
+    """What `inv regress` found: a row per baseline entry, and the file the report's regression
+    section is rendered from."""
+
+    rows: list[Row]
+    path: Path
+    tolerance: float
+    alpha: float
+
+    def lines(self) -> list[str]:
+        """What `inv regress` prints: the table, and where the report finds it."""
+        where = f"regression check: {self.path} (`inv report` adds it to the report)"
+        return [table(self.rows), where]
+
+    def failure(self) -> str | None:
+        """The line `inv regress` exits 1 with, None when nothing regressed."""
+        regressions = [r for r in self.rows if r.verdict == "regression"]
+        if not regressions:
+            return None
+        beyond = f"beyond {self.tolerance:.0%} with p < {self.alpha}"
+        return f"error: {len(regressions)} regression(s) {beyond}"
+
+
+def check(baseline_file, results_dir, output_dir, tolerance, alpha) -> Check:
+    """`inv regress`: the newest runs of `results_dir` against the baseline in `baseline_file`,
+    with the gate's `tolerance` and `alpha` (text from the command line), written into
+    `output_dir` (paths or their text); each checked in that order, before any work."""
+    tolerance, alpha = thresholds(tolerance, alpha)
+    output_dir = writable_directory(Path(output_dir), "--output")
+    results_dir = readable_directory(Path(results_dir), "--results")
+    rows = compare(load_baseline(Path(baseline_file)), results_dir, tolerance, alpha)
+    return Check(rows, write_regression(rows, output_dir, tolerance, alpha), tolerance, alpha)
 
 
 def load_regression(output_dir: Path) -> Regression | None:

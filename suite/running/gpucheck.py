@@ -46,12 +46,12 @@ from suite.errors import SuiteError
 from suite.records.files import check_host_name, log_file, utc_now, write_atomic
 from suite.records.gpucheck import record_file, state_file
 from suite.running.gpucheck_checks import CHECK_TIMEOUT_S, CHECKS, MODES, NO_GPU, Check, Part
-from suite.running.gpucheck_outcome import (  # noqa: F401 (check_text, verdict_line: see below)
+from suite.running.gpucheck_outcome import (  # noqa: F401 (check_text: see below)
     CheckOutcome,
     GpuCheckRun,
     check_text,  # the run in words, named here too for the report (suite/reporting/report.py)
     clock,
-    verdict_line,  # ... and for tasks.py
+    verdict_line,
 )
 
 
@@ -174,6 +174,15 @@ def run_gpucheck(
 
 
 # --- recording -------------------------------------------------------------------------------
+
+
+def recorded_lines(run: GpuCheckRun, path: Path) -> list[str]:
+    """What `inv gpucheck` says of a run recorded at `path`: its verdict, and where it is kept."""
+    return [
+        verdict_line(run),
+        f"recorded: {path} and host description {run.host_ref}; trials run on this machine "
+        "from now on carry it (the report's hosts table)",
+    ]
 
 
 def record(run: GpuCheckRun, results_dir: Path, describe=None) -> Path:

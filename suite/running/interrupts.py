@@ -24,6 +24,15 @@ class RunInterrupted(SuiteError):
         super().__init__(message or f"interrupted by {signal_name}")
         self.signal_name = signal_name
 
+    @property
+    def exit_code(self) -> int:
+        """The shell's convention for a process ended by a signal: 128 + its number (130 for
+        SIGINT, 143 for SIGTERM)."""
+        return 128 + signal.Signals[self.signal_name].value
+
+    def line(self) -> str:
+        return f"stopped: {self}"
+
 
 def _raise(signum, _frame):
     raise RunInterrupted(signal.Signals(signum).name)
@@ -47,9 +56,3 @@ def interruptible():
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-
-
-def exit_code(error: RunInterrupted) -> int:
-    """The shell's convention for a process ended by a signal: 128 + its number (130 for SIGINT,
-    143 for SIGTERM)."""
-    return 128 + signal.Signals[error.signal_name].value

@@ -6,6 +6,7 @@ Each plan gets its own memory plot, named for its spec, study, size and whether 
 with LMS (`plot_name`): a study's LMS-off and LMS-on trials are two plans and two plots.
 """
 
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,8 +20,10 @@ from suite.lms_seam import (
     host_memory_limit,
     lms_options,
 )
-from suite.specs import Spec, Trial, TrialParams
+from suite.records import writable_directory
+from suite.specs import Spec, Trial, TrialParams, load_spec
 from suite.specs.model import lms_text
+from suite.units import size_option
 
 
 def show_lms_messages() -> None:
@@ -214,3 +217,24 @@ def plan_spec(
             print(f"{trial.study}: {plan.host_memory.shortfall}", file=sys.stderr)
         plans.append(SpecPlan(trial, plan, measured.get(trial.hash)))
     return plans
+
+
+def plan_command(
+    spec: str,
+    overrides: dict,
+    output_dir: Path,
+    workload: str | None = None,
+    device_memory: str | None = None,
+    host_memory: str | None = None,
+    results_dir: Path | None = None,
+) -> str:
+    """`inv plan`: the plans of `spec` (a name or a path; `overrides` as `inv run` takes them) as
+    the JSON it prints (its stdout; progress and lms's messages go to stderr). Checked first,
+    before any work: the sizes (text, e.g. "16GiB": parsed here, once), the spec, the output."""
+    device_memory = size_option("--device-memory", device_memory)
+    host_memory = size_option("--host-memory", host_memory)
+    loaded = load_spec(spec, overrides)
+    output_dir = writable_directory(output_dir, "--output")
+    show_lms_messages()
+    plans = plan_spec(loaded, output_dir, workload, device_memory, results_dir, host_memory)
+    return json.dumps([plan.to_dict() for plan in plans], indent=1)

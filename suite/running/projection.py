@@ -17,6 +17,7 @@ plot of throughput against link bandwidth (measured points where records of emul
 exist).
 """
 
+import json
 import statistics
 import sys
 import time
@@ -25,8 +26,9 @@ from pathlib import Path
 import lms
 from suite.errors import SuiteError
 from suite.lms_seam import HOST_NOT_CHECKED, host_memory_limit, lms_options
-from suite.records import LinkProjection, Projection, write_projections
-from suite.specs import Spec, Trial, TrialParams
+from suite.records import LinkProjection, Projection, writable_directory, write_projections
+from suite.specs import Spec, Trial, TrialParams, load_spec
+from suite.units import size_option
 
 GPU_MEMORY = {"v100": "16GiB", "a100": "40GiB", "h100": "80GiB"}
 DEFAULT_LINKS = ("nvlink2", "pcie3", "pcie3-shared", "pcie4", "pcie5", "nvlink-c2c")
@@ -210,3 +212,24 @@ def project_spec(
         results.append(project_trial(trial, spec, links, gpu, limit))
     write_projections(output_dir, results)
     return results
+
+
+def project_command(
+    spec: str,
+    overrides: dict,
+    output_dir: Path,
+    links: str | None = None,
+    gpu: str = "host",
+    workload: str | None = None,
+    host_memory: str | None = None,
+) -> str:
+    """`inv project`: the projections of `spec` (a name or a path; `overrides` as `inv run` takes
+    them) on `links` (comma-separated names or bandwidths; None: all) as the JSON it prints (its
+    stdout; progress goes to stderr). Checked first, before any work: the host memory (text,
+    e.g. "512GiB": parsed here, once), the spec, the output."""
+    host_memory = size_option("--host-memory", host_memory)
+    names = [n.strip() for n in links.split(",") if n.strip()] if links else None
+    loaded = load_spec(spec, overrides)
+    output_dir = writable_directory(output_dir, "--output")
+    results = project_spec(loaded, output_dir, names, gpu, workload, host_memory)
+    return json.dumps([p.to_dict() for p in results], indent=1)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from suite.errors import SuiteError
-from suite.records import SearchRecord
+from suite.records import SearchRecord, writable_directory
 from suite.running.boundary import margin_text
 from suite.running.executor import TrialExecutor, default_host_name, format_eta
 from suite.running.interrupts import RunInterrupted, interruptible
@@ -63,6 +63,14 @@ def search_studies(spec: Spec, study: str | None) -> tuple:
             f"those are: {', '.join(names)}"
         )
     return (study,)
+
+
+def search_command(spec: Spec, study: str | None, results_dir, host=None, force=False) -> list:
+    """`inv search`: the spec's limit searches (`study`, or all of them) run here, recorded in
+    `results_dir` (a path or its text, checked after the study); what it prints."""
+    studies = search_studies(spec, study)
+    results_dir = writable_directory(Path(results_dir), "--results")
+    return summary_lines(run_spec(spec, results_dir, host, force, studies=studies))
 
 
 def run_trials(spec: Spec, executor: TrialExecutor, summary: RunSummary, round_=None) -> None:

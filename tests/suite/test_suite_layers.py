@@ -22,6 +22,7 @@ LAYERS = [
     ("suite.running",),
     ("suite.dispatch",),
     ("suite.reporting",),
+    ("suite.selftest",),  # what `inv test` runs
 ]
 
 

@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from suite.running.interrupts import RunInterrupted, exit_code, interruptible
+from suite.running.interrupts import RunInterrupted, interruptible
 
 CHILD = textwrap.dedent(
     """
@@ -51,5 +51,5 @@ def test_handlers_are_restored_and_nesting_keeps_the_outer_ones():
 
 
 def test_exit_codes_follow_the_shell():
-    assert exit_code(RunInterrupted("SIGINT")) == 130
-    assert exit_code(RunInterrupted("SIGTERM")) == 143
+    assert RunInterrupted("SIGINT").exit_code == 130
+    assert RunInterrupted("SIGTERM").exit_code == 143

@@ -1,0 +1,83 @@
+"""What `inv test` runs, in order: the setup of what some tests need (a Docker engine, a two-node
+Slurm, Chromium), ruff, the tests, the tests that depend on the CPU kernels once more with the
+kernels this CPU does not default to, the GPU tests in a session of their own on a GPU host, and
+the compat tests on TensorFlow 2.14.1.
+
+Why here: which sessions there are and what each selects is the suite's test plan (the kernels
+are suite.environment's ONEDNN_VARIABLE; the GPU session is tests/conftest.py's LMS_TEST_GPU),
+while tasks.py only runs the commands, echoed, as invoke runs them."""
+
+import json
+import shutil
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from suite.environment import ONEDNN_VARIABLE
+
+
+@dataclass(frozen=True)
+class Command:
+    """A shell command of `inv test`, run from the repository's root."""
+
+    line: str
+    # the exit codes it passes with, for a session that may select nothing (pytest's 5); None:
+    # any failure stops `inv test` at once
+    passes: tuple[int, ...] | None = None
+    failure: str = ""  # what `inv test` says when it does not pass
+
+
+def onednn_enabled(python: str, root: Path) -> bool:
+    """Whether this CPU's TensorFlow defaults to oneDNN's kernels (asked in a child process:
+    TensorFlow stays out of this one)."""
+    probe = "import lms; print(int(lms.cpu_kernels() == 'onednn'))"
+    done = subprocess.run(
+        [python, "-c", probe], capture_output=True, text=True, check=True, cwd=root
+    )
+    lines = done.stdout.strip().splitlines()
+    return bool(lines) and lines[-1] == "1"
+
+
+def has_gpu() -> bool:
+    """Whether this host has an NVIDIA GPU (nvidia-smi lists one): then the GPU tests run too."""
+    if shutil.which("nvidia-smi") is None:
+        return False
+    return subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0
+
+
+def commands(
+    python: str, root: Path, compat: bool, lint: bool, setups: dict, k: str | None = None
+) -> Iterator[Command]:
+    """`inv test`'s commands in order (`python`: this environment's interpreter). `setups`:
+    per part some tests need ("docker", "slurm", "chromium"; scripts/PART.sh installs and
+    starts it), whether it is set up and its tests run, or its tests deselected; `k`: only the
+    tests that match this pytest -k expression. Made one at a time: the probes for the kernels
+    and the GPU run when their sessions are next."""
+    selector = f" -k {json.dumps(k)}" if k else ""
+    skipped = [f"not {part}" for part, wanted in setups.items() if not wanted]
+    for part in (part for part, wanted in setups.items() if wanted):
+        yield Command(f"bash scripts/{part}.sh")
+    marker = f" -m {json.dumps(' and '.join(skipped))}" if skipped else ""
+    if lint:
+        yield Command(f"{python} -m ruff check .")
+        yield Command(f"{python} -m ruff format --check .")
+    yield Command(f"{python} -m pytest -ra{marker}{selector}")
+    # the CPU kernels this CPU does not default to (oneDNN's without AVX-512, Eigen's with it):
+    # the tests that depend on them, once more, so CI covers both on any CPU
+    other = "0" if onednn_enabled(python, root) else "1"
+    kernels = f" -m {json.dumps(' and '.join(['kernels', *skipped]))}"
+    yield Command(
+        f"{ONEDNN_VARIABLE}={other} {python} -m pytest -ra{kernels}{selector}",
+        (0, 5),  # 5: -k left none of them
+        f"the tests with {ONEDNN_VARIABLE}={other} failed",
+    )
+    # on a GPU host: the gpu-marked tests in a session of their own, with the GPU visible (the
+    # session above hides it: tests/conftest.py)
+    if has_gpu():
+        gpu = f"LMS_TEST_GPU=1 {python} -m pytest -ra -m gpu{selector}"
+        yield Command(gpu, (0, 5), "the GPU tests failed")
+    if compat:
+        venv = root / ".venv-tf2.14"
+        yield Command(f"bash scripts/venv.sh {venv} tf214,dev")
+        yield Command(f"{venv}/bin/python -m pytest -ra -m compat{selector}")
