@@ -1,48 +1,56 @@
 """How LMS moves bytes between the compute device and the host, behind one interface for swaps
-and split ops' pieces, chosen per device kind in one place (`mechanism_for`):
+and split ops' pieces (`Mechanism`), one implementation per device kind, chosen in one place
+(`mechanism_for`):
 
-- the emulated device: the host store (lms/device/swap.py `HostStore`), whose py_funcs keep
-  swapped tensors and pieces as host arrays;
+- the emulated device: the host store (lms/device/host_store.py `HostStore`), whose py_funcs
+  keep swapped tensors and pieces as host arrays (its pieces: lms/device/host_pieces.py);
 - a GPU, and the two-device mode standing in for one: TensorFlow's own copies between the
-  compute device and the host (`DeviceCopy`, `DevicePieces`), laid out so that the partitioner's
-  send/recv pairs run when the plan says (docs/lms.md, "The GPU path").
+  compute device and the host (lms/device/copies.py `DeviceCopy`, its pieces `DevicePieces`),
+  laid out so that the partitioner's send/recv pairs run when the plan says (docs/lms.md, "The
+  GPU path").
 
-The rewriter asks a mechanism for a swap's nodes; the splitter asks it for a graph's piece
-copies (`pieces`, one tracker per graph); the wrapped step clears its `store` after each step."""
+The rewriter asks a mechanism for a swap's nodes (lms/device/rewriter.py `SwapNodes`); the
+splitter asks it for a graph's piece copies (`pieces()`, one tracker per graph, a `PieceCopies`
+of lms/split/pieces.py); the wrapped step clears its `store` after each step.
 
-from dataclasses import dataclass
+`Mechanism` is a Protocol, not a base class: the implementations need not import this module,
+which imports them to choose."""
 
-from lms.device.swap import DeviceCopy, HostStore, SwapMechanism
+from typing import Protocol
+
+from lms.device.copies import DeviceCopy
+from lms.device.host_store import HostStore
+from lms.device.rewriter import SwapNodes
 from lms.device.target import Target
 from lms.errors import ParameterError
-from lms.split.ops import DevicePieces, HostPieces
+from lms.split.pieces import PieceCopies
 
 
-@dataclass(frozen=True)
-class Mechanism:
-    """Swaps (`swaps`: the NodeDefs of one swap) and pieces (`pieces()`) on one device kind.
+class Mechanism(SwapNodes, Protocol):
+    """Swaps (`swap_out_nodes`, `swap_in_nodes`: the NodeDefs of one swap) and pieces
+    (`pieces()`) on one device kind.
 
+    kind: "host-store" or "device-copy".
     store: the emulated device's host store (its arrays are freed after each step, and it
         counts the traffic); None with TensorFlow's copies, which free themselves.
     keeps_ops: whether the ops LMS adds must be kept from Grappler as the step's control
-        outputs (TensorFlow's copies are Identities Grappler would otherwise remove)."""
+        outputs (TensorFlow's copies are Identities Grappler would otherwise remove).
+    host_device, compute_device: where host copies live and the step computes (the target's).
+    swaps: what `rewrite` takes to make the swaps' nodes: the mechanism itself."""
 
-    kind: str  # "host-store" | "device-copy"
-    swaps: SwapMechanism
-    store: HostStore | None
+    kind: str
     host_device: str
     compute_device: str | None
 
     @property
-    def keeps_ops(self) -> bool:
-        return self.swaps.keeps_ops
+    def store(self) -> HostStore | None: ...
 
-    def pieces(self):
+    @property
+    def swaps(self) -> SwapNodes: ...
+
+    def pieces(self) -> PieceCopies:
         """A fresh tracker of one graph's piece copies (a split op's input kept, its pieces read
-        and stored, its output assembled): `HostPieces` over the store, else `DevicePieces`."""
-        if self.store is not None:
-            return HostPieces(self.store)
-        return DevicePieces(self.host_device, self.compute_device)
+        and stored, its output assembled; `finish` once the graph is split)."""
 
 
 def mechanism_for(target: Target, link=None) -> Mechanism:
@@ -55,7 +63,5 @@ def mechanism_for(target: Target, link=None) -> Mechanism:
                 "link emulates a link on the emulated device; this LMS copies through "
                 f"TensorFlow's own copies ({target.kind})"
             )
-        swaps = DeviceCopy(target.host_device, target.compute_device)
-        return Mechanism("device-copy", swaps, None, target.host_device, target.compute_device)
-    store = HostStore(link)
-    return Mechanism("host-store", store, store, target.host_device, target.compute_device)
+        return DeviceCopy(target.host_device, target.compute_device)
+    return HostStore(link, target.host_device, target.compute_device)

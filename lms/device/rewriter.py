@@ -12,11 +12,12 @@ node, then light Python wrappers), not through op constructors one at a time: fo
 1600² that is 3,263 ops, and the op constructors' Python overhead (~0.5 ms each) dominated.
 """
 
+from typing import Protocol
+
 import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
 
 from lms import _tf_private
-from lms.device.swap import SwapMechanism
 from lms.graph.names import REWRITTEN_MARK, SWAP_SCOPE
 from lms.graph.step import Analysis
 from lms.planning.ordering import FOLDED_OPS, UNCHAINED_OPS, anchor_ops, executed_ops
@@ -25,7 +26,23 @@ from lms.planning.planner import Plan, swap_in_waiter, swap_out_waiter
 SCOPE = SWAP_SCOPE
 
 
-def swap_graph_def(analysis: Analysis, plan: Plan, mechanism: SwapMechanism, tensor_of):
+class SwapNodes(Protocol):
+    """What the rewriter asks of a mechanism (lms/device/mechanism.py `Mechanism`, of which this
+    is the swap part): the NodeDefs of one swap. `source` names the swapped tensor ("op:0"),
+    `tensor` is it."""
+
+    keeps_ops: bool  # whether the step must keep its nodes from Grappler (control outputs)
+
+    def swap_out_nodes(self, prefix: str, source: str, tensor, readers: int) -> list:
+        """Nodes whose last one's output 0 is what the swap-ins read (a host copy or a handle);
+        `readers`: how many swap-ins will read it."""
+
+    def swap_in_nodes(self, prefix: str, stored: str, tensor) -> list:
+        """Nodes whose last one's output 0 equals `tensor` again, on its device. The first node
+        is the one the trigger's control dependency holds back."""
+
+
+def swap_graph_def(analysis: Analysis, plan: Plan, mechanism: SwapNodes, tensor_of):
     """The GraphDef of every swap op, and per swap-in the (trigger, consumers, node names)."""
     graph_def = graph_pb2.GraphDef()
     swap_ins, swap_outs = [], []
@@ -43,8 +60,9 @@ def swap_graph_def(analysis: Analysis, plan: Plan, mechanism: SwapMechanism, ten
     return graph_def, swap_outs, swap_ins
 
 
-def rewrite(concrete, analysis: Analysis, plan: Plan, mechanism: SwapMechanism):
-    """Edit `concrete.graph` in place per `plan`; return the new callable."""
+def rewrite(concrete, analysis: Analysis, plan: Plan, mechanism: SwapNodes):
+    """Edit `concrete.graph` in place per `plan`; return the new callable. `mechanism`: a
+    `Mechanism` or its `swaps` (the same object)."""
     graph = concrete.graph
     tf_ops = graph.get_operations()[: len(analysis.ops)]
     tensor_of = {tensor.name: tensor for op in tf_ops for tensor in op.outputs}

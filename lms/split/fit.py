@@ -1,14 +1,14 @@
-"""When and what `LMS` splits (lms/split/ops.py does the splitting): ops named by the `split`
+"""When and what `LMS` splits (lms/split/rewrite.py does the splitting): ops named by the `split`
 option always; with "auto" (the default), only while no plan fits by swapping alone, in rounds.
 
 Round r splits every op whose own device bytes (`lms.memory.lifetimes.footprints`) exceed a share of
 the room the budget leaves beside the resident bytes: first the ops larger than the room (no
 swap plan can fit while they are whole: the floor), then those above 3/4, 1/2, 1/3, 1/4 and 1/6
 of it (what still crowds the closest plan's peak beside the op running there). Each op gets
-enough pieces for one piece to take at most an eighth of the room (lms.split.ops.PIECE_SHARE); one
-tuning per round, not per op. Splitting stops at the first plan that fits, after the last
-round, when the floor is an op that cannot be split, or before a round that would take the plan
-past MAX_PIECES pieces. Splitting is the lever after every
+enough pieces for one piece to take at most an eighth of the room
+(lms.split.rewrite.PIECE_SHARE); one tuning per round, not per op. Splitting stops at the first
+plan that fits, after the last round, when the floor is an op that cannot be split, or before a
+round that would take the plan past MAX_PIECES pieces. Splitting is the lever after every
 swapping parameter: a plan that fits by swapping never pays for pieces (their extra host copies
 and smaller kernels)."""
 
@@ -16,16 +16,9 @@ import logging
 
 from lms.errors import NothingFitsError
 from lms.memory.lifetimes import footprints, largest_footprint
-from lms.split.ops import (
-    SCOPE,
-    Split,
-    layout,
-    piece_scope,
-    pieces_for,
-    running_ops,
-    split_op,
-    splittable,
-)
+from lms.split.layouts import layout, splittable
+from lms.split.pieces import PieceCopies
+from lms.split.rewrite import SCOPE, Split, piece_scope, pieces_for, running_ops, split_op
 from lms.values.budget import format_size
 
 log = logging.getLogger("lms")
@@ -39,7 +32,7 @@ ROUNDS = (1.0, 0.75, 0.5, 1 / 3, 1 / 4, 1 / 6)
 MAX_PIECES = 16384
 
 
-def forced_splits(graph, wanted: dict, io) -> list[Split]:
+def forced_splits(graph, wanted: dict, io: PieceCopies) -> list[Split]:
     """Split every op whose type or name `wanted` lists, into that many pieces."""
     splits, running = [], running_ops(graph)
     for op in list(graph.get_operations()):
@@ -91,7 +84,9 @@ def _piece_floor(analysis, splits, room: int, reason: str = "") -> str | None:
     )
 
 
-def split_to_fit(graph, analysis, budget: int, error: NothingFitsError, io, analyse, tune):
+def split_to_fit(
+    graph, analysis, budget: int, error: NothingFitsError, io: PieceCopies, analyse, tune
+):
     """Split in rounds (module docstring) and tune again until a plan fits: (analysis, tuned,
     splits). `analyse()` reads the edited graph again; `tune(analysis)` tunes or raises
     NothingFitsError. Raises the last NothingFitsError, saying why splitting stopped, when none

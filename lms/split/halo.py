@@ -1,6 +1,7 @@
 """Windowed ops with a batch of 1, split along the rows (the depth of a volume) with the halo
 their window needs, so that a single image's convolution no longer has to be on the device whole
-(lms/split/ops.py splits; this module says how each piece reads and what it computes).
+(lms/split/rewrite.py splits by the `PieceLayout` this module gives, `RowLayout`: how each piece
+reads and what it computes).
 
 A piece of a window op sees its rows exactly as the whole op sees them: it reads the rows its
 window covers, pads them where they leave the image (zeros for a convolution, -inf for a max
@@ -30,6 +31,7 @@ import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2
 
 from lms import _tf_private
+from lms.split.pieces import ReadAlongAxis
 
 CONVOLUTIONS = {
     "Conv2D": "forward", "Conv3D": "forward", "DepthwiseConv2dNative": "forward",
@@ -130,8 +132,9 @@ def _filter_shape(op, kind: str):
 
 
 @dataclass(frozen=True)
-class RowLayout:
-    """A windowed op with a batch of 1 in pieces along the rows (module docstring)."""
+class RowLayout(ReadAlongAxis):
+    """A windowed op with a batch of 1 in pieces along the rows (module docstring); a
+    `PieceLayout` (lms/split/pieces.py)."""
 
     kind: str  # "forward", "input_grad" or "filter_grad"
     windows: tuple  # per spatial axis, the first one split

@@ -1,4 +1,5 @@
-"""Keras 2's fused batch norm split into pieces (lms/split/ops.py splits every other kind of op).
+"""Keras 2's fused batch norm split into pieces (lms/split/rewrite.py splits every other kind of
+op).
 
 FusedBatchNormV3 normalizes with statistics over the batch and the pixels, so a piece cannot
 compute its own: the pieces run in passes over the same host copy of the input, each pass in
@@ -25,6 +26,7 @@ import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2
 
 from lms import _tf_private
+from lms.split.pieces import PieceCopies
 
 FUSED_NORMS = {"FusedBatchNormV3": 0, "FusedBatchNormGradV3": 1}  # op type -> x's input
 _DONE = "_lms_split_norms"  # a graph's set of the batch norms already split
@@ -41,7 +43,7 @@ class NormLayout:
 
 
 def norm_layout(op, axis: int | None) -> "NormLayout | str":
-    """How a fused batch norm splits along `axis` (lms.split.ops.split_axis of its input), or why
+    """How a fused batch norm splits along `axis` (lms.split.pieces.split_axis of its input), or why
     it cannot."""
     if op.name in getattr(op.graph, _DONE, ()):  # (a gradient split with its forward)
         return "it is split already"
@@ -73,7 +75,7 @@ class _Passes:
     """Passes over host copies of the same rows: each piece reads its slices after the previous
     piece (of any pass) is done."""
 
-    def __init__(self, io, axis: int, bounds, previous):
+    def __init__(self, io: PieceCopies, axis: int, bounds, previous):
         self.io, self.axis, self.bounds, self.previous = io, axis, bounds, previous
 
     def keep(self, tensor, passes: int):
@@ -143,7 +145,7 @@ def _replace(op, outputs: dict, shapes: set) -> None:
     setattr(op.graph, _DONE, done)
 
 
-def split_norm(op, layout: NormLayout, bounds, io, constant_shapes) -> list:
+def split_norm(op, layout: NormLayout, bounds, io: PieceCopies, constant_shapes) -> list:
     """Replace a fused batch norm (and, for a forward in training, the gradients reading its
     saved statistics) by pieces over `bounds` (module docstring). `constant_shapes(tensor)`
     turns the readers of a tensor's static shape into constants first. Returns, per op

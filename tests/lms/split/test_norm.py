@@ -10,8 +10,9 @@ import tensorflow as tf
 from lms_equivalence import assert_close_gradients
 
 from lms import _tf_private
-from lms.device.swap import HostStore
-from lms.split.ops import HostPieces, layout, running_ops, split_op, splittable
+from lms.device.host_store import HostStore
+from lms.split.layouts import layout, splittable
+from lms.split.rewrite import running_ops, split_op
 
 pytestmark = pytest.mark.compat
 
@@ -65,7 +66,7 @@ def test_a_fused_batch_norm_split_is_the_same_batch_norm(which, factor, batch, p
     ops = {op.type: op for op in concrete.graph.get_operations()}
     forward, gradient = ops["FusedBatchNormV3"], ops["FusedBatchNormGradV3"]
     assert layout(forward).axis == layout(gradient).axis == (0 if batch > 1 else 1)
-    io = HostPieces(HostStore())
+    io = HostStore().pieces()
     split = []
     if which in ("gradient", "both"):
         split.append(split_op(gradient, pieces, io))
@@ -89,7 +90,7 @@ def test_fp16_batch_norm_split_keeps_its_statistics_in_float32():
     step = _fused_step(1.0, tf.float16)
     want = [t.numpy() for t in step(*args)]
     concrete = step.get_concrete_function(*args)
-    io = HostPieces(HostStore())
+    io = HostStore().pieces()
     for op in list(concrete.graph.get_operations()):
         if op.type == "FusedBatchNormV3":
             split_op(op, 3, io)
@@ -121,7 +122,7 @@ def test_an_inference_batch_norm_splits_in_one_pass_and_nchw_does_not():
     concrete = step.get_concrete_function(x)
     op = next(op for op in concrete.graph.get_operations() if op.type == "FusedBatchNormV3")
     assert layout(op).kind == "inference"
-    io = HostPieces(HostStore())
+    io = HostStore().pieces()
     split_op(op, 4, io)
     got = _tf_private.concrete_function_from_graph(concrete, concrete.graph)(x)
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-6, atol=1e-6)
@@ -152,7 +153,7 @@ def test_keras_2s_batch_norm_layer_trains_the_same_split():
     for v, value in zip(model.variables, start, strict=True):
         v.assign(value)
     concrete = tf.function(step).get_concrete_function(x)
-    io = HostPieces(HostStore())
+    io = HostStore().pieces()
     kinds = {"FusedBatchNormV3", "FusedBatchNormGradV3"}
     split = [
         split_op(op, 3, io).op_type
@@ -208,7 +209,7 @@ def test_an_ill_conditioned_batch_norm_split_is_as_close_as_the_unfused_one():
     for v, value in zip(fused.variables, start, strict=True):
         v.assign(value)
     concrete = step_of(fused).get_concrete_function(x)
-    io = HostPieces(HostStore())
+    io = HostStore().pieces()
     first = next(op for op in concrete.graph.get_operations() if op.type == "FusedBatchNormV3")
     split_op(first, 3, io)  # and its gradient
     got = _tf_private.concrete_function_from_graph(concrete, concrete.graph)(x)

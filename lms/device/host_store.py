@@ -1,0 +1,294 @@
+"""The emulated device's mechanism (docs/lms.md): its host, a Python-side store outside
+TensorFlow's allocator that keeps swapped tensors and split ops' pieces as host arrays
+(`HostStore`, an `lms.device.mechanism.Mechanism`), reached through `tf.numpy_function`s.
+
+The swap-out hands the tensor to the store and returns an int64 handle; the swap-in brings the
+array back and copies it into a buffer of TensorFlow's allocator, as a GPU's swap-in fills device
+memory. The allocator's measured peak really drops, so CPU tests and CI check LMS for real, and
+it counts the swapped-in copies as a GPU would. A split op's pieces go through the same store
+(`pieces()`: lms/device/host_pieces.py `HostPieces`, which counts the host arrays' reads). The
+store counts what it moves (`Traffic`) and, with an `lms.Link`, moves it at that link's speed.
+"""
+
+import itertools
+import math
+import threading
+from dataclasses import dataclass, fields
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.core.framework import attr_value_pb2
+
+from lms.device.host_pieces import HostPieces
+from lms.device.nodes import node, type_attr, type_list_attr
+from lms.graph.names import SWAP_IN, SWAP_IN_COPY, SWAP_OUT
+from lms.values.link import EmulatedLink, Link
+
+ALIGNMENT = 64  # TensorFlow's buffers are 64-byte aligned (EIGEN_MAX_ALIGN_BYTES)
+
+
+def aligned_copy(array: np.ndarray) -> np.ndarray:
+    """A copy of `array` in 64-byte aligned memory: TensorFlow wraps such an array returned by a
+    numpy_function without copying it, and copies any other into a buffer of its allocator (an
+    allocation no op is named for, beside the swap-in's own copy)."""
+    copy = aligned_empty(array.shape, array.dtype)
+    np.copyto(copy, array)
+    return copy
+
+
+def aligned_empty(shape, dtype) -> np.ndarray:
+    """An uninitialised array in 64-byte aligned memory (see `aligned_copy`)."""
+    dtype = np.dtype(dtype)
+    nbytes = math.prod(shape) * dtype.itemsize
+    raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
+    offset = -raw.ctypes.data % ALIGNMENT
+    return raw[offset : offset + nbytes].view(dtype).reshape(shape)
+
+
+@dataclass
+class Traffic:
+    """What swap ops moved: counts, bytes, and with an emulated link the seconds its transfers
+    took (`EmulatedLink.move`: each transfer's own duration, not the time in the swap op).
+    Without a link nothing crosses one (the store keeps a host copy): no seconds to measure."""
+
+    swap_outs: int = 0
+    swap_ins: int = 0
+    out_bytes: int = 0
+    in_bytes: int = 0
+    out_transfer_seconds: float = 0.0
+    in_transfer_seconds: float = 0.0
+
+    def add(self, other: "Traffic") -> None:
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+
+class HostStore:
+    """The emulated device's host as an `lms.device.mechanism.Mechanism`: arrays kept by handle,
+    each freed by its last read (a swapped tensor's after its last swap-in; a split op's host
+    arrays as lms/device/host_pieces.py counts them), whatever a step left by `clear()`.
+
+    link: an `lms.Link` the store's copies are slowed to (see lms/values/link.py); None copies at
+    the speed of host memory. host_device, compute_device: the target's (lms/device/target.py;
+    the store's py_funcs run where the swapped tensor is)."""
+
+    kind = "host-store"
+    keeps_ops = False  # its py_funcs are stateful: Grappler never removes them
+
+    def __init__(
+        self,
+        link: Link | None = None,
+        host_device: str = "/device:CPU:0",
+        compute_device: str | None = None,
+    ):
+        self.host_device, self.compute_device = host_device, compute_device
+        self._arrays, self._readers = {}, {}  # handle -> array, and the reads left before freed
+        self._held = self._peak = 0  # bytes held now, and the most since `take_peak`
+        self._lock = threading.Lock()
+        self._handles = itertools.count()
+        self._tokens = None
+        self.link = link
+        self._engines = EmulatedLink(link) if link is not None else None
+        self._traffic = Traffic()
+
+    @property
+    def store(self) -> "HostStore":
+        """The store the wrapped step clears after each step: this mechanism itself."""
+        return self
+
+    @property
+    def swaps(self) -> "HostStore":
+        """What makes a swap's nodes (`rewrite`'s argument): this mechanism itself."""
+        return self
+
+    def pieces(self) -> HostPieces:
+        """A fresh tracker of one graph's piece copies, through this store."""
+        return HostPieces(self)
+
+    def take_traffic(self) -> Traffic:
+        """What the swap ops moved since the last call."""
+        with self._lock:
+            traffic, self._traffic = self._traffic, Traffic()
+        return traffic
+
+    @property
+    def held_bytes(self) -> int:
+        with self._lock:
+            return self._held
+
+    def take_peak(self) -> int:
+        """The most bytes the store held at once since the last call (what the simulator's
+        host curve predicts: swapped tensors and split ops' host arrays)."""
+        with self._lock:
+            peak, self._peak = self._peak, self._held
+        return peak
+
+    def _hold(self, nbytes: int) -> None:  # under the lock
+        self._held += nbytes
+        self._peak = max(self._peak, self._held)
+
+    def clear(self) -> tuple[int, int]:
+        """Drop whatever a step left behind; return how many arrays and bytes that was."""
+        with self._lock:
+            left = (len(self._arrays), self._held)
+            self._arrays.clear()
+            self._readers.clear()
+            self._held = 0
+        return left
+
+    def _put(self, array, readers):
+        handle = next(self._handles)
+        # a copy: the array may alias TensorFlow's buffer, which must be freed
+        if self._engines:
+            copy, seconds = self._engines.move("out", array.nbytes, lambda: aligned_copy(array))
+        else:
+            copy, seconds = aligned_copy(array), 0.0
+        with self._lock:
+            self._arrays[handle] = copy
+            self._readers[handle] = int(readers)
+            self._hold(copy.nbytes)
+            self._traffic.swap_outs += 1
+            self._traffic.out_bytes += array.nbytes
+            self._traffic.out_transfer_seconds += seconds
+        # A one-element vector, not a 0-d array or numpy scalar: TensorFlow's PyFunc kept one
+        # small Python object per call for a 0-d result here (1.5 MB per 1,000 steps with 47
+        # swaps; benchmarks/lms_host_memory.py), none for a vector.
+        return np.array([handle], dtype=np.int64)
+
+    def _read(self, handle):
+        """The array kept under `handle`, one of its reads used up (the last frees it)."""
+        key = int(handle[0])
+        with self._lock:
+            array = self._arrays[key]
+            self._readers[key] -= 1
+            if self._readers[key] == 0:
+                del self._arrays[key], self._readers[key]
+                self._held -= array.nbytes
+        return array
+
+    def _count_in(self, nbytes: int) -> None:
+        """One swap-in of `nbytes`, through the link when there is one."""
+        seconds = self._engines.move("in", nbytes)[1] if self._engines else 0.0
+        with self._lock:
+            self._traffic.swap_ins += 1
+            self._traffic.in_bytes += nbytes
+            self._traffic.in_transfer_seconds += seconds
+
+    def _get(self, handle):
+        array = self._read(handle)
+        self._count_in(array.nbytes)
+        # TensorFlow wraps the returned (aligned) array without copying it; the swap-in's
+        # DeepCopy then copies it into the allocator, so no reader writes into the stored array
+        return array
+
+    # Pieces of a split op (lms/device/host_pieces.py): a whole tensor read in slices, an output
+    # written in slices into one host array that its readers then take whole.
+
+    def put_whole(self, array, readers):
+        """Keep `array` for `readers` slice reads; its handle."""
+        return self._put(array, readers)
+
+    def get_slice(self, handle, axis, start, stop):
+        """Rows start:stop along `axis` of a kept array (its last read frees it)."""
+        array = self._read(handle)
+        index = [slice(None)] * array.ndim
+        index[int(axis)] = slice(int(start), int(stop))
+        piece = aligned_copy(array[tuple(index)])
+        self._count_in(piece.nbytes)
+        return piece
+
+    def put_slice(self, handle, piece, axis, start, shape, readers):
+        """Write `piece` at `start` along `axis` of the host array `handle` (-1: a new one of
+        `shape` for `readers` reads); the array's handle."""
+        key = int(handle[0])
+        seconds = self._engines.move("out", piece.nbytes)[1] if self._engines else 0.0
+        with self._lock:
+            if key < 0:
+                key = next(self._handles)
+                self._arrays[key] = aligned_empty(tuple(int(n) for n in shape), piece.dtype)
+                self._readers[key] = int(readers)
+                self._hold(self._arrays[key].nbytes)
+            array = self._arrays[key]
+            index = [slice(None)] * array.ndim
+            index[int(axis)] = slice(int(start), int(start) + piece.shape[int(axis)])
+            array[tuple(index)] = piece
+            self._traffic.swap_outs += 1
+            self._traffic.out_bytes += piece.nbytes
+            self._traffic.out_transfer_seconds += seconds
+        return np.array([key], dtype=np.int64)
+
+    def get_whole(self, handle):
+        """A kept array whole (as a swap-in)."""
+        return self._get(handle)
+
+    def _py_func_tokens(self) -> tuple[bytes, bytes]:
+        """Register `_put` and `_get` with TensorFlow's py_func registry, once per store.
+
+        Made through the public `tf.numpy_function` in a graph of the store's own, which holds the
+        registered functions alive (the registry keeps weak references) as long as the store.
+        """
+        if self._tokens is None:
+            self._graph = tf.Graph()
+            with self._graph.as_default():
+                value = tf.compat.v1.placeholder(tf.float32)
+                readers = tf.compat.v1.placeholder(tf.int64)
+                put = tf.numpy_function(self._put, [value, readers], tf.int64, stateful=True)
+                get = tf.numpy_function(self._get, [put], tf.float32, stateful=True)
+            self._tokens = (put.op.get_attr("token"), get.op.get_attr("token"))
+        return self._tokens
+
+    def swap_out_nodes(self, prefix, source, tensor, readers):
+        put, _ = self._py_func_tokens()
+        count = node(
+            f"{prefix}lms_readers",
+            "Const",
+            [],
+            tensor.device,
+            dtype=type_attr(tf.int64),
+            value=attr_value_pb2.AttrValue(tensor=tf.make_tensor_proto(readers, tf.int64)),
+        )
+        return [
+            count,
+            node(
+                f"{prefix}{SWAP_OUT}",
+                "PyFunc",
+                [source, count.name],
+                tensor.device,
+                token=attr_value_pb2.AttrValue(s=put),
+                Tin=type_list_attr([tensor.dtype, tf.int64]),
+                Tout=type_list_attr([tf.int64]),
+            ),
+        ]
+
+    def swap_in_nodes(self, prefix, stored, tensor):
+        _, get = self._py_func_tokens()
+        swap_in = node(
+            f"{prefix}{SWAP_IN}",
+            "PyFunc",
+            [stored],
+            tensor.device,
+            token=attr_value_pb2.AttrValue(s=get),
+            Tin=type_list_attr([tf.int64]),
+            Tout=type_list_attr([tensor.dtype]),
+        )
+        # TensorFlow wraps a numpy_function's result without copying it, outside its allocator:
+        # without this copy the emulated device would not count the swapped-in tensor at all
+        # (a GPU's swap-in is device memory).
+        copy = node(
+            f"{prefix}{SWAP_IN_COPY}",
+            "DeepCopy",
+            [swap_in.name],
+            tensor.device,
+            T=type_attr(tensor.dtype),
+        )
+        # An EnsureShape gives Grappler the static shape a py_func cannot declare: without it the
+        # arithmetic optimizer rewrites the far consumers wrongly (gradients off by up to 20 %).
+        shape = node(
+            f"{prefix}lms_swapin_shape",
+            "EnsureShape",
+            [copy.name],
+            tensor.device,
+            T=type_attr(tensor.dtype),
+            shape=attr_value_pb2.AttrValue(shape=tensor.shape.as_proto()),
+        )
+        return [swap_in, copy, shape]

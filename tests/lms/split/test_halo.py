@@ -1,0 +1,128 @@
+"""lms/split/halo.py: windowed ops with a batch of 1 split along the rows with halos
+(convolutions, max and average pooling and their gradients) compute the same outputs and
+gradients, every host copy read as often as it was kept for. Marked compat: also run on
+TensorFlow 2.14.1 (Keras 2)."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from lms import _tf_private
+from lms.device.host_store import HostStore
+from lms.split.halo import ROW_OPS
+from lms.split.layouts import splittable
+from lms.split.rewrite import split_op
+
+pytestmark = pytest.mark.compat
+
+
+# batch-1 window ops along the rows: (2D or 3D, padding, stride, dilation, depthwise, kernel)
+HALO_CASES = {
+    "same": ("2d", "SAME", 1, 1, False, 3),
+    "valid": ("2d", "VALID", 1, 1, False, 3),
+    "same-stride2": ("2d", "SAME", 2, 1, False, 3),
+    "valid-stride2-k5": ("2d", "VALID", 2, 1, False, 5),
+    "same-dilated": ("2d", "SAME", 1, 2, False, 3),
+    "explicit": ("2d", [[0, 0], [2, 1], [0, 3], [0, 0]], 1, 1, False, 3),
+    "depthwise-same": ("2d", "SAME", 1, 1, True, 3),
+    "depthwise-valid-stride2": ("2d", "VALID", 2, 1, True, 3),
+    "3d-same": ("3d", "SAME", 1, 1, False, 3),
+    "3d-valid-stride2": ("3d", "VALID", 2, 1, False, 3),
+}
+
+
+def _window_step(dims, padding, stride, dilation, depthwise, size):
+    """conv -> ReLU -> max pool (3x3 / 2, the halo overlapping) and the loss's gradients."""
+
+    def forward(x, kernel):
+        if dims == "3d":
+            y = tf.nn.conv3d(x, kernel, [1, stride, 1, 1, 1], padding)
+            return tf.nn.max_pool3d(tf.nn.relu(y), 3, 2, "SAME")
+        if depthwise:
+            strides = [1, stride, stride, 1]
+            y = tf.nn.depthwise_conv2d(x, kernel, strides, padding, dilations=[dilation] * 2)
+        else:
+            y = tf.nn.conv2d(x, kernel, stride, padding, dilations=dilation)
+        return tf.nn.max_pool2d(tf.nn.relu(y), 3, 2, "VALID" if stride > 1 else "SAME")
+
+    @tf.function
+    def step(x, kernel):
+        with tf.GradientTape() as tape:
+            tape.watch([x, kernel])
+            y = forward(x, kernel)
+            loss = tf.reduce_sum(y * y)
+        return [y, *tape.gradient(loss, [x, kernel])]
+
+    return step
+
+
+@pytest.mark.parametrize("pieces", [2, 5, 23])
+@pytest.mark.parametrize("case", HALO_CASES.values(), ids=HALO_CASES)
+def test_a_batch_of_one_splits_along_the_rows_with_halos(case, pieces):
+    """Convolutions (dilated, strided, depthwise, explicitly padded, 3D), max pooling and their
+    gradients with a batch of 1, split along the rows (23: one row per piece): the same output
+    and gradients to 1e-5 (the gradients' sums are ordered differently: measured up to 2e-7 on
+    oneDNN's and Eigen's kernels), every host copy read as often as kept for."""
+    dims, _, _, dilation, depthwise, size = case
+    if dilation > 1 and not _tf_private.onednn_enabled():
+        pytest.skip("Eigen's CPU kernels have no dilated convolution gradient (the step fails)")
+    shape = [1, 13, 11, 9, 3] if dims == "3d" else [1, 23, 17, 3]
+    kernel_shape = [size] * (len(shape) - 2) + [3, 2 if depthwise else 4]
+    x = tf.random.stateless_normal(shape, seed=(1, 2))
+    kernel = tf.random.stateless_normal(kernel_shape, seed=(3, 4))
+    step = _window_step(*case)
+    want = [t.numpy() for t in step(x, kernel)]
+    concrete = step.get_concrete_function(x, kernel)
+    store, split = HostStore(), []
+    io = store.pieces()  # one for the graph: the pool reads the convolution's pieces in place
+    for op in list(concrete.graph.get_operations()):
+        if op.type in ROW_OPS:
+            assert splittable(op) is None, (op.type, splittable(op))
+            split.append(split_op(op, pieces, io))
+    assert len(split) == 5  # the convolution, its two gradients, the pool and its gradient
+    assert all(s.axis == 1 and s.pieces == min(pieces, s.pieces) for s in split)
+    got = _tf_private.concrete_function_from_graph(concrete, concrete.graph)(x, kernel)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g.numpy(), w, rtol=1e-5, atol=1e-5 * np.abs(w).max())
+    assert store.held_bytes == 0
+
+
+# average pools with a batch of 1: (2D or 3D, window, stride, padding)
+AVG_POOL_CASES = {
+    "same-3x3-stride2": ("2d", 3, 2, "SAME"),
+    "same-2x2-stride2": ("2d", 2, 2, "SAME"),
+    "same-5x5-stride1": ("2d", 5, 1, "SAME"),
+    "valid-3x3-stride2": ("2d", 3, 2, "VALID"),
+    "3d-same-3-stride2": ("3d", 3, 2, "SAME"),
+}
+
+
+@pytest.mark.parametrize("pieces", [2, 5, 23])
+@pytest.mark.parametrize("case", AVG_POOL_CASES.values(), ids=AVG_POOL_CASES)
+def test_a_batch_of_one_splits_average_pools_along_the_rows(case, pieces, split_every):
+    """Average pooling and its gradient with a batch of 1 split along the rows: SAME padding
+    divides each window by its count inside the image, which the pieces' zero-padded VALID
+    averages are scaled back to; the same output and input gradient to 1e-5."""
+    dims, window, stride, padding = case
+    shape = [1, 13, 11, 9, 3] if dims == "3d" else [1, 23, 17, 3]
+    pool = tf.nn.avg_pool3d if dims == "3d" else tf.nn.avg_pool2d
+
+    @tf.function
+    def step(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = pool(x * x, window, stride, padding)
+            loss = tf.reduce_sum(y * y)
+        return [y, tape.gradient(loss, x)]
+
+    x = tf.random.stateless_normal(shape, seed=(5, 6))
+    want = [t.numpy() for t in step(x)]
+    concrete = step.get_concrete_function(x)
+    io = HostStore().pieces()
+    kinds = ("AvgPool", "AvgPool3D", "AvgPoolGrad", "AvgPool3DGrad")
+    split = split_every(concrete.graph, io, lambda op: op.type in kinds, pieces)
+    assert len(split) == 2  # the pool and its gradient
+    got = _tf_private.concrete_function_from_graph(concrete, concrete.graph)(x)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g.numpy(), w, rtol=1e-5, atol=1e-5 * np.abs(w).max())
+    assert io.store.held_bytes == 0
