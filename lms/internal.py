@@ -29,9 +29,9 @@ from lms import _lazy
 
 if TYPE_CHECKING:  # `X as X`: a re-export, as type checkers read it
     from lms._tf_private import onednn_enabled as onednn_enabled
+    from lms.device.copies import DeviceCopy as DeviceCopy
+    from lms.device.host_store import HostStore as HostStore
     from lms.device.rewriter import rewrite as rewrite
-    from lms.device.swap import DeviceCopy as DeviceCopy
-    from lms.device.swap import HostStore as HostStore
     from lms.graph.step import Analysis as Analysis
     from lms.memory.allocator import BestFitAllocator as BestFitAllocator
     from lms.memory.explain import explain_peak as explain_peak
@@ -49,8 +49,8 @@ if TYPE_CHECKING:  # `X as X`: a re-export, as type checkers read it
 _EXPORTS = {
     "Analysis": "lms.graph.step",
     "BestFitAllocator": "lms.memory.allocator",
-    "DeviceCopy": "lms.device.swap",
-    "HostStore": "lms.device.swap",
+    "DeviceCopy": "lms.device.copies",
+    "HostStore": "lms.device.host_store",
     "Plan": "lms.planning.planner",
     "Simulation": "lms.memory.simulator",
     "Tuned": "lms.tuning.tuner",
