@@ -208,12 +208,12 @@ def child(case: str, fraction: float, steps: int, ordering: int) -> dict:
     keras.utils.set_random_seed(0)
     step, images, labels = build_case(kind, name, resolution, batch)
     measured_plain, seconds_plain = measure(step, images, labels, steps)
-    analysis = lms.analyze(step.get_concrete_function(images, labels).graph)
-    simulated_plain = lms.simulate(analysis).peak_bytes
+    analysis = lms.internal.analyze(step.get_concrete_function(images, labels).graph)
+    simulated_plain = lms.internal.simulate(analysis).peak_bytes
     # the budget: `fraction` of the plain peak, but no lower than what swapping everything
     # swappable can reach (+10 %), so every case gets a plan to measure
     everything = lms.Parameters(1, 1, 0, ordering=max(ordering, 0))
-    floor = lms.simulate(analysis, lms.plan(analysis, everything)).peak_bytes
+    floor = lms.internal.simulate(analysis, lms.internal.plan(analysis, everything)).peak_bytes
     budget = int(max(simulated_plain * fraction, floor * 1.1))
     planner = lms.LMS(device_memory=budget, safety_ratio=1.0, ordering=ordering)
     wrapped = planner.wrap(step)
@@ -223,9 +223,9 @@ def child(case: str, fraction: float, steps: int, ordering: int) -> dict:
     from lms.device.rewriter import rewrite
 
     concrete = tf.function(step.python_function).get_concrete_function(images, labels)
-    full = lms.analyze(concrete.graph)
-    full_plan = lms.plan(full, everything)
-    swapped_all = rewrite(concrete, full, full_plan, lms.HostStore())
+    full = lms.internal.analyze(concrete.graph)
+    full_plan = lms.internal.plan(full, everything)
+    swapped_all = rewrite(concrete, full, full_plan, lms.internal.HostStore())
     measured_all, seconds_all = measure(swapped_all, images, labels, steps)
     return {
         "case": case,
@@ -242,7 +242,7 @@ def child(case: str, fraction: float, steps: int, ordering: int) -> dict:
         "images_per_sec_plain": batch / seconds_plain,
         "images_per_sec_lms": batch / seconds_lms,
         "vertices": report.analysis.vertices,
-        "simulated_all": lms.simulate(full, full_plan).peak_bytes,
+        "simulated_all": lms.internal.simulate(full, full_plan).peak_bytes,
         "measured_all": measured_all,
         "images_per_sec_all": batch / seconds_all,
     }

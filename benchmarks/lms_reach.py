@@ -43,17 +43,17 @@ def reach(workload: str, resolution: int, batch: int, precision: str, device_gib
     concrete = step.get_concrete_function(*specs)
     trace = time.perf_counter() - started
     started = time.perf_counter()
-    analysis = lms.analyze(concrete.graph, batch)
+    analysis = lms.internal.analyze(concrete.graph, batch)
     floor = analysis.largest_op[1] + analysis.resident_bytes
     best = {}
     for ordering in (0, 1):
-        everything = lms.plan(analysis, lms.Parameters(1, 1, 0, ordering=ordering))
-        best[ordering] = lms.simulate(analysis, everything).peak_bytes
+        everything = lms.internal.plan(analysis, lms.Parameters(1, 1, 0, ordering=ordering))
+        best[ordering] = lms.internal.simulate(analysis, everything).peak_bytes
     planning = time.perf_counter() - started
     started = time.perf_counter()
     try:
         gpu = functools.partial(BestFitAllocator, int(device_gib * GIB), False)
-        tuned = lms.tune(analysis, int(device_gib * GIB * 0.8), lms.Parameters(), gpu)
+        tuned = lms.internal.tune(analysis, int(device_gib * GIB * 0.8), lms.Parameters(), gpu)
         verdict = "fits"
     except lms.NothingFitsError as error:
         tuned, verdict = error.closest, "does not fit"
@@ -62,7 +62,7 @@ def reach(workload: str, resolution: int, batch: int, precision: str, device_gib
     return [
         f"{workload} {precision} b{batch} {resolution}",
         f"{device_gib:g} GiB",
-        f"{lms.simulate(analysis).peak_bytes / GIB:.1f}",
+        f"{lms.internal.simulate(analysis).peak_bytes / GIB:.1f}",
         f"{best[0] / GIB:.1f} ({best[0] / floor:.2f}x)",
         f"{best[1] / GIB:.1f} ({best[1] / floor:.2f}x)",
         f"{floor / GIB:.1f}",

@@ -35,17 +35,17 @@ def measure(workload, resolution, batch, precision, device_memory):
     started = time.perf_counter()
     concrete = step.get_concrete_function(*specs)
     traced = time.perf_counter()
-    analysis = lms.analyze(concrete.graph)
+    analysis = lms.internal.analyze(concrete.graph)
     analysed = time.perf_counter()
     planner = lms.LMS(device_memory=device_memory)
     try:
-        tuned = lms.tune(analysis, planner.budget, planner.parameters)
+        tuned = lms.internal.tune(analysis, planner.budget, planner.parameters)
         fits = True
     except lms.NothingFitsError as error:
         tuned, fits = error.closest, False
     tuned_at = time.perf_counter()
     if tuned.plan is not None:
-        rewrite(concrete, analysis, tuned.plan, lms.DeviceCopy())
+        rewrite(concrete, analysis, tuned.plan, lms.internal.DeviceCopy())
     rewritten = time.perf_counter()
     return {
         "case": f"{workload} {resolution}px b{batch} {precision}",

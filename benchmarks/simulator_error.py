@@ -37,14 +37,16 @@ def child(case: str, mode: str, ordering: int) -> dict:
     keras.utils.set_random_seed(0)
     step, images, labels = build_case(*CASES[case])
     concrete = tf.function(step.python_function).get_concrete_function(images, labels)
-    analysis = lms.analyze(concrete.graph, quiet=True, paired_reads=lms.cpu_paired_reads())
+    analysis = lms.internal.analyze(
+        concrete.graph, quiet=True, paired_reads=lms.internal.cpu_paired_reads()
+    )
     plan, function = None, step
     if mode == "all":
-        plan = lms.plan(analysis, lms.Parameters(1, 1, 0, ordering=ordering))
-        function = rewrite(concrete, analysis, plan, lms.HostStore())
+        plan = lms.internal.plan(analysis, lms.Parameters(1, 1, 0, ordering=ordering))
+        function = rewrite(concrete, analysis, plan, lms.internal.HostStore())
     measured, _ = measure(function, images, labels, 2)
-    asked = lms.simulate(analysis, plan).peak_bytes
-    padded = lms.simulate(analysis, plan, lms.BestFitAllocator).peak_bytes
+    asked = lms.internal.simulate(analysis, plan).peak_bytes
+    padded = lms.internal.simulate(analysis, plan, lms.internal.BestFitAllocator).peak_bytes
     return {"measured": measured, "asked": asked, "padded": padded}
 
 

@@ -88,7 +88,7 @@ def test_lms_warns_when_the_cpu_kernels_are_eigens_whose_temporaries_it_does_not
         "    return loss\n"
         "x, y = tf.zeros([2, 16, 16, 3]), tf.zeros([2], tf.int32)\n"
         "lms.LMS(device_memory='64GiB').wrap(step)(x, y)\n"
-        "print(lms.onednn_enabled())\n"
+        "print(lms.internal.onednn_enabled())\n"
     )
     env = {**os.environ, "TF_ENABLE_ONEDNN_OPTS": onednn}
     completed = subprocess.run(
@@ -176,15 +176,17 @@ def test_max_pool_outputs_are_swapped_when_nothing_fits_without(caplog):
     only swapping them meets gets a plan that swaps them."""
     from lms.graph.step import ONEDNN_PAIRED_READS
 
-    if not lms.cpu_paired_reads():
+    if not lms.internal.cpu_paired_reads():
         pytest.skip("oneDNN is off: nothing is paired")
     case = unet_case()
     graph = case.step.get_concrete_function(case.images, case.labels).graph
     everything = lms.Parameters(1, 1, 0, ordering=1)
     lowest = {}
     for name, reads in (("paired", ONEDNN_PAIRED_READS), ("free", frozenset())):
-        analysis = lms.analyze(graph, paired_reads=reads)
-        lowest[name] = lms.simulate(analysis, lms.plan(analysis, everything)).peak_bytes
+        analysis = lms.internal.analyze(graph, paired_reads=reads)
+        lowest[name] = lms.internal.simulate(
+            analysis, lms.internal.plan(analysis, everything)
+        ).peak_bytes
     assert lowest["free"] < lowest["paired"]
     planner = lms.LMS(
         device_memory=(lowest["free"] + lowest["paired"]) // 2,

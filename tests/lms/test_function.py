@@ -87,7 +87,9 @@ def test_host_memory_stays_flat_over_many_steps():
 
 
 @pytest.mark.kernels
-@pytest.mark.skipif(not lms.cpu_paired_reads(), reason="oneDNN is off: no graph pass fuses")
+@pytest.mark.skipif(
+    not lms.internal.cpu_paired_reads(), reason="oneDNN is off: no graph pass fuses"
+)
 def test_an_order_tensorflow_cannot_run_falls_back_to_its_own(monkeypatch, caplog):
     """oneDNN's graph pass fuses a filter gradient with the BiasAddGrad beside it; a swap-in
     triggered by one and read by the other then sits inside one op ("nodes in a cycle"). The
@@ -99,8 +101,8 @@ def test_an_order_tensorflow_cannot_run_falls_back_to_its_own(monkeypatch, caplo
     monkeypatch.setattr(lms.planning.planner, "_neighbours", lambda analysis, group: set())
     monkeypatch.setattr(lms.tuning.tuner, "AUTO_ORDERINGS", (1, 0))
     case = workload_case("googlenet", 96, 4)
-    analysis = lms.analyze(case.step.get_concrete_function(case.images, case.labels).graph)
-    device_memory = int(lms.simulate(analysis).peak_bytes * 0.7)
+    analysis = lms.internal.analyze(case.step.get_concrete_function(case.images, case.labels).graph)
+    device_memory = int(lms.internal.simulate(analysis).peak_bytes * 0.7)
     # bytes asked only: with the allocator's padding TensorFlow's own order cannot fit 0.7 x here;
     # no closed loop: this process's allocator holds what earlier tests left (the loop measures
     # the whole device), and what is tested here happens before any measurement

@@ -31,14 +31,16 @@ def main(workload: str, resolution: int, batch: int, mode: str) -> None:
     concrete = tf.function(case.step.python_function).get_concrete_function(
         case.images, case.labels
     )
-    analysis = lms.analyze(concrete.graph, quiet=True, paired_reads=lms.cpu_paired_reads())
+    analysis = lms.internal.analyze(
+        concrete.graph, quiet=True, paired_reads=lms.internal.cpu_paired_reads()
+    )
     analysis.kernels = cpu_kernels()
     plan, function = None, case.step
     if mode == "all":
-        plan = lms.plan(analysis, lms.Parameters(1, 1, 0, ordering=1))
-        function = rewrite(concrete, analysis, plan, lms.HostStore())
+        plan = lms.internal.plan(analysis, lms.Parameters(1, 1, 0, ordering=1))
+        function = rewrite(concrete, analysis, plan, lms.internal.HostStore())
     measured = measured_peak(function, case)
-    simulated = lms.simulate(analysis, plan, lms.BestFitAllocator).peak_bytes
+    simulated = lms.internal.simulate(analysis, plan, lms.internal.BestFitAllocator).peak_bytes
     print(json.dumps({"kernels": analysis.kernels, "measured": measured, "simulated": simulated}))
 
 

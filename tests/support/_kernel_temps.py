@@ -178,7 +178,7 @@ def main() -> None:
         step()
         tf.profiler.experimental.stop()
         held = temporaries_by_op(logdir)
-    analysis = lms.analyze(concrete.graph, quiet=True)
+    analysis = lms.internal.analyze(concrete.graph, quiet=True)
     analysis.kernels = cpu_host.cpu_kernels()
     modelled = kernels.temporaries(analysis, analysis.kernels)
     ops = {}

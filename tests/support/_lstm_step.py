@@ -41,7 +41,7 @@ def lstm_step(length: int, batch: int, width: int = 256):
 if __name__ == "__main__":
     keras.utils.set_random_seed(0)
     step, x, y = lstm_step(int(sys.argv[1]), int(sys.argv[2]))
-    analysis = lms.analyze(step.get_concrete_function(x, y).graph)
+    analysis = lms.internal.analyze(step.get_concrete_function(x, y).graph)
     analysis.kernels = cpu_kernels()
     float(step(x, y))
     tf.config.experimental.reset_memory_stats("CPU:0")
@@ -51,7 +51,7 @@ if __name__ == "__main__":
         json.dumps(
             {
                 "loops": analysis.loops,
-                "simulated": lms.simulate(analysis).peak_bytes,
+                "simulated": lms.internal.simulate(analysis).peak_bytes,
                 "measured": tf.config.experimental.get_memory_info("CPU:0")["peak"],
             }
         )

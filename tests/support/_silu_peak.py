@@ -46,19 +46,21 @@ def main() -> None:
     measured = measured_peak(case.step, case)
     graph = case.step.get_concrete_function(case.images, case.labels).graph
     kernels = cpu_kernels()
-    analysis = lms.analyze(graph, quiet=True)
+    analysis = lms.internal.analyze(graph, quiet=True)
     analysis.kernels = kernels
-    simulated = lms.simulate(analysis, None, lms.BestFitAllocator).peak_bytes
+    simulated = lms.internal.simulate(analysis, None, lms.internal.BestFitAllocator).peak_bytes
     lms_graph.mark_pruned = lambda *args: None
     lms_graph.identity_input = lambda op: -1
-    naive = lms.analyze(graph, quiet=True)
+    naive = lms.internal.analyze(graph, quiet=True)
     naive.kernels = kernels
     print(
         json.dumps(
             {
                 "measured": measured,
                 "simulated": simulated,
-                "simulated_naive": lms.simulate(naive, None, lms.BestFitAllocator).peak_bytes,
+                "simulated_naive": lms.internal.simulate(
+                    naive, None, lms.internal.BestFitAllocator
+                ).peak_bytes,
                 "pruned_ops": sum(not op.runs for op in analysis.ops),
                 "aliasing_ops": sum(op.aliases >= 0 for op in analysis.ops),
                 "kernels": kernels,

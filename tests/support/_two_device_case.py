@@ -402,7 +402,7 @@ def main(items: list) -> None:
     print(
         json.dumps(
             {
-                "onednn": lms.onednn_enabled(),
+                "onednn": lms.internal.onednn_enabled(),
                 "tensorflow": tf.__version__,
                 "results": results,
             }

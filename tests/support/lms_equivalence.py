@@ -78,13 +78,13 @@ def aggressive():
 def force_plan(planner, case, mutate=None):
     """Rewrite with fixed parameters even though the budget would not need LMS."""
     concrete = case.step.get_concrete_function(case.images, case.labels)
-    analysis = lms.analyze(concrete.graph)
-    plan = lms.plan(analysis, planner.parameters)
+    analysis = lms.internal.analyze(concrete.graph)
+    plan = lms.internal.plan(analysis, planner.parameters)
     if mutate:
         plan = mutate(analysis, plan, concrete.graph)
     from lms.device.rewriter import rewrite
 
-    store = lms.HostStore()
+    store = lms.internal.HostStore()
     rewritten = rewrite(concrete, analysis, plan, store)
     rewritten.lms_store = store
     return rewritten, analysis, plan, concrete

@@ -170,7 +170,7 @@ def test_the_simulator_counts_the_kernel_sets_temporaries():
     the running one's; in an enforced order only the running one's. The explanation's parts add
     up to the peak either way."""
     step, spec = conv_step()
-    analysis = lms.analyze(step.get_concrete_function(spec).graph, quiet=True)
+    analysis = lms.internal.analyze(step.get_concrete_function(spec).graph, quiet=True)
     assert analysis.kernels == "onednn"
     onednn = kernels.temporaries(analysis, "onednn")
     for index, op in enumerate(analysis.ops):
@@ -178,16 +178,18 @@ def test_the_simulator_counts_the_kernel_sets_temporaries():
             largest = max(analysis.tensors[analysis.tensors[t].buffer].bytes for t in op.outputs)
             assert onednn.bytes[index] >= largest > 0
     assert not any(onednn.side_by_side)
-    baseline = lms.simulate(analysis)
+    baseline = lms.internal.simulate(analysis)
     analysis.kernels = "eigen"
     eigen = kernels.temporaries(analysis, "eigen")
     filters = [i for i, op in enumerate(analysis.ops) if op.type == "Conv2DBackpropFilter"]
     assert len(filters) == 3
     assert all(25 * MIB < eigen.bytes[i] <= 30 * MIB for i in filters)
-    free = lms.simulate(analysis)
-    ordered = lms.simulate(analysis, lms.plan(analysis, lms.Parameters(1, 1, 0, ordering=1)))
+    free = lms.internal.simulate(analysis)
+    ordered = lms.internal.simulate(
+        analysis, lms.internal.plan(analysis, lms.Parameters(1, 1, 0, ordering=1))
+    )
     assert free.peak_bytes > baseline.peak_bytes + 25 * MIB
-    explained = lms.explain_peak(analysis, free)
+    explained = lms.internal.explain_peak(analysis, free)
     # side by side: at the peak a filter gradient's buffer is in flight beside the running input
     # gradient's one-image buffer
     assert explained["running_op"].endswith("Conv2DBackpropInput")
@@ -196,16 +198,16 @@ def test_the_simulator_counts_the_kernel_sets_temporaries():
     parts = ("resident_bytes", "buffer_bytes", "kernel_temporary_bytes")
     parts += ("next_op_in_flight_bytes",)
     assert sum(explained[p] for p in parts) == free.peak_bytes
-    chained = lms.explain_peak(analysis, ordered, None)
+    chained = lms.internal.explain_peak(analysis, ordered, None)
     assert chained["next_op_in_flight_bytes"] < 25 * MIB
     assert ordered.peak_bytes < free.peak_bytes
     # the allocator's replay places both buffers of two ops in flight
-    padded = lms.simulate(analysis, None, lms.BestFitAllocator)
+    padded = lms.internal.simulate(analysis, None, lms.internal.BestFitAllocator)
     assert padded.peak_bytes >= free.peak_bytes
     with pytest.raises(ValueError, match="kernels must be one of"):
         kernels.temporaries(analysis, "cudnn")
     analysis.kernels = "gpu"
-    assert np.array_equal(lms.simulate(analysis).device, baseline.device)
+    assert np.array_equal(lms.internal.simulate(analysis).device, baseline.device)
 
 
 @pytest.mark.kernels
@@ -215,10 +217,12 @@ def test_lms_plans_with_the_kernels_this_process_computes_with():
     not with the others."""
     step, spec = conv_step()
     report = lms.LMS(device_memory="64GiB").plan_only(step, spec)
-    analysis = lms.analyze(step.get_concrete_function(spec).graph, quiet=True)
+    analysis = lms.internal.analyze(step.get_concrete_function(spec).graph, quiet=True)
     peaks = {}
     for kernel_set in ("onednn", "eigen"):
         analysis.kernels = kernel_set
-        peaks[kernel_set] = lms.simulate(analysis, None, lms.BestFitAllocator).peak_bytes
+        peaks[kernel_set] = lms.internal.simulate(
+            analysis, None, lms.internal.BestFitAllocator
+        ).peak_bytes
     assert peaks["eigen"] > peaks["onednn"] + 25 * MIB
     assert report.peak_bytes_without_lms == peaks[cpu_host.cpu_kernels()]

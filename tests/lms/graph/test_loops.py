@@ -15,7 +15,7 @@ MiB = 2**20
 def forward_lists(length: int, batch: int) -> list:
     """The bytes each forward loop's lists hold, in the order the model runs them."""
     step, x, y = lstm_step(length, batch, width=64)
-    loops = lms.analyze(step.get_concrete_function(x, y).graph).loops
+    loops = lms.internal.analyze(step.get_concrete_function(x, y).graph).loops
     forward = sorted((n, b) for n, b in loops if not n.startswith("gradient_tape"))
     assert len(forward) == 2 and all(name.endswith("/while") for name, _ in forward), loops
     return [size for _, size in forward]

@@ -86,14 +86,14 @@ def test_replaying_the_real_allocators_requests_gives_its_peak():
 
 def test_the_allocators_padding_is_simulated_and_explained():
     case = Case(*small_cnn(resolution=48, batch=2, layers=4))
-    analysis = lms.analyze(case.step.get_concrete_function(case.images, case.labels).graph)
-    plan = lms.plan(analysis, lms.Parameters(1, 1, 0, ordering=1))
+    analysis = lms.internal.analyze(case.step.get_concrete_function(case.images, case.labels).graph)
+    plan = lms.internal.plan(analysis, lms.Parameters(1, 1, 0, ordering=1))
     for chosen in (None, plan):
-        asked = lms.simulate(analysis, chosen)
-        padded = lms.simulate(analysis, chosen, BestFitAllocator)
+        asked = lms.internal.simulate(analysis, chosen)
+        padded = lms.internal.simulate(analysis, chosen, BestFitAllocator)
         assert padded.padding is not None and (padded.padding >= 0).all()
         assert (padded.device == asked.device + padded.padding).all()
-        parts = lms.explain_peak(analysis, padded, chosen)
+        parts = lms.internal.explain_peak(analysis, padded, chosen)
         total = sum(
             parts[k]
             for k in (
@@ -133,10 +133,10 @@ def test_the_plan_that_swaps_the_most_is_taken_when_only_its_chunks_fit(monkeypa
     from lms.tuning import tuner
 
     case = workload_case("googlenet", 96, 2)
-    analysis = lms.analyze(case.step.get_concrete_function(case.images, case.labels).graph)
+    analysis = lms.internal.analyze(case.step.get_concrete_function(case.images, case.labels).graph)
     allocator = functools.partial(BestFitAllocator, None, True)
-    floor = lms.plan(analysis, tuner.floor_parameters(lms.Parameters()))
-    budget = lms.simulate(analysis, floor, allocator).peak_bytes
+    floor = lms.internal.plan(analysis, tuner.floor_parameters(lms.Parameters()))
+    budget = lms.internal.simulate(analysis, floor, allocator).peak_bytes
     tuned = tuner.tune(analysis, budget, lms.Parameters(), allocator)
     assert tuned.simulation.peak_bytes <= budget
     monkeypatch.setattr(tuner, "_floor_that_fits", lambda *args: None)

@@ -27,11 +27,11 @@ def test_the_peak_is_explained_part_by_part_with_a_reason_per_buffer():
     """On a model outside the suite: the explanation's parts add up to the simulated peak, and
     every buffer held there says why it is on the device."""
     case = mixed_block_case(resolution=48)
-    analysis = lms.analyze(case.step.get_concrete_function(case.images, case.labels).graph)
+    analysis = lms.internal.analyze(case.step.get_concrete_function(case.images, case.labels).graph)
     for parameters in (None, lms.Parameters(1, 1, 0), lms.Parameters(6, 2, 1)):
-        plan = lms.plan(analysis, parameters) if parameters else None
-        simulation = lms.simulate(analysis, plan)
-        explained = lms.explain_peak(analysis, simulation, plan, top=1000)
+        plan = lms.internal.plan(analysis, parameters) if parameters else None
+        simulation = lms.internal.simulate(analysis, plan)
+        explained = lms.internal.explain_peak(analysis, simulation, plan, top=1000)
         parts = ("resident_bytes", "buffer_bytes", "kernel_temporary_bytes")
         parts += ("next_op_in_flight_bytes",)
         assert sum(explained[p] for p in parts) == simulation.peak_bytes
@@ -49,5 +49,5 @@ def test_the_peak_is_explained_part_by_part_with_a_reason_per_buffer():
             assert not any(b["op_type"] == "swap-in" for b in buffers)
         else:
             assert not any(b["why_on_device"].startswith("LMS not used") for b in buffers)
-    top = lms.explain_peak(analysis, simulation, plan, top=3)
+    top = lms.internal.explain_peak(analysis, simulation, plan, top=3)
     assert len(top["largest_buffers"]) == 3 and top["other_buffers"]["count"] == len(buffers) - 3

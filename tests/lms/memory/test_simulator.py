@@ -21,13 +21,15 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def test_simulated_peak_drops_with_more_swapping():
     case = Case(*small_cnn(resolution=64))
-    analysis = lms.analyze(case.step.get_concrete_function(case.images, case.labels).graph)
+    analysis = lms.internal.analyze(case.step.get_concrete_function(case.images, case.labels).graph)
     peaks = [
-        lms.simulate(analysis, lms.plan(analysis, lms.Parameters(t, 1, 0))).peak_bytes
+        lms.internal.simulate(
+            analysis, lms.internal.plan(analysis, lms.Parameters(t, 1, 0))
+        ).peak_bytes
         for t in (1, 4, 16)
     ]
-    assert peaks[0] <= peaks[1] <= peaks[2] <= lms.simulate(analysis).peak_bytes
-    assert peaks[0] < lms.simulate(analysis).peak_bytes
+    assert peaks[0] <= peaks[1] <= peaks[2] <= lms.internal.simulate(analysis).peak_bytes
+    assert peaks[0] < lms.internal.simulate(analysis).peak_bytes
 
 
 def test_an_element_wise_op_writes_into_its_input_when_it_is_the_last_reader():
@@ -46,11 +48,11 @@ def test_an_element_wise_op_writes_into_its_input_when_it_is_the_last_reader():
         return tf.reduce_sum(tf.exp(tf.nn.relu(doubled))) + tf.reduce_sum(doubled)
 
     for function, buffers in ((chain, 1), (reread, 2)):
-        analysis = lms.analyze(function.get_concrete_function(spec).graph)
-        simulation = lms.simulate(analysis)
+        analysis = lms.internal.analyze(function.get_concrete_function(spec).graph)
+        simulation = lms.internal.simulate(analysis)
         held = simulation.peak_bytes - analysis.resident_bytes
         assert buffers * size <= held < buffers * size + 1024, function
-        explained = lms.explain_peak(analysis, simulation)
+        explained = lms.internal.explain_peak(analysis, simulation)
         assert explained["buffer_bytes"] + explained["next_op_in_flight_bytes"] == held
 
 
@@ -66,7 +68,7 @@ def test_the_swap_only_floor_is_an_ops_own_buffers_and_its_kernels_temporary():
     def adds(x):
         return tf.reduce_sum((x * 2.0) + (x * 3.0))
 
-    analysis = lms.analyze(adds.get_concrete_function(tf.TensorSpec((256, 1024))).graph)
+    analysis = lms.internal.analyze(adds.get_concrete_function(tf.TensorSpec((256, 1024))).graph)
     floor = largest_footprint(analysis)
     assert analysis.ops[[o.name for o in analysis.ops].index(floor.name)].type == "AddV2"
     assert (floor.bytes, floor.temporary_bytes) == (2 * size, 0)
@@ -77,7 +79,7 @@ def test_the_swap_only_floor_is_an_ops_own_buffers_and_its_kernels_temporary():
         return tf.reduce_sum(tf.nn.conv2d(x, f, 1, "SAME"))
 
     specs = tf.TensorSpec((2, 64, 64, 16)), tf.TensorSpec((3, 3, 16, 16))
-    analysis = lms.analyze(conv.get_concrete_function(*specs).graph)
+    analysis = lms.internal.analyze(conv.get_concrete_function(*specs).graph)
     output = 2 * 64 * 64 * 16 * 4
     # oneDNN's and cuDNN's workspace: about its largest tensor; Eigen's forward convolution
     # allocates outside TensorFlow, and its output's Sum (+ a 4-byte scalar) sets the floor
@@ -91,13 +93,13 @@ def test_the_swap_only_floor_is_an_ops_own_buffers_and_its_kernels_temporary():
         assert (floor.bytes, floor.temporary_bytes) == (floor_bytes, temporary), kernels
 
     case = Case(*small_cnn(resolution=64))
-    analysis = lms.analyze(case.step.get_concrete_function(case.images, case.labels).graph)
+    analysis = lms.internal.analyze(case.step.get_concrete_function(case.images, case.labels).graph)
     floor = largest_footprint(analysis).bytes + analysis.resident_bytes
     for ordering in (0, 1):
-        everything = lms.plan(analysis, lms.Parameters(1, 1, 0, ordering=ordering))
-        assert lms.simulate(analysis, everything).peak_bytes >= floor, ordering
+        everything = lms.internal.plan(analysis, lms.Parameters(1, 1, 0, ordering=ordering))
+        assert lms.internal.simulate(analysis, everything).peak_bytes >= floor, ordering
     # in the enforced order, everything swapped reaches it
-    assert lms.simulate(analysis, everything).peak_bytes <= 1.05 * floor
+    assert lms.internal.simulate(analysis, everything).peak_bytes <= 1.05 * floor
 
 
 MEASURED_ORDER_CHILD = """
@@ -112,17 +114,17 @@ info = WORKLOADS["resnet50"]
 images, labels = data.synthetic_batch(info, 768, 1, info.default_classes)
 step = training.make_train_step(model, loss_fn, keras.optimizers.SGD(1e-4, momentum=0.9), "fp32")
 concrete = step.get_concrete_function(images, labels)
-analysis = lms.analyze(concrete.graph, paired_reads=lms.cpu_paired_reads())
+analysis = lms.internal.analyze(concrete.graph, paired_reads=lms.internal.cpu_paired_reads())
 analysis.kernels = cpu_kernels()
-plan = lms.plan(analysis, lms.Parameters(28, 1, 3, ordering=1))
-rewritten = rewrite(concrete, analysis, plan, lms.HostStore())
+plan = lms.internal.plan(analysis, lms.Parameters(28, 1, 3, ordering=1))
+rewritten = rewrite(concrete, analysis, plan, lms.internal.HostStore())
 float(rewritten(images, labels))
 tf.config.experimental.reset_memory_stats("CPU:0")
 for _ in range(2):
     float(rewritten(images, labels))
 print(json.dumps({
     "measured": tf.config.experimental.get_memory_info("CPU:0")["peak"],
-    "simulated": lms.simulate(analysis, plan, lms.BestFitAllocator).peak_bytes,
+    "simulated": lms.internal.simulate(analysis, plan, lms.internal.BestFitAllocator).peak_bytes,
     "swaps": plan.swap_count,
 }))
 """

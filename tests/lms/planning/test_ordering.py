@@ -17,7 +17,7 @@ def test_the_enforced_order_runs_the_smaller_of_two_gradients_of_one_convolution
     from lms.planning.ordering import depth_first_order, positions
 
     case = unet_case(resolution=48)
-    analysis = lms.analyze(case.step.get_concrete_function(case.images, case.labels).graph)
+    analysis = lms.internal.analyze(case.step.get_concrete_function(case.images, case.labels).graph)
     where = positions(depth_first_order(analysis))
     assert sorted(where) == list(range(len(analysis.ops)))
     for index, op in enumerate(analysis.ops):  # a topological order

@@ -15,7 +15,7 @@ def test_swap_in_triggers_walk_back_exactly_as_far_as_asked():
     from lms.planning.planner import _latest_input_op, find_trigger
 
     case = mixed_block_case()
-    analysis = lms.analyze(case.step.get_concrete_function(case.images, case.labels).graph)
+    analysis = lms.internal.analyze(case.step.get_concrete_function(case.images, case.labels).graph)
 
     def walk(consumer, tensor, ahead):
         producer_level = analysis.ops[analysis.tensors[tensor].producer].level

@@ -54,8 +54,8 @@ def test_a_step_with_its_largest_element_wise_ops_split_makes_the_same_updates(
         op = concrete.graph.get_operation_by_name(name)
         if splittable(op) is None:  # (a fused batch norm's gradient: split with its forward)
             split_op(op, 3, io)
-    analysis = lms.analyze(concrete.graph)
-    plan = lms.plan(analysis, aggressive().parameters)
+    analysis = lms.internal.analyze(concrete.graph)
+    plan = lms.internal.plan(analysis, aggressive().parameters)
     rewritten = rewrite(concrete, analysis, plan, store)
     assert_same_updates(case, rewritten, tolerance)
     assert store.held_bytes == 0

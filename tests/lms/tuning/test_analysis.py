@@ -21,7 +21,7 @@ def test_analysis_sizes_levels_and_logged_messages(caplog):
     case = Case(model, loss_fn, images, labels, "fp16")
     graph = case.step.get_concrete_function(images, labels).graph
     with caplog.at_level(logging.INFO, logger="lms"):
-        analysis = lms.analyze(graph)
+        analysis = lms.internal.analyze(graph)
     messages = "\n".join(r.getMessage() for r in caplog.records)
     assert f"The graph has {len(analysis.ops)} vertices and {analysis.edges} edges" in messages
     assert "MiB of learning parameters" in messages and "The largest operation is" in messages
@@ -52,13 +52,13 @@ def test_a_grouped_convolution_run_by_xla_holds_its_expanded_filter_gradient():
     from suite.workloads.losses import classification
 
     case = Case(model, classification, images, labels)
-    analysis = lms.analyze(case.step.get_concrete_function(images, labels).graph)
+    analysis = lms.internal.analyze(case.step.get_concrete_function(images, labels).graph)
     calls = [op for op in analysis.ops if op.type in ("PartitionedCall", "StatefulPartitionedCall")]
     if not calls:
         pytest.skip("this Keras runs grouped convolutions without an XLA function")
     expanded = 2 * kernel * kernel * channels * channels * 4
     assert max(op.temp_bytes for op in calls) >= expanded
-    on_gpu = lms.analyze(
+    on_gpu = lms.internal.analyze(
         case.step.get_concrete_function(images, labels).graph, None, None, None, "CPU"
     )
     assert max(op.temp_bytes for op in on_gpu.ops) < expanded  # cuDNN runs them as they are
@@ -74,8 +74,8 @@ def test_a_max_pool_output_its_gradient_reads_is_not_swapped_on_a_onednn_cpu():
 
     case = unet_case()
     graph = case.step.get_concrete_function(case.images, case.labels).graph
-    paired = lms.analyze(graph, paired_reads=ONEDNN_PAIRED_READS)
-    free = lms.analyze(graph)
+    paired = lms.internal.analyze(graph, paired_reads=ONEDNN_PAIRED_READS)
+    free = lms.internal.analyze(graph)
     pooled = [
         t
         for t, info in enumerate(paired.tensors)
@@ -88,17 +88,17 @@ def test_a_max_pool_output_its_gradient_reads_is_not_swapped_on_a_onednn_cpu():
     # paired, the pool also holds oneDNN's workspace: one byte per element of its output
     assert all(paired.tensors[t].bytes == free.tensors[t].bytes * 5 // 4 for t in pooled)
     everything = lms.Parameters(1, 1, 0, ordering=0)
-    assert not {s.tensor for s in lms.plan(paired, everything).swaps} & set(pooled)
-    assert set(pooled) <= {s.tensor for s in lms.plan(free, everything).swaps}
+    assert not {s.tensor for s in lms.internal.plan(paired, everything).swaps} & set(pooled)
+    assert set(pooled) <= {s.tensor for s in lms.internal.plan(free, everything).swaps}
     reason = _reason(paired, None, pooled[0], -1, set(), set(paired.outputs))
     assert reason.startswith("unswappable: read by MaxPool3DGrad")
     # LMS on the emulated device applies this TensorFlow's pairing (none with oneDNN off)
-    expected = lms.analyze(graph, paired_reads=lms.cpu_paired_reads())
+    expected = lms.internal.analyze(graph, paired_reads=lms.internal.cpu_paired_reads())
     planner = aggressive()
     planner.wrap(case.step).prepare(case.images, case.labels)  # rewrites `graph` in place
     ordering = planner.report.parameters["ordering"]
     assert planner.report.swapped_tensors == (
-        lms.plan(expected, lms.Parameters(1, 1, 0, ordering=ordering)).swap_count
+        lms.internal.plan(expected, lms.Parameters(1, 1, 0, ordering=ordering)).swap_count
     )
 
 
@@ -126,7 +126,7 @@ def test_only_neutral_arithmetic_on_an_unbroadcast_input_is_an_alias():
         return [x * 1.0, 1.0 * x, x + 0.0, x - 0.0, 0.0 - x, x * 2.0, row * tf.ones((4, 1))]
 
     graph = step.get_concrete_function(tf.TensorSpec((4, 8)), tf.TensorSpec((1, 8))).graph
-    analysis = lms.analyze(graph)
+    analysis = lms.internal.analyze(graph)
     arithmetic = [op for op in analysis.ops if op.type in ("Mul", "AddV2", "Sub")]
     assert [op.aliases for op in arithmetic] == [0, 1, 0, 0, -1, -1, -1]
     x = next(t for t, info in enumerate(analysis.tensors) if info.name == "x:0")
@@ -149,7 +149,7 @@ def test_a_device_identity_of_a_host_tensor_is_a_copy_on_the_device_not_an_alias
         return tf.identity(back) * 3.0  # an Identity of a device tensor: an alias
 
     graph = step.get_concrete_function(tf.TensorSpec([256, 256])).graph
-    analysis = lms.analyze(graph, host_device_marker="CPU")
+    analysis = lms.internal.analyze(graph, host_device_marker="CPU")
     sizes = {op.name: analysis.tensors[op.outputs[0]].bytes for op in analysis.ops if op.outputs}
     assert sizes["Identity"] == 0  # on the host: not in the device's memory ...
     buffers = {op.name: analysis.tensors[op.outputs[0]].buffer for op in analysis.ops}
@@ -160,5 +160,5 @@ def test_a_device_identity_of_a_host_tensor_is_a_copy_on_the_device_not_an_alias
     assert sizes["Identity_2"] == 0  # an alias of it
     swappable = {op.name: analysis.tensors[op.outputs[0]].swappable for op in analysis.ops}
     assert swappable["Identity_1"] and not swappable["Identity_2"]  # a buffer: it can be swapped
-    plain = lms.analyze(graph)  # the emulated device: one memory, every Identity an alias
+    plain = lms.internal.analyze(graph)  # the emulated device: one memory, every Identity an alias
     assert {op.name: plain.tensors[op.outputs[0]].bytes for op in plain.ops}["Identity_1"] == 0

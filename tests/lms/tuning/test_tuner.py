@@ -11,15 +11,17 @@ pytestmark = pytest.mark.compat
 
 def test_the_tuner_enforces_an_order_when_the_free_one_cannot_fit():
     case = unet_case(resolution=48)
-    analysis = lms.analyze(case.step.get_concrete_function(case.images, case.labels).graph)
+    analysis = lms.internal.analyze(case.step.get_concrete_function(case.images, case.labels).graph)
     everything = {o: lms.Parameters(1, 1, 0, ordering=o) for o in (0, 1)}
-    free, ordered = (lms.simulate(analysis, lms.plan(analysis, everything[o])) for o in (0, 1))
+    free, ordered = (
+        lms.internal.simulate(analysis, lms.internal.plan(analysis, everything[o])) for o in (0, 1)
+    )
     assert ordered.peak_bytes < 0.9 * free.peak_bytes
     budget = (free.peak_bytes + ordered.peak_bytes) // 2
-    tuned = lms.tune(analysis, budget, lms.Parameters())
+    tuned = lms.internal.tune(analysis, budget, lms.Parameters())
     assert tuned.parameters.ordering == 1 and tuned.simulation.peak_bytes <= budget
     assert tuned.plan.order is not None and not tuned.plan.serialized_levels
     with pytest.raises(lms.NothingFitsError):
-        lms.tune(analysis, budget, lms.Parameters(ordering=0))
-    roomy = lms.tune(analysis, free.peak_bytes + 1, lms.Parameters(ordering=0))
+        lms.internal.tune(analysis, budget, lms.Parameters(ordering=0))
+    roomy = lms.internal.tune(analysis, free.peak_bytes + 1, lms.Parameters(ordering=0))
     assert roomy.parameters.ordering == 0 and roomy.plan.order is None
