@@ -17,7 +17,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # the ops split in the "lms-split" mode: the model's convolutions, their gradients and its
-# element-wise ops (what lms/split/ops.py splits along a batch of 2)
+# element-wise ops (what lms/split/rewrite.py splits along a batch of 2)
 SPLIT_TYPES = (
     "Conv2D",
     "Conv2DBackpropInput",

@@ -24,7 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"
 from lms_cases import workload_case  # noqa: E402
 
 import lms  # noqa: E402
-from lms.split.ops import running_ops, splittable  # noqa: E402
+from lms.split.layouts import splittable  # noqa: E402
+from lms.split.rewrite import running_ops  # noqa: E402
 
 REPEATS = 7
 

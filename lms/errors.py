@@ -20,7 +20,7 @@ class NothingFitsError(LMSError):
     - `closest`: the `lms.Tuned` whose simulated peak came lowest, or None;
     - `analysis`: the `lms.Analysis` `closest` was planned on (once splitting edited the graph,
       that of the graph as split), or None;
-    - `splits`: the ops split before splitting stopped (`lms.split.ops.Split`), in order.
+    - `splits`: the ops split before splitting stopped (`lms.split.rewrite.Split`), in order.
     """
 
     def __init__(self, message: str, closest=None, analysis=None, splits=()):

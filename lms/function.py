@@ -15,7 +15,7 @@ import tensorflow as tf
 from lms import _tf_private
 from lms.closed_loop import ClosedLoop
 from lms.device.host_memory import pinned_hint
-from lms.device.swap import Traffic
+from lms.device.host_store import Traffic
 from lms.device.target import is_host_out_of_memory
 from lms.errors import HostMemoryError, ParameterError
 from lms.timing.steptime import SwapGraph

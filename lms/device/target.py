@@ -5,7 +5,8 @@ simulator models and what caps the host memory.
 Three kinds (`Options.mechanism`):
 
 - "emulated" (`host-store`): the CPU with a memory budget; swaps go to a Python-side store
-  (lms/device/swap.py `HostStore`), so TensorFlow's allocator really drops and the loop measures it.
+  (lms/device/host_store.py `HostStore`), so TensorFlow's allocator really drops and the loop
+  measures it.
 - "gpu" (`device-copy`): a GPU; swaps are TensorFlow copies to its host (`DeviceCopy`), gated on
   the host side; host copies come from the pinned allocator (capped by TF_GPU_HOST_MEM_LIMIT_IN_MB).
 - "two-device": the GPU's mechanism run for real on a CPU: two logical CPU devices, the step's

@@ -3,13 +3,13 @@ ops name their ops with them, and the layers above (the placement check, the cop
 profile and the step-time model) recognise LMS's ops by them."""
 
 SWAP_SCOPE = "lms"  # the rewriter's name scope: lms/s<k>/... per swapped tensor
-SPLIT_SCOPE = "lms_split"  # where lms/split/ops.py adds a split op's pieces
+SPLIT_SCOPE = "lms_split"  # where lms/split/rewrite.py adds a split op's pieces
 # the op that moves a swap's bytes each way, and the swap-in's device-side copy (device copies)
 SWAP_OUT, SWAP_IN, SWAP_IN_COPY = "lms_swapout", "lms_swapin", "lms_swapin_copy"
 # set on a FuncGraph once lms edited it (swaps or split ops): its trace is no longer plain
 REWRITTEN_MARK = "_lms_rewritten"
 # a graph's host arrays of split ops: {array: [bytes, [names of the ops that create it or store
-# a piece in it]]} (lms/split/ops.py)
+# a piece in it]]} (lms/device/host_pieces.py)
 HOST_ARRAYS = "_lms_host_arrays"
 
 

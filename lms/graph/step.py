@@ -42,7 +42,7 @@ ALIAS_OPS = frozenset(
 # Outputs that are not new device buffers of the step: variable reads alias the variable, inputs
 # and captures are held by the caller, constants are tiny and made once.
 NO_BUFFER_OPS = frozenset({"Const", "ReadVariableOp", "VarHandleOp", "Placeholder", "HostConst"})
-# The host store's py_funcs (lms/split/ops.py's pieces) return host arrays: not device buffers.
+# The host store's py_funcs (lms/device/host_pieces.py) return host arrays: not device buffers.
 PY_FUNC_OPS = frozenset({"PyFunc", "EagerPyFunc"})
 HOST_STORE_SCOPES = (f"{SPLIT_SCOPE}/",)
 # Never swapped (docs/lms.md): besides the above, shape arithmetic and host-side values.

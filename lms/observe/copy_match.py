@@ -2,7 +2,7 @@
 a call's run metadata (`LMSFunction.run_metadata`).
 
 With device copies (a GPU, or the two-device mode) a swap's bytes move through a pair the
-partitioner put on the cross-device edge, not through the swap op itself (lms/device/swap.py
+partitioner put on the cross-device edge, not through the swap op itself (lms/device/copies.py
 `DeviceCopy`):
 
 - swap-out: producer (device) -> `.../lms_swapout` (host). The pair is named after the edge's

@@ -149,7 +149,8 @@ class PlanReport:
     timings_s: dict  # seconds of trace, analysis, tune (and rewrite)
     timeline: Timeline | None
     calibration: dict | None = None  # lms.calibration: Calibration.as_dict() or a cache entry
-    # ops split into pieces (lms/split/ops.py Split.as_dict: op, op_type, pieces, axis, bytes, why);
+    # ops split into pieces (lms/split/rewrite.py Split.as_dict: op, op_type, pieces, axis, bytes,
+    # why);
     # None in records from before splitting, () when nothing was split
     splits: tuple | None = None
 

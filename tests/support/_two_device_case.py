@@ -27,7 +27,6 @@ one JSON line: {"onednn", "tensorflow", "results": [one dict per item]}.
 """
 
 import contextlib
-import dataclasses
 import json
 import sys
 import time
@@ -49,7 +48,8 @@ from tensorflow.core.protobuf import config_pb2  # noqa: E402
 
 import lms.device.rewriter  # noqa: E402
 from lms import _tf_private  # noqa: E402
-from lms.device.swap import DeviceCopy, node, type_attr  # noqa: E402
+from lms.device.copies import DeviceCopy  # noqa: E402
+from lms.device.nodes import node, type_attr  # noqa: E402
 from lms.observe.grappler_replay import replay  # noqa: E402
 from lms.observe.placement import LMS_SCOPE, host_timing, read_placement  # noqa: E402
 from lms.observe.xspace import profiled_space  # noqa: E402
@@ -317,9 +317,8 @@ def check(case, item: dict, plain: dict) -> dict:
     checks = item.get("checks", CHECKS)
     planner = lms.LMS(**lms_options(item["plan"], item["model"]))
     if control == "device-swapin":
-        target, mechanism = planner.target, planner.pipeline.mechanism
-        swaps = DeviceSideSwapIn(target.host_device, target.compute_device)
-        planner.pipeline.mechanism = dataclasses.replace(mechanism, swaps=swaps)
+        target = planner.target
+        planner.pipeline.mechanism = DeviceSideSwapIn(target.host_device, target.compute_device)
     step = planner.wrap(case.step)
     x, y = case.images, case.labels
     with contextlib.ExitStack() as stack:
