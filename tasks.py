@@ -284,7 +284,7 @@ def plan(
     auto_shortflags=False,  # -h stays help, not --host-memory
     help={
         "spec": "spec to project (default: suite.spec)",
-        "link": "comma-separated named links (lms.link.LINKS; default: all) or bandwidths (2GB/s)",
+        "link": "comma-separated named links (default: all) or bandwidths (2GB/s)",
         "gpu": "host (measure here; default) or v100, a100, h100 (roofline estimate)",
         "host_memory": "the projected host's memory, e.g. 512GiB, that each plan's host need "
         "is checked against; default: the spec's lms.host_memory, else with --gpu host this "

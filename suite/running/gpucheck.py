@@ -11,7 +11,7 @@ Five checks of LMS's GPU path on a small convolutional step, each in a fresh pro
 - c (GPU only): the measured peak drops by about what the simulation says, and the simulated
   peak is within 10 % of the measured one, fp32 and mixed precision, orderings 0 and 1;
 - d: which of Grappler's passes changed what: the replay on a virtual GPU with LMS's
-  configuration and TensorFlow's defaults (`lms.grappler_replay`), and the optimized graph of a
+  configuration and TensorFlow's defaults (`lms.grappler_replays`), and the optimized graph of a
   real run;
 - e: split pieces give the plain step's updates (and on a GPU move the bytes planned: its copy
   events), and a pinned-memory cap too small for the plan ends in `lms.HostMemoryError`, not a

@@ -19,7 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import tensorflow as tf  # noqa: E402
 
 import lms  # noqa: E402
-from lms import _tf_private, cpu_host, kernels  # noqa: E402
+from lms import _tf_private  # noqa: E402
+from lms.graph import cpu_host, kernels  # noqa: E402
 
 raw = tf.raw_ops
 
