@@ -45,6 +45,8 @@ import importlib
 import warnings
 from typing import TYPE_CHECKING
 
+from lms.lazy import lazy_names
+
 if TYPE_CHECKING:  # `X as X`: a re-export, as type checkers read it
     from lms.api import LMS as LMS
     from lms.device.host_memory import check_host_memory as check_host_memory
@@ -146,26 +148,6 @@ _MOVED = frozenset(
 )
 
 
-def _lazy(namespace: dict, exports: dict, other=None):
-    """`__getattr__` and `__dir__` of a module whose names load on first use: `exports` maps
-    each to the module that defines it; `other(name)` answers a name that is not there."""
-
-    def __getattr__(name: str):
-        module = exports.get(name)
-        if module is None:
-            if other is not None:
-                return other(name)
-            raise AttributeError(f"module {namespace['__name__']!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(module), name)
-        namespace[name] = value  # later lookups skip __getattr__
-        return value
-
-    def __dir__():
-        return sorted(set(namespace) | set(exports))
-
-    return __getattr__, __dir__
-
-
 def _moved(name: str):
     """`lms.internal` (loaded on first use, like a name) and the names that moved there."""
     if name == "internal":
@@ -180,4 +162,4 @@ def _moved(name: str):
     return getattr(importlib.import_module("lms.internal"), name)
 
 
-__getattr__, __dir__ = _lazy(globals(), _EXPORTS, _moved)
+__getattr__, __dir__ = lazy_names(globals(), _EXPORTS, _moved)

@@ -25,7 +25,7 @@ Names load on first use, as in `lms`; the `TYPE_CHECKING` imports mirror `_EXPOR
 
 from typing import TYPE_CHECKING
 
-from lms import _lazy
+from lms.lazy import lazy_names
 
 if TYPE_CHECKING:  # `X as X`: a re-export, as type checkers read it
     from lms._tf_private import onednn_enabled as onednn_enabled
@@ -67,4 +67,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-__getattr__, __dir__ = _lazy(globals(), _EXPORTS)
+__getattr__, __dir__ = lazy_names(globals(), _EXPORTS)
