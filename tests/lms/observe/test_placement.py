@@ -22,8 +22,10 @@ first piece's read).
 
 The models run in a few child processes, two at a time (gpu_path_cases.GROUPS), all started
 before the module's first test for the tests selected. The tests that read them depend on the
-CPU kernels (the plan, the graph Grappler sees): marked `kernels`. The small group's tests and
-the replay control are marked `compat` too.
+CPU kernels (the plan, the graph Grappler sees): marked `kernels`, except the three heavy models'
+(`inv test` runs `kernels` tests again with the other kernel set; the heavy group took 3-5 of
+CI's minutes there, and what the kernels change, the plan and its graph, the other models show
+on both sets). The small group's tests and the replay control are marked `compat` too.
 """
 
 import threading
@@ -42,11 +44,9 @@ PLANS = [(m, k, None) for pairs in GROUPS.values() for m, k in pairs]
 
 def _marks(key) -> list:
     model = key[0]
-    marks = [pytest.mark.kernels]
+    marks = [pytest.mark.slow] if model in HEAVY else [pytest.mark.kernels]
     if GROUP_OF[key] == "small":
         marks.append(pytest.mark.compat)
-    if model in HEAVY:
-        marks.append(pytest.mark.slow)
     return marks
 
 
