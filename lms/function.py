@@ -59,7 +59,7 @@ class LMSFunction:
 
     def prepare(self, *args):
         """Plan for these arguments (tensors or TensorSpecs) unless planned: (the callable that
-        runs the plan, its lms.Tuned)."""
+        runs the plan, its lms.internal.Tuned)."""
         loop = self._loop(args)
         return loop.prepared.callable, loop.prepared.tuned
 

@@ -305,7 +305,8 @@ class Pipeline:
         return split_analysis, tuned, splits
 
     def _tune_paired_first(self, concrete, analysis, parameters, budget):
-        """Tune with the reads oneDNN pairs kept direct (speed: `lms.cpu_paired_reads`); when
+        """Tune with the reads oneDNN pairs kept direct (speed: `lms.internal.cpu_paired_reads`);
+        when
         nothing fits that way, tune again with them swappable (reach: their gradients then take
         TensorFlow's slower kernel). Returns (analysis, tuned) of the plan kept.
 

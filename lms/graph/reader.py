@@ -41,7 +41,8 @@ def read_graph(
     paired_reads=frozenset(),
 ) -> Analysis:
     """The ops and tensors of `graph` (a FuncGraph) without what its function calls and loops
-    hold while they run (`lms.analyze` adds that). `variables` default to the graph's captured
+    hold while they run (`lms.internal.analyze` adds that). `variables` default to the graph's
+    captured
     variables.
 
     `host_device_marker`: ops whose device string contains it (e.g. "CPU" when computing on a GPU)

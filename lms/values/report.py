@@ -48,7 +48,7 @@ class FloorOp:
 
 @dataclass(frozen=True)
 class AnalysisSummary:
-    """The step graph in numbers (`lms.Analysis.summary`) and its swap-only floor."""
+    """The step graph in numbers (`lms.internal.Analysis.summary`) and its swap-only floor."""
 
     vertices: int
     edges: int
@@ -144,7 +144,7 @@ class PlanReport:
     swapped_bytes: int
     swapped_in_bytes: int
     simulations: int
-    peak: dict | None  # lms.explain_peak: what holds memory at the peak and why
+    peak: dict | None  # lms.internal.explain_peak: what holds memory at the peak and why
     analysis: AnalysisSummary | None  # None: only in a hand-written record
     timings_s: dict  # seconds of trace, analysis, tune (and rewrite)
     timeline: Timeline | None
