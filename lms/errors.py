@@ -18,9 +18,8 @@ class NothingFitsError(LMSError):
 
     What it carries, for a report of the shortfall or a plan run to be measured all the same:
     - `closest`: the `lms.internal.Tuned` whose simulated peak came lowest, or None;
-    - `analysis`: the `lms.internal.Analysis` `closest` was planned on (once splitting edited the
-    graph,
-      that of the graph as split), or None;
+    - `analysis`: the `lms.internal.Analysis` `closest` was planned on (once splitting edited
+      the graph, that of the graph as split), or None;
     - `splits`: the ops split before splitting stopped (`lms.split.rewrite.Split`), in order.
     """
 

@@ -306,8 +306,7 @@ class Pipeline:
 
     def _tune_paired_first(self, concrete, analysis, parameters, budget):
         """Tune with the reads oneDNN pairs kept direct (speed: `lms.internal.cpu_paired_reads`);
-        when
-        nothing fits that way, tune again with them swappable (reach: their gradients then take
+        when nothing fits that way, tune again with them swappable (reach: their gradients take
         TensorFlow's slower kernel). Returns (analysis, tuned) of the plan kept.
 
         Only then: a plan that merely misses the budget after the allocator's padding stays

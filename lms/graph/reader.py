@@ -42,8 +42,7 @@ def read_graph(
 ) -> Analysis:
     """The ops and tensors of `graph` (a FuncGraph) without what its function calls and loops
     hold while they run (`lms.internal.analyze` adds that). `variables` default to the graph's
-    captured
-    variables.
+    captured variables.
 
     `host_device_marker`: ops whose device string contains it (e.g. "CPU" when computing on a GPU)
     are on the host: their tensors are never swapped.

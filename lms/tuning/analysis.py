@@ -1,9 +1,7 @@
-"""Analyse a traced training step (`lms.internal.analyze`): its graph as the planner and simulator
-see it
-(lms/graph/step.py), with what each function call, While loop or If holds while it runs, which is
-its
-body's own simulated peak. Sits above the simulator for that reason: the graph reader below it
-needs no simulation.
+"""Analyse a traced training step (`lms.internal.analyze`): its graph as the planner and
+simulator see it (lms/graph/reader.py, lms/graph/step.py), with what each function call, While
+loop or If holds while it runs, which is its body's own simulated peak. Sits above the
+simulator for that reason: the graph reader below it needs no simulation.
 """
 
 import math
