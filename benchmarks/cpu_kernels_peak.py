@@ -6,14 +6,12 @@ difference natively: smoke-emulated's throughput configuration (GoogLeNet 96x96,
 and everything swapped) in fresh trial processes with TF_ENABLE_ONEDNN_OPTS=1 and =0, under a
 1 GiB budget (so nothing is cut off), interleaved over `--rounds`. LMS plans with the kernel set
 the process computes with (lms/graph/kernels.py). Prints each trial's measured peak and the
-simulated
-one (LMS on: the plan's; LMS off: the same trial's simulation without LMS), the simulator's error
-in % of the measured peak, then per kernel set the median error.
+simulated one (LMS on: the plan's; LMS off: the same trial's simulation without LMS), the
+simulator's error in % of the measured peak, then per kernel set the median error.
 
 Before lms/graph/kernels.py modelled Eigen's temporaries, Eigen's measured / simulated was
-1.85-1.90x
-with LMS (oneDNN's 1.07-1.08x). With them (two rounds): Eigen LMS off +2.8 and +4.1 %, on +9.2
-and -1.1 %; oneDNN off -10.0 and -12.7 %, on -6.6 and -9.2 %.
+1.85-1.90x with LMS (oneDNN's 1.07-1.08x). With them (two rounds): Eigen LMS off +2.8 and +4.1 %, on
++9.2 and -1.1 %; oneDNN off -10.0 and -12.7 %, on -6.6 and -9.2 %.
 
     python benchmarks/cpu_kernels_peak.py [--rounds 2]
 """

@@ -8,11 +8,10 @@ be left over. At the emulated device's budgets (0.6-1.5 GiB) the floor's tensors
 so a request can hold up to 127 MiB more than it asked; on a 16-32 GiB GPU the same rule wastes
 at most 128 MiB of tensors of gigabytes. This prints, per workload, the plan that swaps the most
 (`lms.tuning.tuner.floor_parameters`) with the allocator model (`lms/memory/allocator.py`, which
-reproduces the
-measured peak from the real request sequence: benchmarks/plan_peak_anatomy.py) at the reach
-search's limit size and budget, and at the size whose floor is 0.9 x a 16 GiB GPU: bytes asked,
-the chunks of the emulated device's allocator (the CPU's BFC, regions doubling), and the chunks
-of a GPU's (one region of the device memory, TensorFlow's default).
+reproduces the measured peak from the real request sequence: benchmarks/plan_peak_anatomy.py) at the
+reach search's limit size and budget, and at the size whose floor is 0.9 x a 16 GiB GPU: bytes
+asked, the chunks of the emulated device's allocator (the CPU's BFC, regions doubling), and the
+chunks of a GPU's (one region of the device memory, TensorFlow's default).
 
     python benchmarks/floor_padding.py [--workload NAME ...] [--gpu-memory 16GiB]
 """

@@ -38,12 +38,11 @@ CASES = {
 
 # --reach: resident variables <= 10 % of the budget (GoogLeNet 56 MB of weights and momentum,
 # ResNet50 205 MB, 3D U-Net 131 MB; printed per search from the LMS plan), ranges to beyond the
-# seeds' gains.
-# Steps of 16 px: one step near the bound is ~3 % of the pixels, so that a search can show >= 0.95
-# of the bound (issue 26). The 3D U-Net's sizes are multiples of 8: near its bound (~100^3) one
-# step is ~25 % of the voxels, so its limit lands within a step of the bound, not within 5 %.
-# DeepLabV3+ (Xception-65: 330 MB of weights and momentum) at 2 GiB is above 10 % resident: the
-# most a 2-core machine steps through in hours.
+# seeds' gains. Steps of 16 px: one step near the bound is ~3 % of the pixels, so that a search can
+# show >= 0.95 of the bound (issue 26). The 3D U-Net's sizes are multiples of 8: near its bound
+# (~100^3) one step is ~25 % of the voxels, so its limit lands within a step of the bound, not
+# within 5 %. DeepLabV3+ (Xception-65: 330 MB of weights and momentum) at 2 GiB is above 10 %
+# resident: the most a 2-core machine steps through in hours.
 REACH_CASES = {
     "googlenet": ("640MiB", [("max-resolution", 2, 64, 4096, 16)]),
     "resnet50": ("2GiB", [("max-resolution", 1, 64, 4096, 16)]),

@@ -4,9 +4,8 @@ For each case of benchmarks/lms_emulated.py and each mode (the plain step; every
 swapped in the enforced order; the same in TensorFlow's order), a fresh process measures the
 allocator's peak over two steps after a first one and simulates the same step with the bytes asked
 and with the allocator model (lms/memory/allocator.py, lms/memory/padding.py). Prints the errors in
-% of the
-measured peak and their medians. One process per cell: the plain peak alone varies by up to ~8 %
-between processes (TensorFlow's order); run it more than once to see that spread.
+% of the measured peak and their medians. One process per cell: the plain peak alone varies by up to
+~8 % between processes (TensorFlow's order); run it more than once to see that spread.
 
     python benchmarks/simulator_error.py [--case NAME ...]
 """

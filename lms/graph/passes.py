@@ -14,8 +14,7 @@ def bypass_identity_n(ops, tensors, graph_outputs: set, kept: set) -> list:
     Keras 3's optimizer passes every gradient through one IdentityN: read as written, no
     variable update could run before the last gradient exists, and an enforced order
     (lms/planning/ordering.py) would have to hold all gradients until then. Only IdentityN ops
-    without
-    control inputs, not returned and not kept as control outputs, are bypassed.
+    without control inputs, not returned and not kept as control outputs, are bypassed.
     """
     moved = []
     for op in ops:

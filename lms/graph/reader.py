@@ -213,9 +213,8 @@ def _assign_levels(ops: list, tensors: list) -> None:
 def _cross_device_copies(ops: list, tensors: list, devices: list, marker) -> set:
     """Identities whose input is on the other side of the host/device line: TensorFlow copies
     the tensor across on that edge (lms.device.copies.DevicePieces: a split op's input kept on the
-    host,
-    a piece read to the device, a piece stored back), so the Identity's output is a buffer of its
-    own, not an alias: a device copy counts on the device and can be swapped like any (as the
+    host, a piece read to the device, a piece stored back), so the Identity's output is a buffer of
+    its own, not an alias: a device copy counts on the device and can be swapped like any (as the
     emulated device's DeepCopy of an assembled output is); a host copy counts on the host, and
     the device tensor it copied is freed after it, not kept alive as its alias."""
     if marker is None:

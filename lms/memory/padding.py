@@ -35,8 +35,7 @@ class Update:
 def padding_curve(allocations, updates, resident, steps, allocator, overlap):
     """Per step, chunk bytes beyond the bytes asked: of the allocations alive (arrays first,
     last, sizes and inherit of `lms.memory.simulator.buffers`; the first `outputs` are op outputs,
-    the
-    rest copies and temporaries), of the variables (`updates`; the rest of `resident` is one
+    the rest copies and temporaries), of the variables (`updates`; the rest of `resident` is one
     block), and, where `overlap` (the next op's outputs in flight) is non-zero, of the next op's
     outputs."""
     first, last, sizes, inherit, count = allocations

@@ -10,8 +10,7 @@ copy after its trigger, freed after the group's last reader; the host holds the 
 swap-out to its last swap-in, and a split op's host array (`Analysis.host_arrays`) from its
 first op to its last reader. Unlike TFLMSv2's simulator it counts kernel temporaries, those of
 the kernel set the step runs with (`Analysis.kernels`, lms/graph/kernels.py): a oneDNN convolution
-or a
-cuDNN workspace about as large as the op's largest tensor, Eigen's gradients' working-set col
+or a cuDNN workspace about as large as the op's largest tensor, Eigen's gradients' working-set col
 buffers (those also while the op before runs, in the free order); the largest temporary of a
 step is added to it. It still ignores allocator rounding and element-wise kernels writing into
 their input's buffer (modelling that made the error larger, not smaller);

@@ -111,8 +111,7 @@ class SwapCopies:
 def swap_copies(space, names: dict) -> SwapCopies:
     """The copy events of `space` matched to swaps by `names` ({send/recv node name: (transfer,
     direction)}, lms/observe/copy_match.py `copy_names`): a copy is a swap's if its `tf_op` is
-    either
-    node of the swap's pair and its direction is the swap's. Copies without a size count in
+    either node of the swap's pair and its direction is the swap's. Copies without a size count in
     neither total (no bandwidth), but their swap is still seen."""
     swaps, others, transfers = {}, {}, set()
     for event in copy_events(space):

@@ -14,8 +14,7 @@ partitioner put on the cross-device edge, not through the swap op itself (lms/de
 On a GPU the profiler annotates each copy event with the `_Send` or the `_Recv` of its pair (its
 `tf_op` stat), so `copy_names` is what matches copy events to swaps (lms/observe/copy_events.py
 `swap_copies`, lms/timing/profile.py `step_profile`). A swap is named as the step-time model names
-its
-transfer (lms/timing/steptime.py `SwapGraph`): the swap-out op, or the host-side swap-in op.
+its transfer (lms/timing/steptime.py `SwapGraph`): the swap-out op, or the host-side swap-in op.
 
 The partitioner names its nodes from a per-graph counter, so the names are the same at every
 instantiation of the same optimized graph (checked on two logical devices: two instantiations,

@@ -2,10 +2,9 @@
 what LMS built.
 
 A step with TensorFlow's own copies (a GPU, or the two-device mode of lms/device/target.py) is
-optimized
-by Grappler and then cut by the partitioner into one graph per device, with a `_Send`/`_Recv`
-pair on every edge that crosses devices: the pair *is* the copy. So the questions a GPU path
-must answer are answered by a call's run metadata (`RunMetadata.function_graphs`):
+optimized by Grappler and then cut by the partitioner into one graph per device, with a
+`_Send`/`_Recv` pair on every edge that crosses devices: the pair *is* the copy. So the questions a
+GPU path must answer are answered by a call's run metadata (`RunMetadata.function_graphs`):
 
 - **survived**: every op LMS made and kept (the step's control outputs in the `lms` scope) is in
   the partition graphs, on the device it was placed on;
@@ -345,8 +344,8 @@ def copy_timing(report: PlacementReport, names: dict, space) -> list:
     """GPU only: per swap-in of `report`, when its host-to-device copy started on the device (the
     profile's MemcpyH2D events whose `tf_op` is one end of the swap-in's send/recv pair: `names`
     is lms.observe.copy_match.copy_names of the run's metadata) and when its trigger's kernels
-    ended (for
-    a trigger that runs no kernel, the last of its inputs'). Tested on a device plane written as
+    ended (for a trigger that runs no kernel, the last of its inputs'). Tested on a device plane
+    written as
     the profiler's CUPTI collector writes one (tests/suite/running/test_gpucheck.py)."""
     from lms.observe.copy_events import copy_events, tf_op_name
 

@@ -97,8 +97,7 @@ def step_profile(space, names: dict | None = None) -> StepProfile:
     enqueues them).
 
     `names` ({send/recv node name: (transfer, direction)}, lms/observe/copy_match.py `copy_names`):
-    with
-    device copies a swap's bytes move through the partitioner's send/recv pair, not through
+    with device copies a swap's bytes move through the partitioner's send/recv pair, not through
     the swap op, which runs no kernel (a GPU) or runs inline without an event (two logical CPU
     devices); the pair's events are then named by the swap's transfer, once per transfer, so
     that the step-time model sees the real transfers."""

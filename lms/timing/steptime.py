@@ -9,8 +9,7 @@ when each swap's bytes arrive. So the model keeps the profiled timeline and inse
   With device copies (a GPU, two logical devices) the bytes move through the partitioner's
   send/recv pair and the profile's event of a transfer is that pair's (a GPU: the copy event),
   named by the swap (lms/observe/copy_match.py, lms/timing/profile.py `step_profile`); a profile in
-  which no
-  transfer was seen replays as the profiled step, whatever the link.
+  which no transfer was seen replays as the profiled step, whatever the link.
   Each direction moves one transfer at a time, in the order asked, for `latency + bytes /
   bandwidth`; a transfer is done no sooner than its profiled host copy either.
 - every other op starts when the profile started it plus the accumulated delay, or when the

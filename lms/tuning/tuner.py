@@ -24,9 +24,8 @@ from lms.values.parameters import AUTO, Parameters
 
 log = logging.getLogger("lms")
 # ordering=-1 tries these in turn: the enforced depth-first order first (lms/planning/ordering.py),
-# then
-# TensorFlow's own. Enforced, the measured peak kept closer to the plan (worst measured / device
-# memory over six models outside the suite and three processes each: 1.11, against 1.40 in
+# then TensorFlow's own. Enforced, the measured peak kept closer to the plan (worst measured /
+# device memory over six models outside the suite and three processes each: 1.11, against 1.40 in
 # TensorFlow's order, benchmarks/lms_promises.py), the reach is far larger, and the chain itself
 # cost nothing measurable on the CPU (GoogLeNet: 1.02x the plain step's speed).
 AUTO_ORDERINGS = (1, 0)

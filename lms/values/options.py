@@ -45,8 +45,7 @@ class Options:
     plot: path of a PNG of the simulated memory over the step, with and without LMS.
     allocator: "bfc" (default) checks the plan with the chunks TensorFlow's BFC allocator would
         give its allocations (lms/memory/allocator.py; up to twice the bytes asked each) and tunes
-        again
-        if that padding pushes it over the budget; None plans with the bytes asked only.
+        again if that padding pushes it over the budget; None plans with the bytes asked only.
     link: on the emulated device, an `lms.Link` or {"bandwidth": "16GB/s", "latency": "10us"}
         the host store's copies are slowed to, so that link speed changes measured throughput
         (lms/values/link.py); a GPU's copies take its real link.

@@ -150,8 +150,7 @@ class PlanReport:
     timeline: Timeline | None
     calibration: dict | None = None  # lms.calibration: Calibration.as_dict() or a cache entry
     # ops split into pieces (lms/split/rewrite.py Split.as_dict: op, op_type, pieces, axis, bytes,
-    # why);
-    # None in records from before splitting, () when nothing was split
+    # why); None in records from before splitting, () when nothing was split
     splits: tuple | None = None
 
     def to_dict(self) -> dict:
@@ -211,8 +210,8 @@ class SwapTraffic:
     - "not profiled": device copies (a GPU) before any `profile()`: the plan's swaps;
     - "two devices": the two-device mode (lms/device/target.py): the plan's swaps, no copy events.
     The plan's swaps and bytes per step (`planned_*`) stand beside what was counted or measured
-    (None: a record before them).
-    `version` 2; version 1 records (no `version`, no `copy`) timed the swap ops' bookkeeping,
+    (None: a record before them). `version` 2; version 1 records (no `version`, no `copy`) timed the
+    swap ops' bookkeeping,
     not a copy: their seconds and bandwidths are not a link's."""
 
     # "host-store" (counted in the store), "copy events" (a GPU's copies of a profiled step,

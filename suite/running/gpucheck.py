@@ -19,8 +19,7 @@ Five checks of LMS's GPU path on a small convolutional step, each in a fresh pro
 
 Without a GPU (`--mode two-device`, the default where nvidia-smi lists none), the same checks run
 in the two-device mode (lms/device/target.py: the GPU mechanism run for real on two logical CPU
-devices)
-and say which GPU-only parts did not run and why.
+devices) and say which GPU-only parts did not run and why.
 
 This module needs no TensorFlow: it starts the processes, prints progress and failures, and
 records the outcome: `<results>/gpucheck/<host>.json`, a summary in this machine's state directory

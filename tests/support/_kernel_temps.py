@@ -1,8 +1,7 @@
 """Run by test_kernels in a fresh process (TF_CPU_ALLOCATOR_USE_BFC=true, TF_ENABLE_ONEDNN_OPTS as
 the test sets it): the temporaries TensorFlow's CPU kernels allocate for a set of convolution
 gradients and pooling ops, from the profiler's allocator events, beside what lms/graph/kernels.py
-models
-for the same graph with the kernels this process computes with.
+models for the same graph with the kernels this process computes with.
 
 Prints one JSON line: {"kernels", "threads", "l3", "ops": {name: {"measured", "modelled",
 "eigen"}}}, "measured" being the most bytes the op's own temporaries held at once.

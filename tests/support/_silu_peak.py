@@ -1,6 +1,5 @@
 """Run by tests/lms/tuning/test_analysis.py in a fresh process: the measured and simulated plain
-peak of
-a small EfficientNet-like model (convolutions, batch norm, silu, depthwise convolutions),
+peak of a small EfficientNet-like model (convolutions, batch norm, silu, depthwise convolutions),
 simulated as analysed and without the two Grappler effects the analysis models (pruned ops,
 x * 1), with the temporaries of the kernels this process computes with (oneDNN's or Eigen's,
 lms/graph/kernels.py)."""

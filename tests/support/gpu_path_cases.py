@@ -1,6 +1,5 @@
 """The models and plans of tests/lms/observe/test_placement.py: each step built as a GPU user's is
-(its
-variables on the compute device, here the two-device mode's /CPU:1), with the plans LMS makes
+(its variables on the compute device, here the two-device mode's /CPU:1), with the plans LMS makes
 for it, checked in a child process (_two_device_case.py) from what TensorFlow ran.
 
 Two plan kinds per model:
@@ -135,9 +134,8 @@ def lms_options(kind: str, model: str) -> dict:
 
 # Models and plans grouped into child processes (each pays TensorFlow's start, and a model its
 # build and its plain step, once), run two at a time (tests/lms/observe/test_placement.py), the
-# longest
-# first. The three largest steps run their split plan only, which swaps as their swap plan does
-# (the same parameters) beside the ops it splits: DeepLabV3+'s step traces in 8-16 s, and
+# longest first. The three largest steps run their split plan only, which swaps as their swap plan
+# does (the same parameters) beside the ops it splits: DeepLabV3+'s step traces in 8-16 s, and
 # Grappler takes 10-15 s over each of its 4,700-op rewrites, as long in the replay and again for
 # the update check's instantiations; a swap plan each would add 75-100 s (DeepLabV3+), 25 s
 # (ResNet50) and 15 s (MobileNetV2) of CPU to a file CI runs twice (oneDNN's and Eigen's

@@ -1,6 +1,5 @@
 """lms/device/host_memory.py and the simulator's host curve: a split step's host arrays are counted
-(the
-host store's measured peak is the simulated one), and a plan that needs more host memory than
+(the host store's measured peak is the simulated one), and a plan that needs more host memory than
 the host has raises HostMemoryError before its step runs, not the kernel's OOM killer after.
 Marked compat: also run on TensorFlow 2.14.1 (Keras 2)."""
 

@@ -1,7 +1,6 @@
 """lms/device/rewriter.py: a rewritten step makes the same updates as the plain one (the update
-check on
-ten models, and that it catches a wrong swap-in), and its swap ops and control edges sit where
-the plan and the enforced order put them.
+check on ten models, and that it catches a wrong swap-in), and its swap ops and control edges sit
+where the plan and the enforced order put them.
 Marked compat: also run on TensorFlow 2.14.1 (Keras 2)."""
 
 import pytest

@@ -1,6 +1,6 @@
 """lms/device/target.py: the device a step runs on, worked out once. What only a GPU has (a GPU
-seen by
-TensorFlow) is stood in for by a GPU physical device in `list_physical_devices`; the two-device
+seen by TensorFlow) is stood in for by a GPU physical device in `list_physical_devices`; the
+two-device
 mode, its budgets and its pinned cap run for real in a fresh process."""
 
 import os

@@ -1,7 +1,6 @@
 """lms/graph/kernels.py: the temporaries of oneDNN's and Eigen's CPU kernels, against what
-TensorFlow's
-allocator shows in fresh processes with TF_ENABLE_ONEDNN_OPTS=0 and =1 (both in every run,
-whichever kernels this CPU gets by default), and the simulator's use of them.
+TensorFlow's allocator shows in fresh processes with TF_ENABLE_ONEDNN_OPTS=0 and =1 (both in every
+run, whichever kernels this CPU gets by default), and the simulator's use of them.
 
 Tests marked `kernels` depend on the kernel set this process computes with; `inv test` runs them
 a second time with TF_ENABLE_ONEDNN_OPTS flipped."""

@@ -1,6 +1,6 @@
 """lms/memory/simulator.py (and lms/memory/lifetimes.py): the simulated peak falls with more
-swapping,
-element-wise ops write into their input, the swap-only floor, and an ordered plan's measured peak.
+swapping, element-wise ops write into their input, the swap-only floor, and an ordered plan's
+measured peak.
 Marked compat: also run on TensorFlow 2.14.1 (Keras 2)."""
 
 import json

@@ -1,10 +1,9 @@
 """The GPU's copy events as the swap traffic's bandwidth (lms/observe/copy_events.py), and which of
-them
-were LMS's swaps (lms/observe/copy_match.py). No GPU here: the closest real thing is this machine's
-own
-profile (its XSpace, from TensorFlow's profiler), to which a device plane is added the way tsl's
-cupti_collector writes one on a GPU; the `tf_op` names of its copies are the send/recv nodes of
-a real step's swaps, partitioned by TensorFlow between two logical CPU devices (the two-device
+them were LMS's swaps (lms/observe/copy_match.py). No GPU here: the closest real thing is this
+machine's own profile (its XSpace, from TensorFlow's profiler), to which a device plane is added the
+way tsl's cupti_collector writes one on a GPU; the `tf_op` names of its copies are the send/recv
+nodes of a real step's swaps, partitioned by TensorFlow between two logical CPU devices (the
+two-device
 mode, in a fresh process)."""
 
 import pytest

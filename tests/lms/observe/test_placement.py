@@ -17,8 +17,7 @@ Negative controls show that these checks fail where the desk check said a GPU wo
 gated on the device (B1: its copy then runs before the trigger), LMS ops not kept from Grappler
 (B2), TensorFlow's default Grappler configuration on a GPU (M1, M2). Two tests hold
 lms.observe.placement's own verdict free of the false alarms it once gave (a trigger Grappler
-removed, a
-first piece's read).
+removed, a first piece's read).
 
 The models run in a few child processes, two at a time (gpu_path_cases.GROUPS), all started
 before the module's first test for the tests selected. The tests that read them depend on the

@@ -1,6 +1,5 @@
 """lms/tuning/analysis.py and lms/graph/step.py: sizes, levels and messages; what a function call,
-a pruned
-op or neutral arithmetic holds; oneDNN's paired max pool reads.
+a pruned op or neutral arithmetic holds; oneDNN's paired max pool reads.
 Marked compat: also run on TensorFlow 2.14.1 (Keras 2)."""
 
 import logging

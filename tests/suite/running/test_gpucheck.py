@@ -358,8 +358,7 @@ def test_without_a_visible_gpu_the_default_mode_is_two_device(monkeypatch):
 def gpu_run(copy_start: float):
     """GPU only, made by hand: the run metadata of one swap-in's send/recv pair (named as the
     partitioner names them, lms/observe/copy_match.py) and a device plane as cupti_collector writes
-    one
-    (tests/support/gpu_plane.py): the trigger's kernel from 0 to 1 ms, the swap-in's
+    one (tests/support/gpu_plane.py): the trigger's kernel from 0 to 1 ms, the swap-in's
     host-to-device copy from `copy_start`."""
     from gpu_plane import add_gpu_plane
     from tensorflow.core.protobuf import config_pb2
