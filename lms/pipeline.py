@@ -126,7 +126,7 @@ class Pipeline:
         budget = budget or self.device.budget_bytes
         parameters = parameters or self.options.parameters
         target = self.device.target
-        if target.on_cpu and not _tf_private.onednn_enabled():
+        if self.device.kernels == "eigen":  # (the kernels, worked out once with the device)
             log.warning(EIGEN_KERNELS_WARNING)
         pieces = self.mechanism.pieces()  # one per graph: it tracks the graph's pieces
         splits = []

@@ -81,23 +81,15 @@ class Unkept:
 
 @contextlib.contextmanager
 def unkept():
-    """LMS keeps none of its ops from Grappler inside (lms.device.rewriter's
-    keep_from_grappler, wherever an lms module imported it); yields the `Unkept` that saw
-    them."""
-    original = lms.device.rewriter.keep_from_grappler
-    users = [
-        module
-        for name, module in sorted(sys.modules.items())
-        if name.split(".")[0] == "lms" and getattr(module, "keep_from_grappler", None) is original
-    ]
-    recorder = Unkept()
-    for module in users:
-        module.keep_from_grappler = recorder
+    """LMS keeps none of its ops from Grappler inside (the rewriter and the GPU's piece copies
+    both call lms.device.rewriter's keep_from_grappler through its module); yields the `Unkept`
+    that saw them."""
+    original, recorder = lms.device.rewriter.keep_from_grappler, Unkept()
+    lms.device.rewriter.keep_from_grappler = recorder
     try:
         yield recorder
     finally:
-        for module in users:
-            module.keep_from_grappler = original
+        lms.device.rewriter.keep_from_grappler = original
 
 
 @contextlib.contextmanager
