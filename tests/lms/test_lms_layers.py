@@ -6,7 +6,7 @@ each other, not even through an import inside a function or one made only for ty
 import ast
 from pathlib import Path
 
-from layers import import_cycles
+from layers import import_cycles, package_files, private_crossings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -70,14 +70,8 @@ def imports(source: str) -> set[str]:
 
 def modules(override: dict | None = None) -> dict[str, set[str]]:
     """Every lms module and what it imports; `override` replaces a module's source."""
-    found, lms = {}, ROOT / "lms"
-    for path in sorted(lms.rglob("*.py")):
-        if not all(
-            (folder / "__init__.py").is_file()
-            for folder in path.parents
-            if lms in folder.parents or folder == lms
-        ):
-            continue  # not a package's (a build's copy, a distribution's metadata)
+    found = {}
+    for path in package_files(ROOT, "lms"):  # (not a build's copy under lms/)
         name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
         source = (override or {}).get(name) or path.read_text()
         found[name] = imports(source)
@@ -153,3 +147,21 @@ def test_every_module_is_small_and_says_why_it_exists():
         if not ast.get_docstring(ast.parse(text)):
             silent.append(name)
     assert long == [] and silent == []
+
+
+def test_no_private_name_crosses_an_lms_file():
+    """What one lms module keeps private, no other reaches into (issue 42: LMSFunction drove the
+    closed loop through six private methods of LMS). benchmarks/lms_layout.py prints the same."""
+    found = private_crossings(package_files(ROOT, "lms"))
+    assert [(str(path.relative_to(ROOT)), what) for path, what in found] == []
+
+
+def test_the_private_name_scan_sees_a_crossing(tmp_path):
+    (tmp_path / "lms").mkdir()
+    (tmp_path / "lms" / "__init__.py").write_text("")
+    (tmp_path / "lms" / "a.py").write_text("def _hidden():\n    pass\n")
+    (tmp_path / "lms" / "b.py").write_text(
+        "from lms.a import _hidden\nimport lms.a\nlms.a._hidden()\n"
+    )
+    found = private_crossings(package_files(tmp_path, "lms"))
+    assert sorted(what for _, what in found) == ["from lms.a import _hidden", "lms.a._hidden"]

@@ -76,3 +76,41 @@ def import_cycles(imports: dict) -> list:
         if name not in state:
             visit(name, [name])
     return found
+
+
+def package_files(root, package: str) -> list:
+    """The .py files of `package` under `root` that belong to it: every folder between holds an
+    __init__.py (a build's copy under the package does not)."""
+    top = root / package
+    return [
+        path
+        for path in sorted(top.rglob("*.py"))
+        if all(
+            (folder / "__init__.py").is_file() for folder in path.parents if top in folder.parents
+        )
+    ]
+
+
+def private_crossings(files: list) -> list:
+    """(file, what) for each use of a private name (`_name`, not dunder) that another of `files`
+    defines: `from x import _name`, or `something._name` where `something` is not self or cls.
+    `_tf_private`, the module of TensorFlow's private API, is meant to be imported."""
+    trees = {path: ast.parse(path.read_text()) for path in files}
+    defined = {}
+    for path, tree in trees.items():
+        for node in ast.walk(tree):
+            named = isinstance(node, ast.FunctionDef | ast.ClassDef | ast.AsyncFunctionDef)
+            if named and node.name.startswith("_") and not node.name.startswith("__"):
+                defined.setdefault(node.name, set()).add(path)
+    found = []
+    for path, tree in trees.items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                for alias in node.names:
+                    if alias.name in defined and path not in defined[alias.name]:
+                        found.append((path, f"from {node.module} import {alias.name}"))
+            elif isinstance(node, ast.Attribute) and node.attr in defined:
+                owner = getattr(node.value, "id", None)
+                if owner not in ("self", "cls") and path not in defined[node.attr]:
+                    found.append((path, ast.unparse(node)))
+    return found
