@@ -19,6 +19,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from outside_models import OUTSIDE  # noqa: E402
 
 CASES = {
     "googlenet": ("suite", "googlenet", 224, 4),
@@ -43,6 +46,12 @@ CASES = {
     "seq2seq": ("custom", "seq2seq", 128, 8),
     "unet2d": ("custom", "unet2d", 128, 4),
     "lstm": ("custom", "lstm", 128, 8),
+    # issue 43's models (benchmarks/outside_models.py)
+    "wavenet": ("custom", "wavenet", 16000, 4),
+    "fanout": ("custom", "fanout", 128, 4),
+    "gru": ("custom", "gru", 256, 32),
+    "c3d": ("custom", "c3d", 112, 2),
+    "mixer": ("custom", "mixer", 224, 8),
 }
 
 
@@ -141,14 +150,30 @@ def lstm_classifier(length: int, batch: int, width=256):
     return keras.Model(tokens, keras.layers.Dense(10)(x))
 
 
-# custom cases: builder, and whether its input is a token sequence (else an image)
+# custom cases: builder, and its input's kind (outside_models.OUTSIDE's kinds)
 CUSTOM = {
-    "transformer": (transformer_classifier, True),
-    "vit": (vit_classifier, False),
-    "seq2seq": (seq2seq_classifier, True),
-    "unet2d": (unet2d_classifier, False),
-    "lstm": (lstm_classifier, True),
+    "transformer": (transformer_classifier, "tokens"),
+    "vit": (vit_classifier, "image"),
+    "seq2seq": (seq2seq_classifier, "tokens"),
+    "unet2d": (unet2d_classifier, "image"),
+    "lstm": (lstm_classifier, "tokens"),
+    **OUTSIDE,
 }
+
+
+def custom_input(kind: str, resolution: int, batch: int):
+    """A random batch for a custom case: `resolution` is the sequence length, the samples, or
+    the image side (a video: 16 frames of it)."""
+    import tensorflow as tf
+
+    if kind == "tokens":
+        return tf.random.uniform((batch, resolution), maxval=1000, dtype=tf.int32)
+    shape = {
+        "audio": (batch, resolution, 1),
+        "video": (batch, 16, resolution, resolution, 3),
+        "image": (batch, resolution, resolution, 3),
+    }[kind]
+    return tf.random.uniform(shape)
 
 
 def build_case(kind, name, resolution, batch):
@@ -164,14 +189,9 @@ def build_case(kind, name, resolution, batch):
         import tensorflow as tf
 
         if kind == "custom":  # resolution: the sequence length or the image side
-            builder, sequence = CUSTOM[name]
+            builder, input_kind = CUSTOM[name]
             model = builder(resolution, batch)
-            shape = (batch, resolution) if sequence else (batch, resolution, resolution, 3)
-            images = (
-                tf.random.uniform(shape, maxval=1000, dtype=tf.int32)
-                if sequence
-                else tf.random.uniform(shape)
-            )
+            images = custom_input(input_kind, resolution, batch)
         else:
             inputs = keras.Input((resolution, resolution, 3), batch_size=batch)
             model = getattr(keras.applications, name)(weights=None, input_tensor=inputs, classes=10)

@@ -12,6 +12,7 @@ store counts what it moves (`Traffic`) and, with an `lms.Link`, moves it at that
 
 import itertools
 import math
+import sys
 import threading
 from dataclasses import dataclass, fields
 
@@ -43,6 +44,35 @@ def aligned_empty(shape, dtype) -> np.ndarray:
     raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
     offset = -raw.ctypes.data % ALIGNMENT
     return raw[offset : offset + nbytes].view(dtype).reshape(shape)
+
+
+class ArrayPool:
+    """Host arrays the store has freed, kept to hold the next swap-outs of their shape and type.
+
+    Copying into fresh memory costs the page faults of every new page: a swap-out's copy ran at
+    1.4-1.7 GB/s into a new array, 12 GB/s into one used before (benchmarks/swap_overhead.py),
+    and a step swaps out the same shapes every time. An array is reused only once nothing else
+    refers to it (a swapped-in array is wrapped by TensorFlow until its DeepCopy has read it).
+    Holds at most `limit_bytes` (the most the store held at once so far: a step's own need)."""
+
+    def __init__(self):
+        self._free, self.bytes, self.limit_bytes = {}, 0, 0
+
+    def give(self, array: np.ndarray) -> None:
+        if self.bytes + array.nbytes <= self.limit_bytes:
+            self._free.setdefault((array.shape, array.dtype.str), []).append(array)
+            self.bytes += array.nbytes
+
+    def take(self, shape, dtype) -> np.ndarray | None:
+        """A freed array of `shape` and `dtype` nothing else refers to, or None."""
+        arrays = self._free.get((tuple(shape), np.dtype(dtype).str), [])
+        for k in range(len(arrays)):
+            # referenced by the list and getrefcount's argument alone: free
+            if sys.getrefcount(arrays[k]) <= 2:
+                array = arrays.pop(k)
+                self.bytes -= array.nbytes
+                return array
+        return None
 
 
 @dataclass
@@ -90,6 +120,7 @@ class HostStore:
         self.link = link
         self._engines = EmulatedLink(link) if link is not None else None
         self._traffic = Traffic()
+        self._pool = ArrayPool()
 
     @property
     def store(self) -> "HostStore":
@@ -126,6 +157,7 @@ class HostStore:
     def _hold(self, nbytes: int) -> None:  # under the lock
         self._held += nbytes
         self._peak = max(self._peak, self._held)
+        self._pool.limit_bytes = max(self._pool.limit_bytes, self._held)
 
     def clear(self) -> tuple[int, int]:
         """Drop whatever a step left behind; return how many arrays and bytes that was."""
@@ -139,10 +171,19 @@ class HostStore:
     def _put(self, array, readers):
         handle = next(self._handles)
         # a copy: the array may alias TensorFlow's buffer, which must be freed
+        with self._lock:
+            reused = self._pool.take(array.shape, array.dtype)
+
+        def copy_out():
+            if reused is None:
+                return aligned_copy(array)
+            np.copyto(reused, array)
+            return reused
+
         if self._engines:
-            copy, seconds = self._engines.move("out", array.nbytes, lambda: aligned_copy(array))
+            copy, seconds = self._engines.move("out", array.nbytes, copy_out)
         else:
-            copy, seconds = aligned_copy(array), 0.0
+            copy, seconds = copy_out(), 0.0
         with self._lock:
             self._arrays[handle] = copy
             self._readers[handle] = int(readers)
@@ -164,6 +205,7 @@ class HostStore:
             if self._readers[key] == 0:
                 del self._arrays[key], self._readers[key]
                 self._held -= array.nbytes
+                self._pool.give(array)
         return array
 
     def _count_in(self, nbytes: int) -> None:

@@ -53,6 +53,27 @@ def drop_dead_reads(ops, tensors, graph_outputs: set) -> None:
                     changed = True
 
 
+def drop_shape_reads(tf_ops, ops, tensors, shape_ops) -> int:
+    """Forget reads of a fully defined shape alone (`shape_ops`: Shape, ShapeN, Size, Rank):
+    Grappler's constant folding makes them constants before the step runs, so they hold no
+    buffer. Read as written, a gradient's Shape of a forward activation (Keras's Conv1D and
+    Dense gradients take the input's shape) kept the activation on the device to the backward
+    pass, where the planner would swap it back in for a read of its shape. The op keeps its
+    inputs (the order still has it after them). Returns how many reads were dropped."""
+    dropped = 0
+    for index, op in enumerate(tf_ops):
+        if op.type not in shape_ops:
+            continue
+        for position, tensor in enumerate(op.inputs):
+            if not tensor.shape.is_fully_defined():
+                continue
+            source = ops[index].inputs[position]
+            if (index, position) in tensors[source].consumers:
+                tensors[source].consumers.remove((index, position))
+                dropped += 1
+    return dropped
+
+
 def identity_input(op) -> int:
     """The input position whose value `op` returns unchanged, or -1: x * 1, 1 * x, x + 0, 0 + x
     and x - 0 with a constant 1 or 0 that does not broadcast x. Grappler's constant folding

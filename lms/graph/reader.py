@@ -8,13 +8,21 @@ import logging
 
 from lms.graph.loops import IF_OPS, WHILE_OPS, list_bytes
 from lms.graph.names import HOST_ARRAYS
-from lms.graph.passes import bypass_identity_n, drop_dead_reads, identity_input, mark_pruned
+from lms.graph.passes import (
+    bypass_identity_n,
+    drop_dead_reads,
+    drop_shape_reads,
+    identity_input,
+    mark_pruned,
+)
 from lms.graph.step import (
     ALIAS_OPS,
     HOST_STORE_SCOPES,
     NEVER_SWAP_OPS,
     NO_BUFFER_OPS,
     PY_FUNC_OPS,
+    SHAPE_OPS,
+    VIEW_OPS,
     WORKSPACE_BYTES_PER_ELEMENT,
     Analysis,
     GiB,
@@ -82,6 +90,7 @@ def read_graph(
     kept = {op.name for op in getattr(graph, "control_outputs", None) or []}
     bypassed = bypass_identity_n(ops, tensors, set(outputs), kept)
     drop_dead_reads(ops, tensors, set(outputs))
+    drop_shape_reads(tf_ops, ops, tensors, SHAPE_OPS)
     if hasattr(graph, "control_outputs"):  # a function graph: TensorFlow prunes what is unused
         mark_pruned(ops, tensors, outputs, kept)
 
@@ -103,7 +112,8 @@ def read_graph(
             info.bytes = 0  # (a host tensor of a GPU step is not in the GPU's memory)
         elif op.type in PY_FUNC_OPS and op.name.startswith(HOST_STORE_SCOPES):
             info.bytes = 0  # lms's own host copies: numpy arrays, copied in by a DeepCopy
-        never = op.type in NEVER_SWAP_OPS and info.producer not in copies  # (a copy: a buffer)
+        # (a copy: a buffer; a view: its buffer's, see _fix_alias_buffers)
+        never = op.type in NEVER_SWAP_OPS - VIEW_OPS and info.producer not in copies
         info.swappable = not never and info.bytes > 0 and not on_host and rank >= 2
         for consumer, position in info.consumers if paired_reads else ():
             if (ops[consumer].type, position) in paired_reads and not info.paired_with:
@@ -248,3 +258,6 @@ def _fix_alias_buffers(ops: list, tensors: list, copies=frozenset()) -> None:
                 source = op.inputs[k] if per_output else op.inputs[0]
                 tensors[t].buffer = tensors[tensors[source].buffer].buffer
                 tensors[t].bytes = 0  # the bytes belong to the root buffer
+                # a view swaps as its buffer would (VIEW_OPS); a buffer that may not swap (a
+                # step input's, a paired read's) keeps its views on the device too
+                tensors[t].swappable &= tensors[tensors[t].buffer].swappable

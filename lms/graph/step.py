@@ -47,6 +47,15 @@ PY_FUNC_OPS = frozenset({"PyFunc", "EagerPyFunc"})
 HOST_STORE_SCOPES = (f"{SPLIT_SCOPE}/",)
 # Never swapped (docs/lms.md): besides the above, shape arithmetic and host-side values.
 NEVER_SWAP_OPS = NO_BUFFER_OPS | ALIAS_OPS | frozenset({"Shape", "ShapeN", "Size", "Rank"})
+# Aliases that are views of their input's bytes in another shape: swapped like the buffer they
+# view (a swap-out copies the same bytes), since the readers of a view keep its buffer alive.
+# Keras runs a Conv1D as ExpandDims + Conv2D and a Dense over a sequence as Reshape + MatMul: the
+# gradient's filter products read the views, so the buffer under them could not be swapped
+# (WaveNet 16000 samples b4, everything swapped: 583 MiB simulated, floor 143).
+VIEW_OPS = frozenset({"Reshape", "ExpandDims", "Squeeze"})
+# Reads of a tensor's shape alone: with a fully defined shape Grappler's constant folding makes
+# them constants before the step runs, so they keep no buffer alive (lms/graph/passes.py).
+SHAPE_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank"})
 NON_DATA_DTYPES = (tf.resource, tf.variant, tf.string)
 # (op type, input position) reads that oneDNN's CPU kernels need from the forward op itself: a max
 # pool's gradient gets the fast kernel only when it reads its max pool's output directly (oneDNN
@@ -79,6 +88,7 @@ class Fact(enum.Enum):
     EXECUTED = "executed"
     HOST_ARRAYS = "host arrays"
     SWAP_OUT_WAITERS = "swap-out waiters"
+    BUFFER_MEMBERS = "buffer members"
 
 
 class CacheKey(NamedTuple):
@@ -141,6 +151,11 @@ class Analysis:
     host_arrays: list = field(default_factory=list)
     # plan-independent facts, computed once
     cache: dict[CacheKey, object] = field(default_factory=dict, repr=False)
+
+    def buffer_bytes(self, tensor: int) -> int:
+        """The bytes of the buffer `tensor` lives in: what a swap of it moves (a view's are its
+        buffer's; its own `bytes` are 0, not to count the buffer twice)."""
+        return self.tensors[self.tensors[tensor].buffer].bytes
 
     def summary(self) -> dict:
         return {

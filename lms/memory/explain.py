@@ -87,7 +87,7 @@ def explain_peak(
             {
                 "tensor": analysis.tensors[tensor].name,
                 "op_type": "swap-in",
-                "bytes": int(analysis.tensors[tensor].bytes),
+                "bytes": int(analysis.buffer_bytes(tensor)),
                 "why_on_device": f"swapped back in for {reader} "
                 f"(after {analysis.ops[swap_in.trigger].name})",
             }

@@ -251,7 +251,7 @@ def forwarded(
             if step_of[consumer] != finish or op.type not in FORWARDING_OPS:
                 continue
             k = static.index.get(op.outputs[0]) if len(op.outputs) == 1 else None
-            if k is None or k in taken or static.sizes[k] != analysis.tensors[tensor].bytes:
+            if k is None or k in taken or static.sizes[k] != analysis.buffer_bytes(tensor):
                 continue
             taken.add(k)
             more.append((k, finish, len(static.sizes) + position))

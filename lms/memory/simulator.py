@@ -229,11 +229,11 @@ def _add_swaps(analysis, plan, static, step_of, steps, device, host) -> tuple:
         device[last + 1] -= size
         new_last[k] = last
     for tensor, begin, finish, _ in moved.copies:
-        size = analysis.tensors[tensor].bytes
+        size = analysis.buffer_bytes(tensor)
         device[begin] += size
         device[finish + 1] -= size
     for tensor, out_step, host_end in moved.host:
-        size = analysis.tensors[tensor].bytes
+        size = analysis.buffer_bytes(tensor)
         host[out_step] += size
         host[host_end + 1] -= size
     return new_last, moved.copies
@@ -277,7 +277,7 @@ def buffers(analysis: Analysis, plan: Plan | None = None, placed=None) -> Alloca
     static = lifetimes(analysis, plan)
     last, copies, (outputs, at, sources) = placed or placement(analysis, plan)
     first, last, sizes = static.first.copy(), last.copy(), static.sizes.copy()
-    extra = [(begin, finish, analysis.tensors[t].bytes) for t, begin, finish, _ in copies]
+    extra = [(begin, finish, analysis.buffer_bytes(t)) for t, begin, finish, _ in copies]
     inherit = np.full(len(sizes), -1, dtype=np.int64)
     if len(outputs):
         inherit[outputs] = sources

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from lms.graph.step import Analysis, CacheKey, Fact, GiB
+from lms.graph.step import ALIAS_OPS, Analysis, CacheKey, Fact, GiB
 from lms.planning.ordering import anchor_ops, depth_first_order, next_anchors, order_positions
 from lms.planning.ordering import neighbours as _neighbours
 from lms.values.parameters import Parameters
@@ -49,10 +49,10 @@ class Plan:
         return sum(len(s.swap_ins) for s in self.swaps)
 
     def swapped_bytes(self, analysis: Analysis) -> int:
-        return sum(analysis.tensors[s.tensor].bytes for s in self.swaps)
+        return sum(analysis.buffer_bytes(s.tensor) for s in self.swaps)
 
     def swapped_in_bytes(self, analysis: Analysis) -> int:
-        return sum(analysis.tensors[s.tensor].bytes * len(s.swap_ins) for s in self.swaps)
+        return sum(analysis.buffer_bytes(s.tensor) * len(s.swap_ins) for s in self.swaps)
 
 
 def _latest_input_op(analysis: Analysis, op: int, exclude_tensor: int) -> int | None:
@@ -206,12 +206,19 @@ def plan(analysis: Analysis, parameters: Parameters) -> Plan:
             return find_trigger(analysis, group[0], tensor, ahead)
 
     swaps = []
+    ops = analysis.ops
     for t, info in enumerate(analysis.tensors):
         if not info.swappable or not info.consumers:
             continue
         level = where[info.producer]
+        # an alias never reads a swap-in: the copy would have to live as long as the alias's
+        # readers; the alias's own readers are swapped as its tensor's (a view's)
         far = sorted(
-            (c for c in info.consumers if where[c[0]] - level > threshold),
+            (
+                c
+                for c in info.consumers
+                if where[c[0]] - level > threshold and ops[c[0]].type not in ALIAS_OPS
+            ),
             key=lambda c: where[c[0]],
         )
         if not far:
@@ -230,7 +237,51 @@ def plan(analysis: Analysis, parameters: Parameters) -> Plan:
         if swap.swap_ins:
             swaps.append(swap)
     levels = frozenset() if order is not None else serialized_levels(analysis, parameters)
-    return Plan(parameters, swaps, levels, order)
+    return Plan(parameters, _useful(analysis, where, swaps), levels, order)
+
+
+def buffer_members(analysis: Analysis) -> dict:
+    """Per buffer (its root tensor), the tensors living in it: itself and its aliases."""
+    if CacheKey(Fact.BUFFER_MEMBERS) not in analysis.cache:
+        members = {}
+        for t, info in enumerate(analysis.tensors):
+            members.setdefault(info.buffer, []).append(t)
+        analysis.cache[CacheKey(Fact.BUFFER_MEMBERS)] = members
+    return analysis.cache[CacheKey(Fact.BUFFER_MEMBERS)]
+
+
+def _useful(analysis: Analysis, where: np.ndarray, swaps: list) -> list:
+    """The swaps less swap-ins that would come back while their buffer is still on the device:
+    a reader left on the original (a near reader of the tensor, of another view of its buffer)
+    runs after the swap-in's trigger, or the buffer is a step output. Such a copy only adds its
+    bytes beside the original (a gradient's 128 MiB Reshape view swapped while the buffer under
+    it stayed for its own readers: the copy doubled the peak). Their readers read the original."""
+    by_root = {}
+    for swap in swaps:
+        by_root.setdefault(analysis.tensors[swap.tensor].buffer, []).append(swap)
+    members, outputs = buffer_members(analysis), None
+    for root, group in by_root.items():
+        if outputs is None:
+            outputs = {analysis.tensors[t].buffer for t in analysis.outputs}
+        rerouted = {(s.tensor, c) for s in group for i in s.swap_ins for c in i.consumers}
+        near = where[analysis.tensors[root].producer]
+        for member in members.get(root, [root]):
+            for consumer in analysis.tensors[member].consumers:
+                if (member, consumer) not in rerouted:
+                    near = max(near, where[consumer[0]])
+        if root in outputs:
+            near = len(where)
+        ins = sorted(
+            ((where[i.trigger], s, i) for s in group for i in s.swap_ins), key=lambda x: x[0]
+        )
+        for position, swap, swap_in in ins:
+            if position < near:  # back before the original is gone: read the original
+                swap.swap_ins.remove(swap_in)
+                swap.near_consumers = sorted(
+                    set(swap.near_consumers) | {c for c, _ in swap_in.consumers}
+                )
+                near = max(near, max(where[c] for c, _ in swap_in.consumers))
+    return [s for s in swaps if s.swap_ins]
 
 
 def _close_group(swap, group, trigger):
