@@ -13,6 +13,11 @@ median(variant); the table shows the median over `--runs` processes and their ra
 PyFunc (the host store's hand-offs), DeepCopy (swap-in copies into the allocator) and the kernels.
 
     python benchmarks/lms_throughput.py [--case NAME ...] [--runs 3] [--rounds 5] [--profile]
+    python benchmarks/lms_throughput.py --fractions 0.6 0.4 [--case NAME ...]
+
+With `--fractions` the variants are LMS auto-tuned (the default options) for device memory of
+each fraction of the plain step's measured peak (issue 43: LMS on / off >= 0.85 at 0.6x and
+>= 0.7 at 0.4x on every model that has a plan).
 """
 
 import argparse
@@ -45,7 +50,12 @@ VARIANTS = {  # name -> LMS keyword arguments (device_memory added: the plain pe
 }
 
 
-def _variants(case: str):
+def fraction_variants(fractions) -> dict:
+    """Auto-tuned LMS with its default options at each fraction of the plain peak."""
+    return {f"auto {f}x": {"fraction": f} for f in fractions}
+
+
+def _variants(case: str, variants: dict):
     import keras
 
     import lms
@@ -54,15 +64,18 @@ def _variants(case: str):
     step, images, labels = build_case(*CASES[case])
     plain_peak = measure(step, images, labels, 2)[0]
     functions, planners = {"plain": step}, {}
-    for name, options in VARIANTS.items():
-        planners[name] = lms.LMS(device_memory=plain_peak, **{"safety_ratio": 1.0, **options})
+    for name, options in variants.items():
+        if "fraction" in options:
+            planners[name] = lms.LMS(device_memory=int(plain_peak * options["fraction"]))
+        else:
+            planners[name] = lms.LMS(device_memory=plain_peak, **{"safety_ratio": 1.0, **options})
         functions[name] = planners[name].wrap(step)
         functions[name].prepare(images, labels)
     return functions, planners, images, labels
 
 
-def timing_child(case: str, rounds: int, steps: int) -> dict:
-    functions, planners, images, labels = _variants(case)
+def timing_child(case: str, rounds: int, steps: int, variants: dict = VARIANTS) -> dict:
+    functions, planners, images, labels = _variants(case, variants)
     for function in functions.values():  # compile and warm up every variant first
         float(function(images, labels))
         float(function(images, labels))
@@ -90,7 +103,7 @@ def profile_child(case: str, steps: int) -> dict:
     import tensorflow as tf
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
-    functions, _, images, labels = _variants(case)
+    functions, _, images, labels = _variants(case, VARIANTS)
     result = {}
     for name, function in functions.items():
         for _ in range(2):
@@ -118,6 +131,8 @@ def profile_child(case: str, steps: int) -> dict:
 
 def _run_child(flag: str, case: str, args) -> dict | None:
     arguments = [flag, case, "--rounds", str(args.rounds), "--steps", str(args.steps)]
+    if args.fractions:
+        arguments += ["--fractions", *(str(f) for f in args.fractions)]
     return run_json_child(__file__, arguments, f"{case}: {flag}")
 
 
@@ -128,11 +143,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per process")
     parser.add_argument("--steps", type=int, default=3, help="steps per variant and round")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--fractions", nargs="*", type=float, help="auto-tuned at these x plain")
     parser.add_argument("--timing-child", help=argparse.SUPPRESS)
     parser.add_argument("--profile-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    variants = fraction_variants(args.fractions) if args.fractions else VARIANTS
     if args.timing_child:
-        print(json.dumps(timing_child(args.timing_child, args.rounds, args.steps)))
+        print(json.dumps(timing_child(args.timing_child, args.rounds, args.steps, variants)))
         return
     if args.profile_child:
         print(json.dumps(profile_child(args.profile_child, args.steps)))
@@ -157,7 +174,7 @@ def main() -> None:
             first["batch"] / statistics.median(r["seconds"]["plain"]) for r in runs
         )
         row = [case, f"{plain_rate:.1f}"]
-        for name in VARIANTS:
+        for name in variants:
             ratios = sorted(r["ratio"][name] for r in runs)
             row.append(
                 f"{statistics.median(ratios):.2f} ({ratios[0]:.2f}-{ratios[-1]:.2f}); "
@@ -170,7 +187,7 @@ def main() -> None:
             for name, per_type in (profiled or {}).get("profile", {}).items():
                 top = ", ".join(f"{op} {ms:.0f}" for op, ms in per_type.items())
                 print(f"  {case} / {name}: ms per step in {top}", flush=True)
-    headers = ["case", "plain images/s"] + [f"{name} / plain" for name in VARIANTS]
+    headers = ["case", "plain images/s"] + [f"{name} / plain" for name in variants]
     print(tabulate(rows, headers, tablefmt="github"))
     print(
         "ratio: median over processes of median(plain) / median(variant) over interleaved "
