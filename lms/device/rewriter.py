@@ -21,7 +21,7 @@ from lms import _tf_private
 from lms.graph.names import REWRITTEN_MARK, SWAP_SCOPE
 from lms.graph.step import Analysis
 from lms.planning.ordering import FOLDED_OPS, UNCHAINED_OPS, anchor_ops, executed_ops
-from lms.planning.planner import Plan, swap_in_waiter, swap_out_waiter
+from lms.planning.planner import Plan, swap_out_waiter
 
 SCOPE = SWAP_SCOPE
 
@@ -67,7 +67,6 @@ def rewrite(concrete, analysis: Analysis, plan: Plan, mechanism: SwapNodes):
     tf_ops = graph.get_operations()[: len(analysis.ops)]
     tensor_of = {tensor.name: tensor for op in tf_ops for tensor in op.outputs}
     graph_def, swap_outs, swap_ins = swap_graph_def(analysis, plan, mechanism, tensor_of)
-    rerouted = {}  # swap-in's last node -> op indices reading it
     sources = {analysis.tensors[swap.tensor].name for swap in plan.swaps}
     # the importer enters a tf.device scope per node that names a device (~0.5 ms each): place
     # the nodes after the import instead
@@ -94,7 +93,6 @@ def rewrite(concrete, analysis: Analysis, plan: Plan, mechanism: SwapNodes):
         _tf_private.add_control_input(new_op[first], tf_ops[swap_in.trigger])
         for consumer, position in swap_in.consumers:
             _tf_private.update_input(tf_ops[consumer], position, new_op[last].outputs[0])
-        rerouted[last] = {consumer for consumer, _ in swap_in.consumers}
     if plan.parameters.sync_mode & 1:  # synchronous swap-out
         for swap, stored in swap_outs:
             for consumer in swap.near_consumers:
@@ -102,9 +100,12 @@ def rewrite(concrete, analysis: Analysis, plan: Plan, mechanism: SwapNodes):
     if plan.order is not None:
         _chain(analysis, plan.order, tf_ops)
         _wait_for_swap_outs(analysis, plan, tf_ops, [(s, new_op[n]) for s, n in swap_outs])
-        _wait_for_swap_ins(
-            analysis, plan, tf_ops, [(s, new_op[n], rerouted[n]) for s, _, n in swap_ins]
-        )
+        # A swap-in waits for its trigger, and only its readers wait for it: its copy runs
+        # beside the ops between the two (`swapin_ahead`), inside the interval the simulation
+        # holds it for (from its trigger to its last reader), so it can only come later than
+        # simulated, never earlier. Until issue 43 the anchor after the trigger waited for the
+        # copy too: every swap-in's copy then stalled the chain (WaveNet 16000 b4, auto-tuned
+        # for its plain peak: 0.73x the plain step's speed).
     for level in sorted(plan.serialized_levels):
         chain = analysis.levels[level]
         for before, after in zip(chain, chain[1:], strict=False):
@@ -227,14 +228,3 @@ def _wait_for_swap_outs(analysis: Analysis, plan: Plan, tf_ops, swap_outs) -> No
         waiter = swap_out_waiter(analysis, plan, swap)
         if waiter >= 0:
             _tf_private.add_control_input(tf_ops[waiter], swap_out)
-
-
-def _wait_for_swap_ins(analysis: Analysis, plan: Plan, tf_ops, swap_ins) -> None:
-    """In an enforced order, the anchor after a swap-in's trigger waits for the swap-in's last
-    node: the copy runs between the two, where the simulation allocates it. Beside the chain
-    (ResNet50 1024² b1) 39 of 602 copies were still running when the next op of the chain
-    started, and one forward copy started 440 ms after its trigger, which had run early."""
-    for swap_in, last, readers in swap_ins:
-        waiter = swap_in_waiter(analysis, plan, swap_in)
-        if waiter >= 0 and waiter not in readers:
-            _tf_private.add_control_input(tf_ops[waiter], last)

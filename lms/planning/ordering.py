@@ -14,7 +14,7 @@ peak of 31.4 GiB left free, 16.3 GiB ordered (largest op and resident variables:
 import numpy as np
 
 from lms.graph.reader import dependencies
-from lms.graph.step import ALIAS_OPS, NO_BUFFER_OPS, Analysis, CacheKey, Fact
+from lms.graph.step import ALIAS_OPS, NO_BUFFER_OPS, VIEW_OPS, Analysis, CacheKey, Fact
 
 
 def depth_first_order(analysis: Analysis) -> np.ndarray:
@@ -188,9 +188,11 @@ FUSION_HEAD_OPS = frozenset(
 
 
 # Fused ops end at an activation and take one addition (Grappler's remapper: convolution or
-# matrix product + bias + add + activation). Without these limits a sum of many branches' outputs
-# (a WaveNet's skip connections, a chain of AddV2) made one "fusion" of every branch: none of
-# their ops could trigger a swap-in, and the WaveNet's swap-ins all came back at the first.
+# matrix product + bias + add + activation), with no view between (a Conv1D is ExpandDims +
+# Conv2D + Squeeze + BiasAdd: the remapper's pattern needs the BiasAdd to read the Conv2D).
+# Without these limits a sum of many branches' outputs (a WaveNet's skip connections, a chain
+# of AddV2) made one "fusion" of every branch: none of their ops could trigger a swap-in, and
+# the WaveNet's swap-ins all came back at the first.
 ADD_OPS = frozenset({"AddV2", "Add"})
 FINAL_TAIL_OPS = frozenset({"Relu", "Relu6", "Elu", "LeakyRelu", "Tanh", "Sigmoid"})
 
@@ -218,7 +220,8 @@ def fusion_helpers(analysis: Analysis) -> np.ndarray:
                         kind = ops[reader].type
                         if after_add and kind in ADD_OPS:  # one addition per fused op
                             continue
-                        tail = kind in FUSED_TAIL_OPS or kind in FOLDED_OPS
+                        # a view between breaks the pattern (Conv1D's Squeeze)
+                        tail = kind in FUSED_TAIL_OPS or kind in FOLDED_OPS - VIEW_OPS
                         if tail and reader not in group and where[reader] > where[head]:
                             group.add(reader)
                             frontier.append(reader)

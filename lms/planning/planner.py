@@ -132,22 +132,14 @@ def _ordered_trigger(analysis, where, runs_before, group, tensor, ahead) -> int 
     tensor's producer, one that runs in its place (see `anchor_ops`), and before every op a
     later graph pass could fuse a reader with: the swap-in would otherwise sit between two
     halves of one op (oneDNN fuses a filter gradient with the BiasAddGrad beside it; GoogLeNet
-    224² b4 with a swap-in triggered between the two: "1603 nodes in a cycle"). Nor one that
-    could be fused across the anchor after it, which waits for the swap-in (`_spans`)."""
+    224² b4 with a swap-in triggered between the two: "1603 nodes in a cycle")."""
     producer = where[analysis.tensors[tensor].producer]
     near = _neighbours(analysis, group)
     first = min(where[c] for c in set(group) | near)
-    position = max(first - ahead, producer + 1)
-    following = next_anchors(analysis)
-    while position > producer:
-        trigger = runs_before[position]
-        if trigger < 0 or where[trigger] <= producer:
-            return None
-        waiter = following[trigger]
-        if waiter < 0 or not _spans(analysis, trigger, waiter):
-            return int(trigger) if where[trigger] < first else None
-        position = where[trigger] - 1
-    return None
+    trigger = runs_before[max(first - ahead, producer + 1)]
+    if trigger < 0 or not producer < where[trigger] < first:
+        return None
+    return int(trigger)
 
 
 def swap_out_waiter(analysis: Analysis, plan: Plan, swap: Swap) -> int:
@@ -160,16 +152,6 @@ def swap_out_waiter(analysis: Analysis, plan: Plan, swap: Swap) -> int:
     producer = analysis.tensors[swap.tensor].producer
     waiter = int(next_anchors(analysis)[producer])
     return -1 if waiter < 0 or _spans(analysis, producer, waiter) else waiter
-
-
-def swap_in_waiter(analysis: Analysis, plan: Plan, swap_in: SwapIn) -> int:
-    """In an enforced order: the op that waits for a swap-in's copy, which waits for its trigger:
-    the first anchor after the trigger (`_ordered_trigger` picks triggers no fusion spans with
-    it), so the copy runs between the two, where it is simulated. -1: none."""
-    if plan.order is None:
-        return -1
-    waiter = int(next_anchors(analysis)[swap_in.trigger])
-    return -1 if waiter < 0 or _spans(analysis, swap_in.trigger, waiter) else waiter
 
 
 def coordinates(analysis: Analysis, ordered: bool) -> np.ndarray:

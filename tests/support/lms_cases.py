@@ -79,6 +79,46 @@ def applications_case(name, resolution, batch=2):
     return Case(model, loss_fn, images, labels)
 
 
+def _sequence_loss(y, p):
+    return tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(y, p, from_logits=True))
+
+
+def wavenet_case(samples=8192, batch=2, channels=32, layers=8):
+    """A small WaveNet-style model (issue 43): dilated causal Conv1Ds (Keras runs each as
+    ExpandDims + Conv2D: the gradient reads the view), gated tanh x sigmoid units, residual
+    additions and a sum of skip connections."""
+    audio = keras.Input((samples, 1), batch_size=batch)
+    x = keras.layers.Conv1D(channels, 2, padding="causal")(audio)
+    skips = []
+    for layer in range(layers):
+        h = keras.layers.Conv1D(2 * channels, 2, dilation_rate=2**layer, padding="causal")(x)
+        gate = keras.layers.Activation("tanh")(h[..., :channels]) * keras.layers.Activation(
+            "sigmoid"
+        )(h[..., channels:])
+        x = x + keras.layers.Conv1D(channels, 1)(gate)
+        skips.append(keras.layers.Conv1D(channels, 1)(gate))
+    y = keras.layers.Conv1D(10, 1)(keras.layers.Activation("relu")(keras.layers.Add()(skips)))
+    model = keras.Model(audio, keras.layers.GlobalAveragePooling1D()(y))
+    sound = tf.random.stateless_uniform((batch, samples, 1), seed=(9, 10))
+    labels = tf.random.stateless_uniform((batch,), (11, 12), maxval=10, dtype=tf.int32)
+    return Case(model, _sequence_loss, sound, labels)
+
+
+def sequence_mlp_case(length=256, batch=4, width=32, blocks=4):
+    """Residual GELU MLP blocks over a sequence (a Transformer's or a Mixer's feed-forward
+    layers): Keras runs each Dense as Reshape + MatMul, and the gradient reads the views."""
+    tokens = keras.Input((length, width), batch_size=batch)
+    x = tokens
+    for _ in range(blocks):
+        y = keras.layers.LayerNormalization()(x)
+        y = keras.layers.Dense(4 * width, activation="gelu")(y)
+        x = x + keras.layers.Dense(width)(y)
+    model = keras.Model(tokens, keras.layers.Dense(10)(keras.layers.GlobalAveragePooling1D()(x)))
+    inputs = tf.random.stateless_uniform((batch, length, width), seed=(13, 14))
+    labels = tf.random.stateless_uniform((batch,), (15, 16), maxval=10, dtype=tf.int32)
+    return Case(model, _sequence_loss, inputs, labels)
+
+
 def named_case(name, resolution, batch=1):
     """A suite workload by its name, else a Keras application (MobileNetV2, DenseNet121, ...):
     what the benchmarks take on their command line."""

@@ -160,15 +160,14 @@ def in_place_of(op) -> list:
 
 
 def test_swaps_are_links_of_the_enforced_order():
-    """In an enforced order a swap-in waits for its trigger and the first anchor after the trigger
-    (an op that runs as a kernel in its place) waits for the swap-in's last node, so the copy
-    lands where it is simulated; the anchor after a swapped tensor's producer waits for its
-    swap-out; and every anchor waits for the anchor before it, not only through ops Grappler
-    folds away. Before: ResNet50 1024² b1 ran 39 of 602 swap-in copies beside the next op of the
-    chain and 94 pairs of chained ops side by side (projection shortcuts, batch norm gradients'
-    Tiles and Sums), a swap-out still copying at the measured peak, 1.18x the simulated peak."""
-    from lms.planning.ordering import FOLDED_OPS, UNTIMED_OPS, anchor_ops, order_positions
-    from lms.planning.planner import swap_in_waiter, swap_out_waiter
+    """In an enforced order a swap-in waits for its trigger and only its readers wait for it (its
+    copy runs beside the ops between the two, within the interval simulated for it); the anchor
+    after a swapped tensor's producer waits for its swap-out; and every anchor waits for the
+    anchor before it, not only through ops Grappler folds away. Before: ResNet50 1024² b1 ran 94
+    pairs of chained ops side by side (projection shortcuts, batch norm gradients' Tiles and
+    Sums), a swap-out still copying at the measured peak, 1.18x the simulated peak."""
+    from lms.planning.ordering import anchor_ops
+    from lms.planning.planner import swap_out_waiter
 
     case = workload_case("googlenet", 64, 2)
     planner = lms.LMS(
@@ -176,8 +175,7 @@ def test_swaps_are_links_of_the_enforced_order():
     )
     rewritten, analysis, plan, concrete = force_plan(planner, case)
     ops = concrete.graph.get_operations()
-    where = order_positions(analysis)
-    held, chained = 0, 0
+    known = set(ops)
     for swap in plan.swaps:
         tensor = analysis.tensors[swap.tensor]
         produced = concrete.graph.get_tensor_by_name(tensor.name)
@@ -193,20 +191,9 @@ def test_swaps_are_links_of_the_enforced_order():
             while first.inputs and first.type != "PyFunc":
                 first = first.inputs[0].op
             assert in_place_of(ops[swap_in.trigger])[-1] in first.control_inputs
-            waiter = swap_in_waiter(analysis, plan, swap_in)
-            if waiter < 0:
-                continue
-            held += 1
-            kind = analysis.ops[waiter].type
-            assert kind not in FOLDED_OPS | UNTIMED_OPS and analysis.ops[waiter].inputs
-            assert where[swap_in.trigger] < where[waiter]
-            between = plan.order[where[swap_in.trigger] + 1 : where[waiter]]
-            assert not anchor_ops(analysis)[between].any()  # the first anchor after the trigger
-            if last in in_place_of(ops[waiter])[0].control_inputs:
-                chained += 1
-            else:
-                assert _reads_through_folded(ops[waiter], last), (last.name, ops[waiter].name)
-    assert held >= 0.95 * plan.swap_in_count and chained > 0.5 * held
+            # no op of the step waits for the copy but through its data
+            waiting = [op for op in last._control_outputs if op in known]
+            assert not waiting, (tensor.name, [op.name for op in waiting])
     anchors = [ops[i] for i in plan.order if anchor_ops(analysis)[i]]
     for before, after in zip(anchors, anchors[1:], strict=False):
         done = in_place_of(before)[-1]
