@@ -215,7 +215,10 @@ def fusion_helpers(analysis: Analysis) -> np.ndarray:
                 if ops[producer].type in FINAL_TAIL_OPS:  # nothing fuses after an activation
                     continue
                 after_add = ops[producer].type in ADD_OPS
-                for t in ops[producer].outputs:
+                # fusions read output 0 (a batch norm gradient reading the forward batch norm's
+                # saved statistics is no tail of it: Keras 2's layer norms made their whole
+                # forward-to-backward span fusion helpers)
+                for t in ops[producer].outputs[:1]:
                     for reader, _ in tensors[t].consumers:
                         kind = ops[reader].type
                         if after_add and kind in ADD_OPS:  # one addition per fused op

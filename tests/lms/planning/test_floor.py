@@ -19,12 +19,9 @@ EVERYTHING = lms.Parameters(1, 1, 0, ordering=1)
 
 
 KERAS_2 = int(keras.__version__.split(".")[0]) < 3
-# Keras 2 (TensorFlow 2.14) builds the MLP's layer norms and GELUs otherwise: everything swapped
-# comes to 5.5x the floor there (4.0x before issue 43), docs/lms.md "Known issue"
-KERAS_2_MLP = pytest.mark.skipif(KERAS_2, reason="Keras 2's sequence MLP: not near its floor yet")
 
 
-@pytest.fixture(scope="module", params=["wavenet", pytest.param("sequence_mlp", marks=KERAS_2_MLP)])
+@pytest.fixture(scope="module", params=["wavenet", "sequence_mlp"])
 def analysed(request):
     case = {"wavenet": wavenet_case, "sequence_mlp": sequence_mlp_case}[request.param]()
     concrete = case.step.get_concrete_function(case.images, case.labels)
@@ -38,7 +35,10 @@ def test_everything_swapped_comes_within_a_quarter_of_the_floor(analysed):
     plain = lms.internal.simulate(analysis).peak_bytes
     peak = lms.internal.simulate(analysis, plan).peak_bytes
     assert plain > 2 * floor, name  # a step where reaching the floor matters
-    assert peak <= 1.25 * floor, (name, peak / floor)
+    # Keras 2 (TensorFlow 2.14) builds the MLP's layer norms as FusedBatchNormV3: 1.39x there
+    # (5.5x while a batch norm gradient counted as a fusion tail of its forward op; docs/lms.md)
+    bound = 1.5 if KERAS_2 and name == "sequence_mlp" else 1.25
+    assert peak <= bound * floor, (name, peak / floor)
 
 
 def test_the_views_the_gradient_reads_are_swapped_as_their_buffer(analysed):
