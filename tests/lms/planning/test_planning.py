@@ -1,4 +1,6 @@
-"""How near the swap-only floor plans reach on models shaped unlike the suite's (issue 43):
+"""The planning layer as a whole (lms/planning/: the order and the planner, on the graph
+layer's reading): how near the swap-only floor plans reach on models shaped unlike the suite's
+(issue 43):
 everything swapped in the enforced order comes within 1.25x the floor (the largest op's own
 bytes and the resident ones), through views swapped as their buffer, shape reads that hold
 nothing, and the memory-aware order. Before issue 43: WaveNet 4.07x, an MLP-Mixer 2.84x.
