@@ -45,8 +45,6 @@ NO_BUFFER_OPS = frozenset({"Const", "ReadVariableOp", "VarHandleOp", "Placeholde
 # The host store's py_funcs (lms/device/host_pieces.py) return host arrays: not device buffers.
 PY_FUNC_OPS = frozenset({"PyFunc", "EagerPyFunc"})
 HOST_STORE_SCOPES = (f"{SPLIT_SCOPE}/",)
-# Never swapped (docs/lms.md): besides the above, shape arithmetic and host-side values.
-NEVER_SWAP_OPS = NO_BUFFER_OPS | ALIAS_OPS | frozenset({"Shape", "ShapeN", "Size", "Rank"})
 # Aliases that are views of their input's bytes in another shape: swapped like the buffer they
 # view (a swap-out copies the same bytes), since the readers of a view keep its buffer alive.
 # Keras runs a Conv1D as ExpandDims + Conv2D and a Dense over a sequence as Reshape + MatMul: the
@@ -56,6 +54,8 @@ VIEW_OPS = frozenset({"Reshape", "ExpandDims", "Squeeze"})
 # Reads of a tensor's shape alone: with a fully defined shape Grappler's constant folding makes
 # them constants before the step runs, so they keep no buffer alive (lms/graph/passes.py).
 SHAPE_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank"})
+# Never swapped (docs/lms.md): besides the above, shape arithmetic and host-side values.
+NEVER_SWAP_OPS = NO_BUFFER_OPS | ALIAS_OPS | SHAPE_OPS
 NON_DATA_DTYPES = (tf.resource, tf.variant, tf.string)
 # (op type, input position) reads that oneDNN's CPU kernels need from the forward op itself: a max
 # pool's gradient gets the fast kernel only when it reads its max pool's output directly (oneDNN

@@ -25,14 +25,14 @@ def depth_first_order(analysis: Analysis) -> np.ndarray:
     the same inputs; and a filter gradient that frees its forward activation before the input
     gradient's chain, which would otherwise run to the input before it: ResNet50 224² b4,
     everything swapped, 283 MiB simulated instead of 239 when only outputs counted). An op
-    waiting on the stack runs next once it is the last reader of a buffer and frees more than
-    it makes: the filter gradient, once the input gradient has run, frees the output gradient
-    both read. An alias (a view, an Identity) runs as soon as it
-    is ready: it allocates nothing, and its input's buffer then has no late reader of its own —
-    the view's readers are what a plan swaps (a Conv1D's ExpandDims on a branch the order
-    reaches late kept the WaveNet's gate products on the device through the forward pass). A
-    constant runs just before its first reader, so that it holds back no op (the ExpandDims
-    waited for its axis, a constant the order reached only after the branch)."""
+    waiting on the stack runs next once it is the last reader of a buffer, which then goes: the
+    filter gradient, once the input gradient has run, frees the output gradient both read. An
+    alias (a view, an Identity) runs as soon as it is ready: it allocates nothing, and its
+    input's buffer then has no late reader of its own — the view's readers are what a plan
+    swaps (a Conv1D's ExpandDims on a branch the order reaches late kept the WaveNet's gate
+    products on the device through the forward pass). A constant runs just before its first
+    reader, so that it holds back no op (the ExpandDims waited for its axis, a constant the
+    order reached only after the branch)."""
     if CacheKey(Fact.DEPTH_FIRST) not in analysis.cache:
         ops, tensors = analysis.ops, analysis.tensors
         pending, successors = dependencies(ops, tensors)
@@ -47,19 +47,16 @@ def depth_first_order(analysis: Analysis) -> np.ndarray:
                 constants_of[s].append(int(c))
         # per buffer, the ops still to read it (any tensor living in it)
         roots_read = [{tensors[t].buffer for t in op.inputs} for op in ops]
-        reads_left = [0] * len(tensors)
-        for roots in roots_read:
-            for r in roots:
-                reads_left[r] += 1
-        for t in analysis.outputs:  # returned: never freed
-            reads_left[tensors[t].buffer] += 1
         readers_of = [[] for _ in tensors]
         for i, roots in enumerate(roots_read):
             for r in roots:
                 readers_of[r].append(i)
+        reads_left = [len(readers) for readers in readers_of]
+        for t in analysis.outputs:  # returned: never freed
+            reads_left[tensors[t].buffer] += 1
         done = [False] * len(ops)
         order = []
-        freeing = []  # ready ops that became a buffer's last reader: run next if they free
+        freeing = []  # ready ops that became a buffer's last reader: they run next
 
         def net(index: int) -> int:
             """What running `index` adds to the device: its outputs less the buffers it is the

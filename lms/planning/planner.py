@@ -241,10 +241,9 @@ def _useful(analysis: Analysis, where: np.ndarray, swaps: list) -> list:
     by_root = {}
     for swap in swaps:
         by_root.setdefault(analysis.tensors[swap.tensor].buffer, []).append(swap)
-    members, outputs = buffer_members(analysis), None
+    members = buffer_members(analysis)
+    outputs = {analysis.tensors[t].buffer for t in analysis.outputs}
     for root, group in by_root.items():
-        if outputs is None:
-            outputs = {analysis.tensors[t].buffer for t in analysis.outputs}
         rerouted = {(s.tensor, c) for s in group for i in s.swap_ins for c in i.consumers}
         near = where[analysis.tensors[root].producer]
         for member in members.get(root, [root]):
@@ -259,9 +258,7 @@ def _useful(analysis: Analysis, where: np.ndarray, swaps: list) -> list:
         for position, swap, swap_in in ins:
             if position < near:  # back before the original is gone: read the original
                 swap.swap_ins.remove(swap_in)
-                swap.near_consumers = sorted(
-                    set(swap.near_consumers) | {c for c, _ in swap_in.consumers}
-                )
+                _close_group(swap, swap_in.consumers, None)
                 near = max(near, max(where[c] for c, _ in swap_in.consumers))
     return [s for s in swaps if s.swap_ins]
 
