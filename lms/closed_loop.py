@@ -74,6 +74,7 @@ class ClosedLoop:
         self.meter = meter if steps else None
         self.rung = "lower"  # the ladder's next rung once a plan overruns
         self.free_order = False  # TensorFlow refused an enforced order: plan in its own
+        self._peak_before = None  # an accepted plan's step: the meter's peak before it
         self.prepared = self._plan(retrace=False)
 
     @property
@@ -97,17 +98,28 @@ class ClosedLoop:
     # a step
     def before_step(self) -> bool:
         """Whether the coming step is measured (a new plan's first run is not: it holds the
-        function's one-time allocations); the meter is reset for it while the plan is new."""
+        function's one-time allocations); the meter is reset for it while the plan is new. An
+        accepted plan's steps are watched without a reset (the caller's own peak statistics
+        stay whole): the peak so far is noted, and only a step that raises it is observed."""
         calibration = self.calibration
         measured = self.meter is not None and not calibration.skip_measure()
+        self._peak_before = None
         if measured and not calibration.accepted:
             self.meter.reset()
+        elif measured:
+            self._peak_before = self.meter.peak()
         return measured
 
     def after_step(self) -> None:
-        """A measured step ran: accept the plan, or replace it when it overran."""
+        """A measured step ran: accept the plan, or replace it when it overran. Once accepted, a
+        step that set no new peak is not observed: the peak so far was set by something else
+        the process ran (a plain step timed beside the LMS one measured 698 MiB against an
+        accepted plan's 259 and failed it)."""
         calibration, accepted = self.calibration, self.calibration.accepted
-        if calibration.observe(self.meter.peak()):
+        peak = self.meter.peak()
+        if accepted and self._peak_before is not None and peak <= self._peak_before:
+            return
+        if calibration.observe(peak):
             self._next_plan()
         elif calibration.accepted and not accepted:
             self.pipeline.remember(self.prepared.planned, calibration)

@@ -13,6 +13,7 @@ from lms.graph.passes import (
     drop_dead_reads,
     drop_shape_reads,
     identity_input,
+    mark_constants,
     mark_pruned,
 )
 from lms.graph.step import (
@@ -95,6 +96,7 @@ def read_graph(
         mark_pruned(ops, tensors, outputs, kept)
 
     _assign_levels(ops, tensors)
+    mark_constants(tf_ops, ops, tensors, SHAPE_OPS)
     levels = [[] for _ in range(1 + max((op.level for op in ops), default=-1))]
     for i, op in enumerate(ops):
         levels[op.level].append(i)

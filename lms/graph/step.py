@@ -121,6 +121,7 @@ class OpInfo:
     temp_bytes: int = 0  # what the kernel holds besides its inputs and outputs while it runs
     runs: bool = True  # False: TensorFlow prunes it (nothing the step returns or keeps needs it)
     aliases: int = -1  # >= 0: its output is input `aliases` (x * 1, x + 0: see _identity_input)
+    constant: bool = False  # Grappler folds it into a Const before the step runs (mark_constants)
 
 
 @dataclass

@@ -1,8 +1,8 @@
 """Run by test_calibration in a fresh process: the closed loop on a small CNN while the program
 holds a tensor on the emulated device that the step's simulation cannot know about (as a user's
 evaluation batch or second model would). Prints one JSON object: the loop's calibration, the
-measured peaks of the steps after it, and what a second LMS with the same calibration cache
-planned for.
+measured peaks of the steps after it, whether other work's peak between steps made it plan
+again, and what a second LMS with the same calibration cache planned for.
 
 Usage: _lms_loop.py DEVICE_MIB HELD_MIB CACHE_PATH [CALIBRATION_STEPS]"""
 
@@ -49,6 +49,16 @@ def main(device_mib: float, held_mib: float, cache: str, calibration_steps: int 
         # the loop as it was when it accepted a plan (later steps may re-plan)
         result["at_acceptance"] = json.loads(json.dumps(planner.report.calibration))
         result["after"] = [peak_of(step, case) for _ in range(3)]
+        # other work between steps sets a peak over the device; the accepted plan's steps
+        # after it set none of their own, so the loop leaves the plan alone
+        if planner.report.calibration is not None:  # the loop is on
+            attempts = len(planner.report.calibration["attempts"])
+            for _ in range(2):
+                other = tf.ones((int(device_mib * 1.5 * MiB) // 4,), tf.float32)
+                del other
+                float(step(case.images, case.labels))
+            replans = len(planner.report.calibration["attempts"]) - attempts
+            result["replans_after_other_work"] = replans
     except lms.NothingFitsError as error:
         result["error"] = str(error)
     result["calibration"] = planner.report.calibration if planner.report else None

@@ -115,12 +115,15 @@ def test_an_ordered_plan_trains_the_same_and_chains_the_ops_that_run(exact_arith
         rewritten, analysis, plan, concrete = force_plan(planner, case)
         assert plan.order is not None and plan.swap_count > 10
         ops = concrete.graph.get_operations()
-        # Identities stay out of the chain (Grappler removes them); the order runs an alias as
-        # soon as it is ready, not necessarily just before its reader
+        # Identities stay out of the chain (Grappler removes them), and so do constants (it
+        # moves them); the order runs an alias as soon as it is ready, not necessarily just
+        # before its reader
         chain = [
             ops[i]
             for i in plan.order
-            if executed_ops(analysis)[i] and analysis.ops[i].type not in UNCHAINED_OPS
+            if executed_ops(analysis)[i]
+            and analysis.ops[i].type not in UNCHAINED_OPS
+            and not analysis.ops[i].constant
         ]
         for before, after in zip(chain, chain[1:], strict=False):
             # a sum of 3+ inputs runs as a chain of adds in its place
@@ -171,8 +174,10 @@ def test_swaps_are_links_of_the_enforced_order():
     after a swapped tensor's producer waits for its swap-out; and every anchor waits for the
     anchor before it, not only through ops Grappler folds away. Before: ResNet50 1024² b1 ran 94
     pairs of chained ops side by side (projection shortcuts, batch norm gradients' Tiles and
-    Sums), a swap-out still copying at the measured peak, 1.18x the simulated peak."""
-    from lms.planning.ordering import anchor_ops
+    Sums), a swap-out still copying at the measured peak, 1.18x the simulated peak. A swap-in
+    also waits for the swap-outs the anchor after its trigger waits for (ResNet50 768² b1: a
+    copy allocated before a swapped-out buffer went, 1.06x the simulated peak)."""
+    from lms.planning.ordering import anchor_ops, next_anchors, order_positions
     from lms.planning.planner import swap_out_waiter
 
     case = workload_case("googlenet", 64, 2)
@@ -182,11 +187,17 @@ def test_swaps_are_links_of_the_enforced_order():
     rewritten, analysis, plan, concrete = force_plan(planner, case)
     ops = concrete.graph.get_operations()
     known = set(ops)
+    where = order_positions(analysis)
+    swap_outs, ordered_copies = {}, 0
+    for swap in plan.swaps:
+        produced = concrete.graph.get_tensor_by_name(analysis.tensors[swap.tensor].name)
+        readers = in_place_of(produced.op)[-1].outputs[produced.value_index].consumers()
+        swap_outs[swap.tensor] = next(c for c in readers if "lms_swapout" in c.name)
     for swap in plan.swaps:
         tensor = analysis.tensors[swap.tensor]
         produced = concrete.graph.get_tensor_by_name(tensor.name)
         readers = in_place_of(produced.op)[-1].outputs[produced.value_index].consumers()
-        swap_out = next(c for c in readers if "lms_swapout" in c.name)
+        swap_out = swap_outs[swap.tensor]
         waiter = swap_out_waiter(analysis, plan, swap)
         if waiter >= 0:
             assert swap_out in ops[waiter].control_inputs, (tensor.name, analysis.ops[waiter].name)
@@ -200,6 +211,18 @@ def test_swaps_are_links_of_the_enforced_order():
             # no op of the step waits for the copy but through its data
             waiting = [op for op in last._control_outputs if op in known]
             assert not waiting, (tensor.name, [op.name for op in waiting])
+            # it waits for the swap-outs the anchor after its trigger waits for (of tensors
+            # made by then): the simulation frees those before it allocates the copy
+            trigger_anchor = int(next_anchors(analysis)[swap_in.trigger])
+            for other in plan.swaps:
+                made = analysis.tensors[other.tensor].producer
+                if (
+                    swap_out_waiter(analysis, plan, other) == trigger_anchor >= 0
+                    and where[made] <= where[swap_in.trigger]
+                ):
+                    assert swap_outs[other.tensor] in first.control_inputs, tensor.name
+                    ordered_copies += 1
+    assert ordered_copies > 0
     anchors = [ops[i] for i in plan.order if anchor_ops(analysis)[i]]
     for before, after in zip(anchors, anchors[1:], strict=False):
         done = in_place_of(before)[-1]
@@ -208,3 +231,38 @@ def test_swaps_are_links_of_the_enforced_order():
             for op in in_place_of(after)
         ), (before.name, after.name)
     assert_same_updates(case, rewritten)
+
+
+def test_grappler_finds_no_cycle_in_an_ordered_step():
+    """Grappler's two rounds over an ordered, swapped step (as TensorFlow runs it, on the CPU)
+    raise nothing. Constant folding pushes a Const down into the op of an expression that reads
+    it; chained, the Const brought its chain edge along: ResNet50's batch norm gradients then
+    made cycles ("The graph couldn't be sorted in topological order"), the arithmetic and
+    dependency optimizers gave up, and the step measured 1.18x its simulated peak (Eigen)."""
+    import tensorflow as tf
+
+    from lms import _tf_private
+
+    case = workload_case("resnet50", 64, 1)
+    planner = lms.LMS(
+        device_memory="1TiB", ordering=1, swapout_threshold=28, swapin_ahead=1, swapin_groupby=3
+    )
+    rewritten, analysis, plan, concrete = force_plan(planner, case)
+    assert plan.swap_count > 50
+    # no constant waits for an op the rewrite chose
+    ops = concrete.graph.get_operations()
+    constants = [i for i, op in enumerate(analysis.ops) if op.constant]
+    assert len(constants) > 100
+    for i in constants:
+        added = {op.name for op in ops[i].control_inputs}
+        assert added == {analysis.ops[c].name for c in analysis.ops[i].control_inputs}, ops[i].name
+    graph = rewritten.graph
+    graph_def = graph.as_graph_def()
+    for node in graph_def.node:
+        node.device = "/job:localhost/replica:0/task:0/device:CPU:0"
+    fetches = [t.op.name for t in graph.outputs] + [op.name for op in graph.control_outputs]
+    config = _tf_private.lms_step_config(_tf_private.default_call_config())
+    try:
+        _tf_private.grappler_optimize(graph_def, fetches, 2**30, "8.0", config)
+    except tf.errors.InvalidArgumentError as error:  # what a cycle raises
+        pytest.fail(f"Grappler: {error.message}")
