@@ -1,0 +1,151 @@
+"""What a recurrent step's loop state costs LMS, and what unrolling the loop gives back (issue
+43, item 3), each configuration in a fresh process on the emulated device.
+
+Keras runs an LSTM as a While loop; for the gradient, TensorFlow accumulates each iteration's
+intermediates in tensor lists that the backward loop pops. LMS does not plan into loops: those
+lists stay on the device from the forward loop to the backward one (the analysis counts them as
+`Analysis.loops`). The same model with `unroll=True` has no loop: every step's intermediates are
+ordinary tensors that LMS can swap. For stacked LSTMs of `--length` tokens this prints:
+
+- plain, batch B: the measured peak P (the device memory of the rest) and s/step, and the same
+  unrolled (what unrolling costs without LMS);
+- LMS at device memory P, batch `--factor` x B, with the loop: what LMS keeps or why it refuses;
+- the same unrolled: measured peak, s/step, and the plain loop step's s/step at batch B over it
+  (per sample).
+
+    python benchmarks/loop_state.py [--length 128] [--batch 16] [--layers 3] [--width 256]
+        [--factor 2] [--steps 3]
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from lms_emulated import measure, run_json_child  # noqa: E402
+
+MiB = 2**20
+
+
+def lstm_step(length: int, batch: int, layers: int, width: int, unroll: bool):
+    """A training step of `layers` stacked LSTMs over `length` tokens (vocabulary 1024), ten
+    classes from the last output; its inputs."""
+    import keras
+    import tensorflow as tf
+
+    from suite.workloads import training
+
+    keras.utils.set_random_seed(0)
+    tokens = keras.Input((length,), batch_size=batch, dtype="int32")
+    x = keras.layers.Embedding(1024, width)(tokens)
+    for layer in range(layers):
+        last = layer == layers - 1
+        x = keras.layers.LSTM(width, return_sequences=not last, unroll=unroll)(x)
+    model = keras.Model(tokens, keras.layers.Dense(10)(x))
+
+    def loss_fn(y, p):
+        return tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(y, p, from_logits=True))
+
+    step = training.make_train_step(model, loss_fn, training.make_optimizer(), "fp32")
+    inputs = tf.random.uniform((batch, length), 0, 1024, tf.int32, seed=1)
+    labels = tf.random.uniform((batch,), 0, 10, tf.int32, seed=2)
+    return step, inputs, labels
+
+
+def child(mode: str, length, batch, layers, width, device_bytes, steps) -> dict:
+    import lms
+
+    unroll = mode.endswith("unrolled")
+    step, inputs, labels = lstm_step(length, batch, layers, width, unroll)
+    result = {"mode": mode, "batch": batch}
+    if mode.startswith("plain"):
+        peak, seconds = measure(step, inputs, labels, steps)
+        analysis = lms.internal.analyze(step.get_concrete_function(inputs, labels).graph)
+        result.update(
+            peak=peak, seconds=seconds, loop_bytes=sum(size for _, size in analysis.loops)
+        )
+        return result
+    planner = lms.LMS(device_memory=device_bytes)
+    wrapped = planner.wrap(step)
+    try:
+        for _ in range(4):  # the closed loop's calibration steps
+            float(wrapped(inputs, labels))
+        peak, seconds = measure(wrapped, inputs, labels, steps)
+    except lms.NothingFitsError as error:
+        result["refused"] = str(error).split(" (the budget")[0][:400]
+        return result
+    report = planner.report
+    result.update(
+        peak=peak,
+        seconds=seconds,
+        simulated=report.peak_bytes_with_lms,
+        swapped_bytes=report.swapped_bytes,
+        loop_bytes=sum(size for _, size in report.analysis.loops),
+        vertices=report.analysis.vertices,
+    )
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--length", type=int, default=128)
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--layers", type=int, default=3)
+    parser.add_argument("--width", type=int, default=256)
+    parser.add_argument("--factor", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)  # mode batch device_bytes
+    args = parser.parse_args()
+    shape = (args.length, args.layers, args.width)
+    if args.child:
+        mode, batch, device_bytes = args.child[0], int(args.child[1]), int(args.child[2])
+        result = child(mode, args.length, batch, args.layers, args.width, device_bytes, args.steps)
+        print(json.dumps(result))
+        return
+    common = [f"--length={shape[0]}", f"--layers={shape[1]}", f"--width={shape[2]}"]
+    common.append(f"--steps={args.steps}")
+
+    def run(mode, batch, device_bytes=0):
+        print(f"{mode}, batch {batch} ...", file=sys.stderr, flush=True)
+        arguments = [*common, "--child", mode, str(batch), str(device_bytes)]
+        return run_json_child(__file__, arguments, mode)
+
+    plain = run("plain", args.batch)
+    if plain is None:
+        return
+    device = plain["peak"]
+    larger = args.batch * args.factor
+    rows = [plain, run("plain-unrolled", args.batch)]
+    rows += [run("lms-loop", larger, device), run("lms-unrolled", larger, device)]
+    print(
+        f"{args.layers} stacked LSTMs of {args.width}, {args.length} tokens; device memory = the "
+        f"plain step's measured peak at batch {args.batch}: {device / MiB:.0f} MiB "
+        f"(loop state {plain['loop_bytes'] / MiB:.0f} MiB of it)"
+    )
+    for row in rows:
+        if row is None:
+            continue
+        if "refused" in row:
+            print(f"- {row['mode']}, batch {row['batch']}: refused: {row['refused']}")
+            continue
+        per_sample = (plain["seconds"] / plain["batch"]) / (row["seconds"] / row["batch"])
+        extra = ""
+        if "simulated" in row:
+            extra = (
+                f", simulated {row['simulated'] / MiB:.0f} MiB, swapped "
+                f"{row['swapped_bytes'] / MiB:.0f} MiB, loop state "
+                f"{row['loop_bytes'] / MiB:.0f} MiB"
+            )
+        print(
+            f"- {row['mode']}, batch {row['batch']}: measured {row['peak'] / MiB:.0f} MiB "
+            f"({row['peak'] / device:.2f} of the device), {row['seconds']:.2f} s/step, plain "
+            f"samples/s over this {per_sample:.2f}{extra}"
+        )
+
+
+if __name__ == "__main__":
+    main()
