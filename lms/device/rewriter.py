@@ -106,10 +106,10 @@ def rewrite(concrete, analysis: Analysis, plan: Plan, mechanism: SwapNodes):
                 _tf_private.add_control_input(tf_ops[consumer], new_op[stored])
     if plan.order is not None:
         _chain(analysis, plan.order, tf_ops)
-        _wait_for_swap_outs(analysis, plan, tf_ops, [(s, new_op[n]) for s, n in swap_outs])
-        _swap_ins_after_swap_outs(
-            analysis, plan, [(s, new_op[n]) for s, n in swap_outs], swap_ins, new_op
-        )
+        # (swap, its swap-out op, the op that waits for it or -1), found once for both uses
+        awaited = [(s, new_op[n], swap_out_waiter(analysis, plan, s)) for s, n in swap_outs]
+        _wait_for_swap_outs(tf_ops, awaited)
+        _swap_ins_after_swap_outs(analysis, awaited, swap_ins, new_op)
         # A swap-in waits for its trigger, and only its readers wait for it: its copy runs
         # beside the ops between the two (`swapin_ahead`), inside the interval the simulation
         # holds it for (from its trigger to its last reader), so it can only come later than
@@ -232,18 +232,17 @@ def _waits_for(analysis: Analysis, index: int, previous: int) -> bool:
     return False
 
 
-def _wait_for_swap_outs(analysis: Analysis, plan: Plan, tf_ops, swap_outs) -> None:
+def _wait_for_swap_outs(tf_ops, awaited) -> None:
     """In an enforced order, the anchor after a swapped tensor's producer waits for its swap-out:
     the tensor's device buffer is then released where the simulation frees it, not whenever
     the copy gets to run (on the CPU the measured peak of one ordered plan varied by 1.4x from
     run to run while swap-outs lagged behind the chain)."""
-    for swap, swap_out in swap_outs:
-        waiter = swap_out_waiter(analysis, plan, swap)
+    for _, swap_out, waiter in awaited:
         if waiter >= 0:
             _tf_private.add_control_input(tf_ops[waiter], swap_out)
 
 
-def _swap_ins_after_swap_outs(analysis: Analysis, plan: Plan, swap_outs, swap_ins, new_op) -> None:
+def _swap_ins_after_swap_outs(analysis: Analysis, awaited, swap_ins, new_op) -> None:
     """In an enforced order, a swap-in's copy waits for the swap-outs that the anchor after its
     trigger waits for, of tensors made at or before the trigger: the simulation frees those
     buffers and allocates the copy at that anchor's step, so the copy must not come first. Left
@@ -252,14 +251,13 @@ def _swap_ins_after_swap_outs(analysis: Analysis, plan: Plan, swap_outs, swap_in
     whose output went to the host while the next one's input came back: one 36 MiB buffer more
     than simulated, 1.06x the simulated peak on Eigen's kernels)."""
     where, after = order_positions(analysis), next_anchors(analysis)
-    awaited = {}  # anchor -> swap-out ops it waits for, with their producers' positions
-    for swap, swap_out in swap_outs:
-        waiter = swap_out_waiter(analysis, plan, swap)
+    by_waiter = {}  # anchor -> swap-out ops it waits for, with their producers' positions
+    for swap, swap_out, waiter in awaited:
         if waiter >= 0:
             producer = analysis.tensors[swap.tensor].producer
-            awaited.setdefault(waiter, []).append((where[producer], swap_out))
+            by_waiter.setdefault(waiter, []).append((where[producer], swap_out))
     for swap_in, first, _ in swap_ins:
         waiter = int(after[swap_in.trigger])
-        for made, swap_out in awaited.get(waiter, ()):
+        for made, swap_out in by_waiter.get(waiter, ()):
             if made <= where[swap_in.trigger]:  # never one its readers make: a cycle
                 _tf_private.add_control_input(new_op[first], swap_out)

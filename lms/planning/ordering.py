@@ -123,10 +123,10 @@ def order_positions(analysis: Analysis) -> np.ndarray:
 # Left out of the chain: Grappler's dependency optimizer removes these and moves their control
 # edges to their neighbours, which made cycles of the chain (GoogLeNet: "1570 nodes in a cycle").
 UNCHAINED_OPS = frozenset({"Identity", "IdentityN", "NoOp"})
-# Not swap-in triggers either: a Const's control edges do not hold it in place after Grappler
-# (a swap-in held back by a batch norm's reduction indices came back early). Nor are constants
-# chained (`OpInfo.constant`, lms/device/rewriter.py): Grappler moves them to other readers.
-UNTIMED_OPS = UNCHAINED_OPS | {"Const"}
+# Constants (`OpInfo.constant`: Consts and what Grappler folds into them) are neither chained
+# (lms/device/rewriter.py: Grappler moves them to other readers) nor swap-in triggers: their
+# control edges do not hold them in place (a swap-in held back by a batch norm's reduction
+# indices came back early).
 # Ops that never run as kernels of their own once Grappler is done: it folds or removes them
 # (ResNet50 1024² b1's profiled step ran none of its 904 Reshapes, 159 Squeezes, 53 ShapeNs and
 # 53 StopGradients; nor its 538 resource Placeholders, which become function arguments). A
@@ -245,14 +245,14 @@ def fusion_helpers(analysis: Analysis) -> np.ndarray:
 
 def anchor_ops(analysis: Analysis) -> np.ndarray:
     """Whether each op holds its place in the enforced (depth-first) order when control edges
-    say so, and matters there: it runs as a kernel of its own (not UNTIMED_OPS, FOLDED_OPS, a
+    say so, and matters there: it runs as a kernel of its own (not UNCHAINED_OPS, FOLDED_OPS, a
     constant, or without inputs), reads no variable alone (a ReadVariableOp allocates nothing),
     and is no fusion helper. Anchors are what the chain links directly, what triggers swap-ins
     and what waits for swaps."""
     if CacheKey(Fact.ANCHORS) not in analysis.cache:
         untimed = np.fromiter(
             (
-                op.type in UNTIMED_OPS
+                op.type in UNCHAINED_OPS
                 or op.constant
                 or op.type in FOLDED_OPS
                 or op.type in NO_BUFFER_OPS
