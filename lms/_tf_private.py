@@ -64,6 +64,12 @@ def set_device(op, device: str) -> None:
     op._set_device(device)
 
 
+def set_int_attr(op, name: str, value: int) -> None:
+    from tensorflow.core.framework import attr_value_pb2
+
+    op._set_attr(name, attr_value_pb2.AttrValue(i=value))
+
+
 def concrete_function_from_graph(original, graph):
     """A ConcreteFunction over `graph` (edited in place) with `original`'s signature."""
     return _concrete.ConcreteFunction.from_func_graph(

@@ -5,9 +5,12 @@ gradient needs onto a tensor list: an output of the forward `While` (a variant, 
 shape) that the gradient's `While` pops. For two stacked Keras LSTMs of width 256 over 128
 tokens, batch 8, those lists hold 2 x 128 x (11 x 8 KiB + 2 x 1 MiB) = 535 MiB, the step's
 peak: a plan that counts them as nothing "fits" and measures its plain peak. Here each list is
-sized as trips x the pushed tensor's bytes. LMS cannot swap a list (its mechanisms copy dense
-tensors) nor plan inside a loop's body: `lms.api` warns, naming the loop.
+sized as trips x the pushed tensor's bytes, and a list of one push per iteration of a fully
+defined element shape is swappable between the loops as one dense tensor (lms/device/lists.py):
+LMS still plans nothing inside a loop's body, and `lms.api` warns, naming the loop.
 """
+
+from dataclasses import dataclass
 
 import tensorflow as tf
 
@@ -57,10 +60,21 @@ def trip_count(op) -> int | None:
     return max(lengths) if lengths else None
 
 
-def list_bytes(graph, op, size_of) -> dict[int, int]:
-    """Per output of a `While` (by position): the bytes of the tensor list its body writes one
-    element into per iteration; `size_of(tensor)` gives an element's bytes (None: unknown).
-    Lists of unknown element shape or trip count are left out."""
+@dataclass(frozen=True)
+class AccumulatedList:
+    """A tensor list a forward loop fills for its gradient: its bytes (trips x element), and
+    its element's dtype and shape when one push per iteration of a fully defined shape of rank
+    >= 1 fills it (then it can be stacked into one dense tensor and rebuilt: swappable), else
+    None."""
+
+    bytes: int
+    element: tuple | None = None  # (tf.DType, shape as a tuple of ints)
+
+
+def accumulated_lists(graph, op, size_of) -> dict[int, AccumulatedList]:
+    """Per output of a `While` (by position): the tensor list its body writes one element into
+    per iteration; `size_of(tensor)` gives an element's bytes (None: unknown). Lists of unknown
+    element shape or trip count are left out."""
     body = body_graph(graph, op, "body")
     trips = trip_count(op)
     if body is None or not trips:
@@ -69,6 +83,7 @@ def list_bytes(graph, op, size_of) -> dict[int, int]:
     writes = [inner for inner in body.get_operations() if inner.type in LIST_WRITES]
     pushed = {_source(inner.inputs[-1]).ref() for inner in writes}
     sizes: dict[int, int] = {}
+    elements: dict[int, list] = {}
     for inner in writes:
         k = position_of.get(_source(inner.inputs[0]).ref())
         element = size_of(inner.inputs[-1])
@@ -83,7 +98,20 @@ def list_bytes(graph, op, size_of) -> dict[int, int]:
             if carried.ref() == value.ref() or carried.ref() in pushed:
                 continue  # loop-invariant, or the previous iteration's value, pushed already
         sizes[k] = sizes.get(k, 0) + trips * element
-    return sizes
+        elements.setdefault(k, []).append(inner)
+    return {k: AccumulatedList(size, _element(elements[k])) for k, size in sizes.items()}
+
+
+def _element(writes) -> tuple | None:
+    """The (dtype, shape) of a list's elements if it can be stacked: one PushBack per
+    iteration (a SetItem's index may skip or repeat), of a fully defined shape of rank >= 1
+    (scalars are never swapped, as dense tensors of rank < 2 are not)."""
+    if len(writes) != 1 or writes[0].type != "TensorListPushBack":
+        return None
+    value = writes[0].inputs[-1]
+    if not value.shape.is_fully_defined() or value.shape.rank < 1:
+        return None
+    return value.dtype, tuple(value.shape.as_list())
 
 
 # Tensors whose buffer outlives the loop anyway: a list element reading them shares it.

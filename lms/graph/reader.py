@@ -6,7 +6,7 @@ copies. The types it fills are lms/graph/step.py's."""
 
 import logging
 
-from lms.graph.loops import IF_OPS, WHILE_OPS, list_bytes
+from lms.graph.loops import IF_OPS, WHILE_OPS, accumulated_lists
 from lms.graph.names import HOST_ARRAYS
 from lms.graph.passes import (
     bypass_identity_n,
@@ -76,9 +76,11 @@ def read_graph(
             itemsizes.append(max(tensor.dtype.size, 1))
         ops.append(OpInfo(op.name, op.type, [], [op_index[c] for c in op.control_inputs], outputs))
         if op.type in WHILE_OPS | IF_OPS:
-            for k, size in list_bytes(graph, op, lambda t: tensor_bytes(t, batch_size)).items():
-                tensors[outputs[k]].bytes = size  # a variant: never swapped (rank 0)
-                loops[i] = loops.get(i, 0) + size
+            sizes = accumulated_lists(graph, op, lambda t: tensor_bytes(t, batch_size))
+            for k, state in sizes.items():
+                tensors[outputs[k]].bytes = state.bytes
+                tensors[outputs[k]].list_element = state.element
+                loops[i] = loops.get(i, 0) + state.bytes
     for i, op in enumerate(tf_ops):
         inputs = ops[i].inputs
         for position, tensor in enumerate(op.inputs):
@@ -116,7 +118,8 @@ def read_graph(
             info.bytes = 0  # lms's own host copies: numpy arrays, copied in by a DeepCopy
         # (a copy: a buffer; a view: its buffer's, see _fix_alias_buffers)
         never = op.type in NEVER_SWAP_OPS - VIEW_OPS and info.producer not in copies
-        info.swappable = not never and info.bytes > 0 and not on_host and rank >= 2
+        stackable = rank >= 2 or info.list_element is not None  # (a list: stacked, rank >= 2)
+        info.swappable = not never and info.bytes > 0 and not on_host and stackable
         for consumer, position in info.consumers if paired_reads else ():
             if (ops[consumer].type, position) in paired_reads and not info.paired_with:
                 info.swappable, info.paired_with = False, ops[consumer].type

@@ -108,6 +108,9 @@ class TensorInfo:
     buffer: int = -1  # index of the tensor whose buffer this one lives in (itself if it allocates)
     swappable: bool = False
     paired_with: str = ""  # the op type whose read keeps it on the device (ONEDNN_PAIRED_READS)
+    # a loop's accumulated tensor list (a variant): its element's (dtype, shape) when it can be
+    # swapped as one stacked tensor (lms/graph/loops.py, lms/device/lists.py), else None
+    list_element: tuple | None = None
 
 
 @dataclass
