@@ -84,7 +84,7 @@ def child(mode: str, length, batch, layers, width, device_bytes, steps) -> dict:
         seconds=seconds,
         simulated=report.peak_bytes_with_lms,
         swapped_bytes=report.swapped_bytes,
-        loop_bytes=sum(size for _, size in report.analysis.loops),
+        loop_bytes=sum(loop.bytes for loop in report.analysis.loops or ()),
         vertices=report.analysis.vertices,
     )
     return result

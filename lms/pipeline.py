@@ -135,7 +135,8 @@ class Pipeline:
         paired = cpu_paired_reads() if target.on_cpu else frozenset()
         analysis = self._analyse(concrete, paired)
         if analysis.loops:
-            log.warning(loops_warning(analysis.loops))
+            swappable = sum(t.bytes for t in analysis.tensors if t.list_element and t.swappable)
+            log.warning(loops_warning(analysis.loops, swappable))
         analysed = time.perf_counter()
         shortfall = None
         try:
@@ -354,13 +355,23 @@ def _trace(function, args):
     return concrete
 
 
-def loops_warning(loops) -> str:
-    """One line naming the loop LMS cannot plan into: its body runs as one op, and the tensor
-    lists it keeps for the gradient (lms/graph/loops.py) cannot be swapped."""
+def loops_warning(loops, swappable: int = 0) -> str:
+    """One line naming the loop LMS cannot plan into: its body runs as one op. Of the tensor
+    lists it keeps for the gradient (lms/graph/loops.py), `swappable` bytes (all loops') can be
+    swapped between the loops, stacked (lms/device/lists.py); the rest stay on the device."""
     name, size = loops[0]
-    others = f" ({len(loops)} loops, {format_size(sum(s for _, s in loops))} in all)"
+    total = sum(s for _, s in loops)
+    others = f" ({len(loops)} loops, {format_size(total)} in all)"
+    if swappable >= total:
+        kept = "can be swapped between the loops as whole lists, not within them"
+    elif swappable:
+        kept = (
+            f"stay on the device but for {format_size(swappable)} of all loops' lists, which "
+            "can be swapped between the loops"
+        )
+    else:
+        kept = "stay on the device; they are counted in the plan's peak, not swapped"
     return (
         f"LMS cannot plan into the While loop '{name}': the {format_size(size)} its body keeps "
-        f"for the gradient stay on the device{others if len(loops) > 1 else ''}; they are "
-        "counted in the plan's peak, not swapped"
+        f"for the gradient {kept}{others if len(loops) > 1 else ''}"
     )

@@ -42,7 +42,17 @@ def build_report(analysis, tuned, budget, timings, planned=None, splits=()) -> P
             _pooled(tuned.simulation.host) if plan else None,
         ),
         splits=tuple(split.as_dict() for split in splits),
+        swapped_lists=_swapped_lists(analysis, plan),
     )
+
+
+def _swapped_lists(analysis, plan) -> int | None:
+    """How many of the plan's swaps are a loop's tensor lists (lms/device/lists.py); None for
+    none, as a record that does not name them loads."""
+    if plan is None:
+        return None
+    count = sum(analysis.tensors[swap.tensor].list_element is not None for swap in plan.swaps)
+    return count or None
 
 
 TIMELINE_POINTS = 300

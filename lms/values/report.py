@@ -152,6 +152,9 @@ class PlanReport:
     # ops split into pieces (lms/split/rewrite.py Split.as_dict: op, op_type, pieces, axis, bytes,
     # why); None in records from before splitting, () when nothing was split
     splits: tuple | None = None
+    # of `swapped_tensors`, the loops' tensor lists swapped stacked (lms/device/lists.py); None
+    # when none is (not written then, as in records from before lists could be swapped)
+    swapped_lists: int | None = None
 
     def to_dict(self) -> dict:
         data = {
@@ -179,6 +182,8 @@ class PlanReport:
             data["calibration"] = self.calibration
         if self.splits:
             data["splits"] = [dict(split) for split in self.splits]
+        if self.swapped_lists:
+            data["swapped_lists"] = self.swapped_lists
         return data
 
     @classmethod

@@ -1,8 +1,12 @@
-"""Child of test_loops.py: two stacked Keras LSTMs (each a While loop over the sequence on the
-CPU), their step analysed, simulated and measured without LMS in this fresh process.
+"""Child of test_loops.py and test_lists.py: stacked Keras LSTMs (each a While loop over the
+sequence on the CPU), their step analysed, simulated and measured in this fresh process, without
+LMS or with it.
 
-Usage: _lstm_step.py LENGTH BATCH. Prints one JSON line: the loops the analysis saw, the
-simulated and the measured peak. Needs TF_CPU_ALLOCATOR_USE_BFC=true.
+Usage: _lstm_step.py LENGTH BATCH [LAYERS WIDTH [DEVICE_MEMORY]]. Without DEVICE_MEMORY (bytes)
+the plain step: prints one JSON line with the loops the analysis saw, the simulated and the
+measured peak. With it, the step wrapped by LMS for that device memory (no calibration: the
+plan as simulated): the plan's simulated peak, the measured one, how many tensor lists it swaps.
+Needs TF_CPU_ALLOCATOR_USE_BFC=true.
 """
 
 import json
@@ -15,11 +19,11 @@ import lms
 from lms.graph.cpu_host import cpu_kernels
 
 
-def lstm_step(length: int, batch: int, width: int = 256):
+def lstm_step(length: int, batch: int, width: int = 256, layers: int = 2):
     tokens = keras.Input((length,), batch_size=batch, dtype="int32")
     x = keras.layers.Embedding(1000, width)(tokens)
-    x = keras.layers.LSTM(width, return_sequences=True)(x)
-    x = keras.layers.LSTM(width)(x)
+    for layer in range(layers):
+        x = keras.layers.LSTM(width, return_sequences=layer < layers - 1)(x)
     model = keras.Model(tokens, keras.layers.Dense(10)(x))
     optimizer = keras.optimizers.SGD(1e-3)
 
@@ -38,21 +42,40 @@ def lstm_step(length: int, batch: int, width: int = 256):
     return step, x, tf.zeros((batch,), tf.int32)
 
 
-if __name__ == "__main__":
-    keras.utils.set_random_seed(0)
-    step, x, y = lstm_step(int(sys.argv[1]), int(sys.argv[2]))
-    analysis = lms.internal.analyze(step.get_concrete_function(x, y).graph)
-    analysis.kernels = cpu_kernels()
+def measured_peak(step, x, y) -> int:
     float(step(x, y))
     tf.config.experimental.reset_memory_stats("CPU:0")
     for _ in range(2):
         float(step(x, y))
-    print(
-        json.dumps(
-            {
-                "loops": analysis.loops,
-                "simulated": lms.internal.simulate(analysis).peak_bytes,
-                "measured": tf.config.experimental.get_memory_info("CPU:0")["peak"],
-            }
-        )
-    )
+    return tf.config.experimental.get_memory_info("CPU:0")["peak"]
+
+
+def plain(step, x, y) -> dict:
+    analysis = lms.internal.analyze(step.get_concrete_function(x, y).graph)
+    analysis.kernels = cpu_kernels()
+    simulated = lms.internal.simulate(analysis).peak_bytes
+    return {"loops": analysis.loops, "simulated": simulated, "measured": measured_peak(step, x, y)}
+
+
+def with_lms(step, x, y, device_memory: int) -> dict:
+    planner = lms.LMS(device_memory=device_memory, calibration_steps=0)
+    wrapped = planner.wrap(step)
+    measured = measured_peak(wrapped, x, y)
+    report = planner.report
+    return {
+        "simulated": report.peak_bytes_with_lms,
+        "measured": measured,
+        "swapped_lists": report.swapped_lists,
+        "swapped_tensors": report.swapped_tensors,
+    }
+
+
+if __name__ == "__main__":
+    keras.utils.set_random_seed(0)
+    length, batch = int(sys.argv[1]), int(sys.argv[2])
+    layers, width = (int(sys.argv[3]), int(sys.argv[4])) if len(sys.argv) > 4 else (2, 256)
+    step, x, y = lstm_step(length, batch, width, layers)
+    if len(sys.argv) > 5:
+        print(json.dumps(with_lms(step, x, y, int(sys.argv[5]))))
+    else:
+        print(json.dumps(plain(step, x, y)))

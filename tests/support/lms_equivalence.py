@@ -8,6 +8,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from gpu_path_cases import recurrent_case
 from lms_cases import Case, applications_case, small_cnn, step_update, workload_case
 
 import lms
@@ -103,6 +104,8 @@ EQUIVALENCE_CASES = {
     "resnet50": (lambda: workload_case("resnet50", 96, 4), None),
     "mobilenetv2": (lambda: applications_case("MobileNetV2", 96, 4), None),
     "densenet121": (lambda: applications_case("DenseNet121", 64), None),
+    # a GRU and an LSTM: While loops, whose accumulated lists swap stacked (lms/device/lists.py)
+    "recurrent": (recurrent_case, None),
 }
 
 
