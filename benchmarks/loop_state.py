@@ -1,20 +1,23 @@
-"""What a recurrent step's loop state costs LMS, and what unrolling the loop gives back (issue
-43, item 3), each configuration in a fresh process on the emulated device.
+"""What a recurrent step's loop state costs LMS, and what LMS does with it (issue 43, item 3),
+each configuration in a fresh process on the emulated device.
 
-Keras runs an LSTM as a While loop; for the gradient, TensorFlow accumulates each iteration's
-intermediates in tensor lists that the backward loop pops. LMS does not plan into loops: those
-lists stay on the device from the forward loop to the backward one (the analysis counts them as
-`Analysis.loops`). The same model with `unroll=True` has no loop: every step's intermediates are
-ordinary tensors that LMS can swap. For stacked LSTMs of `--length` tokens this prints:
+Keras runs an LSTM (a GRU) as a While loop; for the gradient, TensorFlow accumulates each
+iteration's intermediates in tensor lists that the backward loop pops. LMS swaps those lists
+between the loops, stacked into one tensor (lms/device/lists.py), and plans nothing inside a
+loop's body. The same model with `unroll=True` has no loop: every step's intermediates are
+ordinary tensors that LMS can swap. For stacked layers of `--length` tokens this prints:
 
 - plain, batch B: the measured peak P (the device memory of the rest) and s/step, and the same
   unrolled (what unrolling costs without LMS);
-- LMS at device memory P, batch `--factor` x B, with the loop: what LMS keeps or why it refuses;
-- the same unrolled: measured peak, s/step, and the plain loop step's s/step at batch B over it
-  (per sample).
+- LMS at device memory P, batch `--factor` x B, with the loop: measured peak, s/step, and the
+  plain step's samples/s over it, or why it refuses;
+- the same unrolled.
 
-    python benchmarks/loop_state.py [--length 128] [--batch 16] [--layers 3] [--width 256]
-        [--factor 2] [--steps 3]
+`--processes N` runs every configuration N times, interleaved (the device memory: each round's
+own plain peak); the lines give each process's numbers.
+
+    python benchmarks/loop_state.py [--cell lstm|gru] [--length 128] [--batch 16] [--layers 3]
+        [--width 256] [--factor 2] [--steps 3] [--processes 1] [--no-unrolled]
 """
 
 import argparse
@@ -31,9 +34,9 @@ from lms_emulated import measure, run_json_child  # noqa: E402
 MiB = 2**20
 
 
-def lstm_step(length: int, batch: int, layers: int, width: int, unroll: bool):
-    """A training step of `layers` stacked LSTMs over `length` tokens (vocabulary 1024), ten
-    classes from the last output; its inputs."""
+def lstm_step(length: int, batch: int, layers: int, width: int, unroll: bool, cell="lstm"):
+    """A training step of `layers` stacked LSTMs (GRUs) over `length` tokens (vocabulary 1024),
+    ten classes from the last output; its inputs."""
     import keras
     import tensorflow as tf
 
@@ -44,7 +47,8 @@ def lstm_step(length: int, batch: int, layers: int, width: int, unroll: bool):
     x = keras.layers.Embedding(1024, width)(tokens)
     for layer in range(layers):
         last = layer == layers - 1
-        x = keras.layers.LSTM(width, return_sequences=not last, unroll=unroll)(x)
+        layer_of = keras.layers.GRU if cell == "gru" else keras.layers.LSTM
+        x = layer_of(width, return_sequences=not last, unroll=unroll)(x)
     model = keras.Model(tokens, keras.layers.Dense(10)(x))
 
     def loss_fn(y, p):
@@ -56,11 +60,11 @@ def lstm_step(length: int, batch: int, layers: int, width: int, unroll: bool):
     return step, inputs, labels
 
 
-def child(mode: str, length, batch, layers, width, device_bytes, steps) -> dict:
+def child(mode: str, length, batch, layers, width, device_bytes, steps, cell) -> dict:
     import lms
 
     unroll = mode.endswith("unrolled")
-    step, inputs, labels = lstm_step(length, batch, layers, width, unroll)
+    step, inputs, labels = lstm_step(length, batch, layers, width, unroll, cell)
     result = {"mode": mode, "batch": batch}
     if mode.startswith("plain"):
         peak, seconds = measure(step, inputs, labels, steps)
@@ -86,65 +90,78 @@ def child(mode: str, length, batch, layers, width, device_bytes, steps) -> dict:
         swapped_bytes=report.swapped_bytes,
         loop_bytes=sum(loop.bytes for loop in report.analysis.loops or ()),
         vertices=report.analysis.vertices,
+        swapped_lists=report.swapped_lists or 0,
     )
     return result
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cell", choices=("lstm", "gru"), default="lstm")
     parser.add_argument("--length", type=int, default=128)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--layers", type=int, default=3)
     parser.add_argument("--width", type=int, default=256)
     parser.add_argument("--factor", type=int, default=2)
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--processes", type=int, default=1)
+    parser.add_argument("--no-unrolled", action="store_true", help="skip the unrolled steps")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)  # mode batch device_bytes
     args = parser.parse_args()
     shape = (args.length, args.layers, args.width)
     if args.child:
         mode, batch, device_bytes = args.child[0], int(args.child[1]), int(args.child[2])
-        result = child(mode, args.length, batch, args.layers, args.width, device_bytes, args.steps)
+        result = child(mode, *shape[:1], batch, *shape[1:], device_bytes, args.steps, args.cell)
         print(json.dumps(result))
         return
     common = [f"--length={shape[0]}", f"--layers={shape[1]}", f"--width={shape[2]}"]
-    common.append(f"--steps={args.steps}")
+    common += [f"--steps={args.steps}", f"--cell={args.cell}"]
 
     def run(mode, batch, device_bytes=0):
         print(f"{mode}, batch {batch} ...", file=sys.stderr, flush=True)
         arguments = [*common, "--child", mode, str(batch), str(device_bytes)]
         return run_json_child(__file__, arguments, mode)
 
-    plain = run("plain", args.batch)
-    if plain is None:
-        return
-    device = plain["peak"]
     larger = args.batch * args.factor
-    rows = [plain, run("plain-unrolled", args.batch)]
-    rows += [run("lms-loop", larger, device), run("lms-unrolled", larger, device)]
-    print(
-        f"{args.layers} stacked LSTMs of {args.width}, {args.length} tokens; device memory = the "
-        f"plain step's measured peak at batch {args.batch}: {device / MiB:.0f} MiB "
-        f"(loop state {plain['loop_bytes'] / MiB:.0f} MiB of it)"
-    )
-    for row in rows:
-        if row is None:
-            continue
-        if "refused" in row:
-            print(f"- {row['mode']}, batch {row['batch']}: refused: {row['refused']}")
-            continue
-        per_sample = (plain["seconds"] / plain["batch"]) / (row["seconds"] / row["batch"])
-        extra = ""
-        if "simulated" in row:
-            extra = (
-                f", simulated {row['simulated'] / MiB:.0f} MiB, swapped "
-                f"{row['swapped_bytes'] / MiB:.0f} MiB, loop state "
-                f"{row['loop_bytes'] / MiB:.0f} MiB"
-            )
+    for round_ in range(args.processes):
+        plain = run("plain", args.batch)
+        if plain is None:
+            return
+        device = plain["peak"]
+        rows = [plain] if args.no_unrolled else [plain, run("plain-unrolled", args.batch)]
+        rows.append(run("lms-loop", larger, device))
+        if not args.no_unrolled:
+            rows.append(run("lms-unrolled", larger, device))
         print(
-            f"- {row['mode']}, batch {row['batch']}: measured {row['peak'] / MiB:.0f} MiB "
-            f"({row['peak'] / device:.2f} of the device), {row['seconds']:.2f} s/step, plain "
-            f"samples/s over this {per_sample:.2f}{extra}"
+            f"round {round_ + 1} of {args.processes}: {args.layers} stacked "
+            f"{args.cell.upper()}s of {args.width}, {args.length} tokens; device memory = the "
+            f"plain step's measured peak at batch {args.batch}: {device / MiB:.0f} MiB "
+            f"(loop state {plain['loop_bytes'] / MiB:.0f} MiB of it)"
         )
+        for row in rows:
+            _print_row(row, plain, device)
+
+
+def _print_row(row, plain, device) -> None:
+    if row is None:
+        return
+    if "refused" in row:
+        print(f"- {row['mode']}, batch {row['batch']}: refused: {row['refused']}")
+        return
+    per_sample = (plain["seconds"] / plain["batch"]) / (row["seconds"] / row["batch"])
+    extra = ""
+    if "simulated" in row:
+        extra = (
+            f", simulated {row['simulated'] / MiB:.0f} MiB, swapped "
+            f"{row['swapped_bytes'] / MiB:.0f} MiB ({row['swapped_lists']} lists), loop "
+            f"state {row['loop_bytes'] / MiB:.0f} MiB"
+        )
+    print(
+        f"- {row['mode']}, batch {row['batch']}: measured {row['peak'] / MiB:.0f} MiB "
+        f"({row['peak'] / device:.2f} of the device), {row['seconds']:.2f} s/step, plain "
+        f"samples/s over this {per_sample:.2f}{extra}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -241,6 +241,7 @@ class Pipeline:
             paired_reads=paired_reads,
         )
         analysis.kernels = self.device.kernels  # whose temporaries the simulator counts
+        analysis.stacked_lists = not self.mechanism.swaps.copies_lists
         return analysis
 
     def allocator_model(self):

@@ -35,6 +35,9 @@ class DeviceCopy:
 
     kind = "device-copy"
     keeps_ops = True  # its nodes must be the step's control outputs (lms/device/rewriter.py)
+    # a tensor list's copy between devices moves its elements one by one (TensorFlow's variant
+    # device copy, as when a list crosses devices): no stacked copy on the device
+    copies_lists = True
     store = None  # TensorFlow frees its copies itself
 
     def __init__(self, host_device: str = "/device:CPU:0", compute_device: str = "/device:GPU:0"):

@@ -104,6 +104,7 @@ class HostStore:
 
     kind = "host-store"
     keeps_ops = False  # its py_funcs are stateful: Grappler never removes them
+    copies_lists = False  # a py_func takes no tensor list: lms/device/lists.py stacks it
 
     def __init__(
         self,
@@ -302,17 +303,25 @@ class HostStore:
             ),
         ]
 
-    def swap_in_nodes(self, prefix, stored, tensor):
+    def host_read_nodes(self, prefix, stored, tensor):
+        """The swap-in's py_func alone: its output is the host array itself, outside the
+        device's allocator, for an op that copies it onto the device anyway (a list's rebuild,
+        lms/device/lists.py). The trigger's control dependency holds it back."""
         _, get = self._py_func_tokens()
-        swap_in = node(
-            f"{prefix}{SWAP_IN}",
-            "PyFunc",
-            [stored],
-            tensor.device,
-            token=attr_value_pb2.AttrValue(s=get),
-            Tin=type_list_attr([tf.int64]),
-            Tout=type_list_attr([tensor.dtype]),
-        )
+        return [
+            node(
+                f"{prefix}{SWAP_IN}",
+                "PyFunc",
+                [stored],
+                tensor.device,
+                token=attr_value_pb2.AttrValue(s=get),
+                Tin=type_list_attr([tf.int64]),
+                Tout=type_list_attr([tensor.dtype]),
+            )
+        ]
+
+    def swap_in_nodes(self, prefix, stored, tensor):
+        (swap_in,) = self.host_read_nodes(prefix, stored, tensor)
         # TensorFlow wraps a numpy_function's result without copying it, outside its allocator:
         # without this copy the emulated device would not count the swapped-in tensor at all
         # (a GPU's swap-in is device memory).

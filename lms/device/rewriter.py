@@ -41,6 +41,9 @@ class SwapNodes(Protocol):
     `tensor` is it."""
 
     keeps_ops: bool  # whether the step must keep its nodes from Grappler (control outputs)
+    # whether its copies move a loop's tensor list as it is; else lms/device/lists.py stacks the
+    # list for them, and reads the swapped-in host array with `host_read_nodes`
+    copies_lists: bool
 
     def swap_out_nodes(self, prefix: str, source: str, tensor, readers: int) -> list:
         """Nodes whose last one's output 0 is what the swap-ins read (a host copy or a handle);
@@ -58,7 +61,9 @@ def swap_graph_def(analysis: Analysis, plan: Plan, mechanism: SwapNodes, tensor_
     for number, swap in enumerate(plan.swaps):
         info = analysis.tensors[swap.tensor]
         tensor = tensor_of[info.name]
-        swaps = mechanism if info.list_element is None else ListSwaps(mechanism, info.list_element)
+        swaps = mechanism
+        if info.list_element is not None and not mechanism.copies_lists:
+            swaps = ListSwaps(mechanism, info.list_element)
         out_nodes = swaps.swap_out_nodes(f"s{number}/", info.name, tensor, len(swap.swap_ins))
         graph_def.node.extend(out_nodes)
         stored = out_nodes[-1].name

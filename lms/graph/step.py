@@ -147,9 +147,13 @@ class Analysis:
     # the kernels the step runs with, whose temporaries the simulator counts (lms/graph/kernels.py):
     # "onednn", "eigen" or "gpu"
     kernels: str = "onednn"
-    # While loops and what their tensor lists keep for the gradient (lms/graph/loops.py), which LMS
-    # cannot swap: [(op name, bytes)], largest first
+    # While loops and what their tensor lists keep for the gradient (lms/graph/loops.py), swapped
+    # between the loops where they can be (TensorInfo.list_element): [(op name, bytes)], largest
+    # first
     loops: list = field(default_factory=list)
+    # whether a swapped list is stacked on the device for its swap-out (the emulated device's
+    # host store; TensorFlow's copies move it element by element: lms/device/lists.py)
+    stacked_lists: bool = True
     # what the step holds in host memory besides swapped tensors: split ops' host arrays and,
     # computing on a GPU, the host's tensors: [(bytes, [op indices that create, fill or read it])]
     host_arrays: list = field(default_factory=list)

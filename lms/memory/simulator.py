@@ -236,25 +236,23 @@ def _add_swaps(analysis, plan, static, step_of, steps, device, host) -> tuple:
         size = analysis.buffer_bytes(tensor)
         host[out_step] += size
         host[host_end + 1] -= size
-    for step, size in list_staging(analysis, plan, static, new_last, moved.copies):
+    for step, size in list_staging(analysis, plan, static, new_last):
         device[step] += size
         device[step + 1] -= size
     return new_last, moved.copies
 
 
-def list_staging(analysis: Analysis, plan: Plan, static, last, copies) -> list:
-    """[(step, bytes)]: a swapped tensor list's dense copy, beside the list at its swap-out's
-    last step (stacked) and at each swap-in's first (rebuilt): lms/device/lists.py. `last`: the
-    buffers' last steps with the swaps in."""
+def list_staging(analysis: Analysis, plan: Plan, static, last) -> list:
+    """[(step, bytes)]: a swapped tensor list's stacked copy, beside the list at its swap-out's
+    last step, where the host store's mechanism stacks lists (`Analysis.stacked_lists`,
+    lms/device/lists.py). `last`: the buffers' last steps with the swaps in."""
+    if not analysis.stacked_lists:
+        return []
     staged = []
     for swap in plan.swaps:
         info = analysis.tensors[swap.tensor]
         if info.list_element is not None and info.buffer in static.index:
             staged.append((int(last[static.index[info.buffer]]), info.bytes))
-    for copy in copies:
-        info = analysis.tensors[copy.tensor]
-        if info.list_element is not None:
-            staged.append((copy.begin, info.bytes))
     return staged
 
 
@@ -309,7 +307,7 @@ def buffers(analysis: Analysis, plan: Plan | None = None, placed=None) -> Alloca
     temps = np.flatnonzero(static.transient)
     extra += [(int(s - static.early[s]), int(s), int(static.transient[s])) for s in temps]
     if plan:
-        extra += [(s, s, size) for s, size in list_staging(analysis, plan, static, last, copies)]
+        extra += [(s, s, size) for s, size in list_staging(analysis, plan, static, last)]
     if extra:
         more = np.array(extra, dtype=np.int64)
         first = np.concatenate([first, more[:, 0]])

@@ -12,8 +12,10 @@ from _lstm_step import lstm_step
 from lms_cases import run_child
 
 import lms
+from lms.device.copies import DeviceCopy
 from lms.device.host_store import HostStore
 from lms.device.lists import REBUILD, STACK, ListSwaps
+from lms.device.rewriter import rewrite
 from lms.graph.names import SWAP_IN, SWAP_OUT
 
 MiB = 2**20
@@ -24,7 +26,7 @@ def _first_list(analysis):
 
 
 @pytest.mark.compat
-def test_a_list_is_stacked_before_the_mechanisms_swap_out_and_rebuilt_after_its_swap_in():
+def test_a_list_is_stacked_for_the_host_store_and_rebuilt_from_its_host_array():
     step, x, y = lstm_step(8, 2, width=16)
     graph = step.get_concrete_function(x, y).graph
     info = _first_list(lms.internal.analyze(graph))
@@ -36,16 +38,40 @@ def test_a_list_is_stacked_before_the_mechanisms_swap_out_and_rebuilt_after_its_
     assert stack.op == "TensorListStack" and stack.input[0] == info.name
     assert out[-1].name.endswith(SWAP_OUT) and stack.name in out[-1].input
     back = swaps.swap_in_nodes("s0/g0/", out[-1].name, tensor)
-    assert back[0].name.endswith(SWAP_IN)  # what the trigger holds back: the copy itself
-    assert back[-1].op == "TensorListFromTensor" and back[-1].name.endswith(REBUILD)
+    assert back[0].name.endswith(SWAP_IN)  # what the trigger holds back: the host read
+    # rebuilt from the host array itself: no dense copy on the device (no DeepCopy)
+    assert [n.op for n in back] == ["PyFunc", "Const", "TensorListFromTensor"]
+    assert back[-1].name.endswith(REBUILD) and back[-1].input[0] == back[0].name
 
 
 @pytest.mark.compat
-def test_the_simulation_counts_a_lists_dense_copy_beside_it():
-    """Stacked at its swap-out and rebuilt at its swap-in, a list is on the device twice: the
-    simulated curve has the list's bytes twice at those steps, not once."""
+def test_tensorflows_copies_take_a_list_as_it_is():
+    """On a GPU (and in the two-device mode) a list crosses devices element by element, as
+    TensorFlow copies any list between devices: swapped as it is, nothing stacked."""
+    step, x, y = lstm_step(8, 2, width=16)
+    concrete = step.get_concrete_function(x, y)
+    analysis = lms.internal.analyze(concrete.graph)
+    plan = lms.internal.plan(analysis, lms.Parameters(1, 1, 0, ordering=1))
+    assert any(analysis.tensors[s.tensor].list_element for s in plan.swaps)
+    rewrite(concrete, analysis, plan, DeviceCopy("/device:CPU:0", "/device:CPU:0"))
+    types = {op.type for op in concrete.graph.get_operations() if "lms/" in op.name}
+    assert "TensorListStack" not in types and "TensorListFromTensor" not in types
+    copies = [
+        op
+        for op in concrete.graph.get_operations()
+        if op.name.endswith(SWAP_OUT) and op.get_attr("T") == tf.variant
+    ]
+    assert copies
+
+
+@pytest.mark.compat
+@pytest.mark.parametrize("stacked", [True, False], ids=["host-store", "device-copies"])
+def test_the_simulation_counts_a_stacked_lists_dense_copy_beside_it(stacked):
+    """Stacked at its swap-out (the host store), a list is on the device twice at that step;
+    with TensorFlow's copies never."""
     step, x, y = lstm_step(16, 4, width=32)
     analysis = lms.internal.analyze(step.get_concrete_function(x, y).graph)
+    analysis.stacked_lists = stacked
     info = _first_list(analysis)
     index = analysis.tensors.index(info)
     everything = lms.internal.plan(analysis, lms.Parameters(1, 1, 0, ordering=1))
@@ -55,19 +81,22 @@ def test_the_simulation_counts_a_lists_dense_copy_beside_it():
     info.list_element = None  # the same swap, counted as a dense tensor's
     as_dense = lms.internal.simulate(analysis, only).device
     extra = with_list - as_dense
-    assert sorted(set(extra.tolist())) == [0, info.bytes]
-    assert (extra > 0).sum() == 1 + len(swap.swap_ins)
+    assert sorted(set(extra.tolist())) == ([0, info.bytes] if stacked else [0])
+    assert (extra > 0).sum() == (1 if stacked else 0)
 
 
 @pytest.mark.kernels
 def test_stacked_lstms_train_twice_the_batch_in_the_plain_steps_memory():
-    """Three LSTMs of 128 over 64 tokens: the plain step at batch 8 measured, then LMS at batch
-    16 given that much device memory, each in a fresh process. Before lists could be swapped
-    LMS refused (their lists alone are 14 MiB at batch 16, the plain step 17); here measured
-    13 MiB with oneDNN's kernels, simulated 14. Also: the measured peak is the simulated one,
-    since the loops run one iteration at a time (lms/device/rewriter.py)."""
-    plain = run_child("_lstm_step.py", "64", "8", "3", "128")[1]
-    device = plain["measured"]
+    """Three LSTMs of 128 over 64 tokens: the plain step at batch 8, then LMS at batch 16 given
+    that much device memory, each in a fresh process. The plain step's memory is the least of
+    three processes' (17 MiB here: in about one process in three the executor runs the gradient
+    loops' iterations ahead and the plain step measures up to 1.5x that, a device on which LMS
+    need not swap at all). Before lists could be swapped LMS refused (their lists alone are
+    14 MiB at batch 16); here measured 13 MiB with oneDNN's kernels, simulated 14. Also: the
+    measured peak is the simulated one, since the rewritten loops run one iteration at a time
+    (lms/device/rewriter.py)."""
+    plain = [run_child("_lstm_step.py", "64", "8", "3", "128")[1] for _ in range(3)]
+    device = min(result["measured"] for result in plain)
     ran = run_child("_lstm_step.py", "64", "16", "3", "128", str(device))[1]
     assert (ran["swapped_lists"] or 0) > 0, ran
     assert ran["measured"] <= device, (ran, device)
