@@ -2,10 +2,12 @@
 sequence on the CPU), their step analysed, simulated and measured in this fresh process, without
 LMS or with it.
 
-Usage: _lstm_step.py LENGTH BATCH [LAYERS WIDTH [DEVICE_MEMORY]]. Without DEVICE_MEMORY (bytes)
-the plain step: prints one JSON line with the loops the analysis saw, the simulated and the
-measured peak. With it, the step wrapped by LMS for that device memory (no calibration: the
-plan as simulated): the plan's simulated peak, the measured one, how many tensor lists it swaps.
+Usage: _lstm_step.py LENGTH BATCH [LAYERS WIDTH [DEVICE_MEMORY | serial]]. Without DEVICE_MEMORY
+(bytes) the plain step: prints one JSON line with the loops the analysis saw, the simulated and
+the measured peak; `serial`: the same with its loops run one iteration at a time, as LMS runs
+them (the plain step rewritten with no swap). With DEVICE_MEMORY, the step wrapped by LMS for
+that device memory (no calibration: the plan as simulated): the plan's simulated peak, the
+measured one, how many tensor lists it swaps.
 Needs TF_CPU_ALLOCATOR_USE_BFC=true.
 """
 
@@ -16,7 +18,9 @@ import keras
 import tensorflow as tf
 
 import lms
+from lms.device.rewriter import rewrite
 from lms.graph.cpu_host import cpu_kernels
+from lms.planning.planner import Plan
 
 
 def lstm_step(length: int, batch: int, width: int = 256, layers: int = 2):
@@ -50,10 +54,14 @@ def measured_peak(step, x, y) -> int:
     return tf.config.experimental.get_memory_info("CPU:0")["peak"]
 
 
-def plain(step, x, y) -> dict:
-    analysis = lms.internal.analyze(step.get_concrete_function(x, y).graph)
+def plain(step, x, y, serial: bool = False) -> dict:
+    concrete = step.get_concrete_function(x, y)
+    analysis = lms.internal.analyze(concrete.graph)
     analysis.kernels = cpu_kernels()
     simulated = lms.internal.simulate(analysis).peak_bytes
+    if serial:  # no swap: the rewrite only runs the loops one iteration at a time
+        nothing = Plan(lms.Parameters(), [], frozenset())
+        step = rewrite(concrete, analysis, nothing, lms.internal.HostStore())
     return {"loops": analysis.loops, "simulated": simulated, "measured": measured_peak(step, x, y)}
 
 
@@ -75,7 +83,7 @@ if __name__ == "__main__":
     length, batch = int(sys.argv[1]), int(sys.argv[2])
     layers, width = (int(sys.argv[3]), int(sys.argv[4])) if len(sys.argv) > 4 else (2, 256)
     step, x, y = lstm_step(length, batch, width, layers)
-    if len(sys.argv) > 5:
+    if len(sys.argv) > 5 and sys.argv[5] != "serial":
         print(json.dumps(with_lms(step, x, y, int(sys.argv[5]))))
     else:
-        print(json.dumps(plain(step, x, y)))
+        print(json.dumps(plain(step, x, y, serial=sys.argv[5:] == ["serial"])))
