@@ -7,8 +7,9 @@ between the loops, stacked into one tensor (lms/device/lists.py), and plans noth
 loop's body. The same model with `unroll=True` has no loop: every step's intermediates are
 ordinary tensors that LMS can swap. For stacked layers of `--length` tokens this prints:
 
-- plain, batch B: the measured peak P (the device memory of the rest) and s/step, and the same
-  unrolled (what unrolling costs without LMS);
+- plain, batch B: the measured peak P (the device memory of the rest) and s/step; the same with
+  its loops run one iteration at a time, as LMS runs them (`plain-serial`; `--device serial`
+  makes its peak the device memory); the same unrolled (what unrolling costs without LMS);
 - LMS at device memory P, batch `--factor` x B, with the loop: measured peak, s/step, and the
   plain step's samples/s over it, or why it refuses;
 - the same unrolled.
@@ -18,6 +19,7 @@ own plain peak); the lines give each process's numbers.
 
     python benchmarks/loop_state.py [--cell lstm|gru] [--length 128] [--batch 16] [--layers 3]
         [--width 256] [--factor 2] [--steps 3] [--processes 1] [--no-unrolled]
+        [--device plain|serial]
 """
 
 import argparse
@@ -67,8 +69,15 @@ def child(mode: str, length, batch, layers, width, device_bytes, steps, cell) ->
     step, inputs, labels = lstm_step(length, batch, layers, width, unroll, cell)
     result = {"mode": mode, "batch": batch}
     if mode.startswith("plain"):
+        concrete = step.get_concrete_function(inputs, labels)
+        analysis = lms.internal.analyze(concrete.graph)
+        if mode == "plain-serial":  # its loops one iteration at a time, as LMS runs them
+            from lms.device.rewriter import rewrite
+            from lms.planning.planner import Plan
+
+            nothing = Plan(lms.Parameters(), [], frozenset())
+            step = rewrite(concrete, analysis, nothing, lms.internal.HostStore())
         peak, seconds = measure(step, inputs, labels, steps)
-        analysis = lms.internal.analyze(step.get_concrete_function(inputs, labels).graph)
         result.update(
             peak=peak, seconds=seconds, loop_bytes=sum(size for _, size in analysis.loops)
         )
@@ -106,6 +115,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--processes", type=int, default=1)
     parser.add_argument("--no-unrolled", action="store_true", help="skip the unrolled steps")
+    parser.add_argument(
+        "--device",
+        choices=("plain", "serial"),
+        default="plain",
+        help="device memory: the plain step's measured peak, or with its loops run one "
+        "iteration at a time as LMS runs them (lower: TensorFlow runs up to 32 at once)",
+    )
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)  # mode batch device_bytes
     args = parser.parse_args()
     shape = (args.length, args.layers, args.width)
@@ -125,17 +141,20 @@ def main() -> None:
     larger = args.batch * args.factor
     for round_ in range(args.processes):
         plain = run("plain", args.batch)
-        if plain is None:
+        serial = run("plain-serial", args.batch)
+        if plain is None or serial is None:
             return
-        device = plain["peak"]
-        rows = [plain] if args.no_unrolled else [plain, run("plain-unrolled", args.batch)]
+        device = (serial if args.device == "serial" else plain)["peak"]
+        rows = [plain, serial]
+        if not args.no_unrolled:
+            rows.append(run("plain-unrolled", args.batch))
         rows.append(run("lms-loop", larger, device))
         if not args.no_unrolled:
             rows.append(run("lms-unrolled", larger, device))
         print(
             f"round {round_ + 1} of {args.processes}: {args.layers} stacked "
             f"{args.cell.upper()}s of {args.width}, {args.length} tokens; device memory = the "
-            f"plain step's measured peak at batch {args.batch}: {device / MiB:.0f} MiB "
+            f"{args.device} step's measured peak at batch {args.batch}: {device / MiB:.0f} MiB "
             f"(loop state {plain['loop_bytes'] / MiB:.0f} MiB of it)"
         )
         for row in rows:
