@@ -4,7 +4,11 @@ step slowed down from outside the suite, and must fail with the regression in it
 (2 processes per trial) runs in another "image" (SUITE_IMAGE_DIGEST, which the suite records as
 the image and puts in the host description, as a container run does). The history written
 beside the report, and the one published, must show the three runs, night 2's regression and
-night 3's image change."""
+night 3's image change.
+
+One workload: the chain's steps are what this test is for, and each trial process is a TensorFlow
+start (24 of them made it CI's slowest test with a second workload). Two workloads' series and
+plots in a history are held by tests/suite/reporting/test_history_page.py."""
 
 import json
 import os
@@ -31,12 +35,6 @@ kind = "throughput"
 workload = "googlenet"
 resolution = 64
 batch = 2
-[[study]]
-name = "unet3d"
-kind = "throughput"
-workload = "unet3d"
-resolution = 16
-batch = 1
 """
 
 # Installed on night 2 through PYTHONPATH: in trial processes only
@@ -96,11 +94,11 @@ def test_nightly_chain_passes_catches_a_slowdown_and_marks_a_new_image(tmp_path)
     status, output = night({**env, "PYTHONPATH": str(tmp_path / "slower")})
     assert status == 1, output
     records = load_trials(tmp_path / "results")
-    assert len(records) == 20 and len({r.run for r in records}) == 2  # night 2 measured anew
+    assert len(records) == 10 and len({r.run for r in records}) == 2  # night 2 measured anew
     regression = json.loads((tmp_path / "report" / "regression.json").read_text())
-    assert [r["verdict"] for r in regression["rows"]] == ["regression", "regression"]
+    assert [r["verdict"] for r in regression["rows"]] == ["regression"]
     report = (tmp_path / "report" / "report.md").read_text()
-    assert "**2 regression(s)**" in report
+    assert "**1 regression(s)**" in report
     assert (tmp_path / "baseline.json").read_text() == baseline  # night 2 did not accept itself
     index = (tmp_path / "published" / "index.md").read_text()
     assert index.count("- [") == 2  # the failing night's report is published too
@@ -119,7 +117,7 @@ def test_nightly_chain_passes_catches_a_slowdown_and_marks_a_new_image(tmp_path)
     assert len(runs) == 3 and {r.image for r in records if r.run == runs[2]} == {IMAGE}
     history = json.loads((tmp_path / "report" / "history" / "history.json").read_text())
     assert [run["key"] for run in history["runs"]] == runs
-    assert [s["workload"] for s in history["series"]] == ["googlenet", "unet3d"]
+    assert [s["workload"] for s in history["series"]] == ["googlenet"]
     for series in history["series"]:
         assert [p["run"] for p in series["points"]] == runs
         assert [p["processes"] for p in series["points"]] == [5, 5, 2]
@@ -133,9 +131,8 @@ def test_nightly_chain_passes_catches_a_slowdown_and_marks_a_new_image(tmp_path)
     assert [(c["run"], c["label"]) for c in image] == [(runs[2], "image native → 0123456789ab")]
     page = (tmp_path / "report" / "history" / "history.md").read_text()
     assert "image native → 0123456789ab" in page and "regression: -" in page
-    for workload in ("googlenet", "unet3d"):
-        plot = tmp_path / "report" / "history" / f"history-{workload}.png"
-        assert plot.read_bytes()[:4] == b"\x89PNG"
+    plot = tmp_path / "report" / "history" / "history-googlenet.png"
+    assert plot.read_bytes()[:4] == b"\x89PNG"
     # the site's history is rebuilt from the same records by `inv publish`
     published = json.loads((tmp_path / "published" / "history" / "history.json").read_text())
     assert [run["key"] for run in published["runs"]] == runs
