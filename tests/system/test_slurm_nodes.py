@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from slurm_nodes import kill_node, node_state, revive_node
 
-from suite.records import load_trials
+from suite.records import load_host, load_trials
 from suite.running.slurm_cluster import PORT_SPAN, WINDOW, WINDOWS
 
 pytestmark = pytest.mark.slurm
@@ -47,13 +47,29 @@ def _run(tmp_path, spec: Path, host: str = "{scheduler: slurm, partition: debug}
     )
 
 
-def test_a_two_node_trial_runs_on_both_nodes_and_trains_as_one_node_does(tmp_path):
-    spec = _spec(tmp_path / "nodes.toml", 3, ("two-nodes", "nodes = 2"), ("one-node", "gpus = 2"))
+def test_trials_are_jobs_and_a_two_node_trial_runs_on_both_nodes_and_trains_as_one_node_does(
+    tmp_path,
+):
+    """Also `inv run --hosts cluster`'s plain case (test_slurm_runs.py's cases stop runs): each
+    trial is a job of its own, the two-replica one on one node gets its cluster from Slurm, and
+    the host description is captured by a job on a node. One run for both: each run pays its
+    trials' TensorFlow starts and a description job."""
+    spec = _spec(
+        tmp_path / "nodes.toml",
+        3,
+        ("two-nodes", "nodes = 2"),
+        ("one-node", "gpus = 2"),
+        ("single", ""),
+    )
     run = _run(tmp_path, spec)
     output = run.communicate(timeout=900)[0]
     assert run.returncode == 0, output
-    spread, packed = load_trials(tmp_path / "r", "cluster")
+    assert "running nodes as Slurm jobs on cluster" in output
+    spread, packed, single = load_trials(tmp_path / "r", "cluster")
     assert (spread.outcome, packed.outcome) == ("ok", "ok"), (spread.error, packed.error)
+    assert single.outcome == "ok", single.error
+    jobs = {spread.metrics.slurm_job, packed.metrics.slurm_job, single.metrics.slurm_job}
+    assert len(jobs) == 3 and all(job.isdigit() for job in jobs)
     assert (spread.params.nodes, spread.params.gpus, spread.metrics.replicas) == (2, 1, 2)
     # one job, a worker on each node: Slurm's node index and name, the machine, the port
     first, second = spread.metrics.workers
@@ -61,11 +77,17 @@ def test_a_two_node_trial_runs_on_both_nodes_and_trains_as_one_node_does(tmp_pat
     assert (second.placement.node_id, second.placement.node) == (1, "node2")
     assert first.placement.hostname == second.placement.hostname == socket.gethostname()
     assert first.placement.address != second.placement.address  # same address, two ports
+    # the two-replica trial on one node: two tasks of one job, joined by
+    # suite/running/slurm_cluster.py
+    assert packed.metrics.replicas == 2
+    assert [w.outcome for w in packed.metrics.workers] == ["ok", "ok"]
     assert {w.placement.node for w in packed.metrics.workers} == {"node1"}
     # the same global batch (2) split the same way: the same updates, the same loss
     losses = [w.final_loss for w in (*spread.metrics.workers, *packed.metrics.workers)]
     assert losses == pytest.approx([losses[0]] * 4, rel=1e-6), losses
-    assert spread.metrics.slurm_job != packed.metrics.slurm_job
+    # the host description was captured by a job on a node
+    description = load_host(tmp_path / "r", single.host_ref)
+    assert description.architecture and description.link["memcpy_gbps"]
 
 
 def test_a_worker_whose_port_is_taken_fails_the_trial_naming_the_port_and_node(tmp_path):

@@ -1,8 +1,9 @@
 """`inv run --hosts cluster` against a real Slurm (scripts/slurm.sh: munge, slurmctld and two
-slurmd on this machine; `inv test` starts it): trials become jobs, a two-replica trial gets its
-cluster from Slurm, `max_jobs` trials are queued at once. A run stopped by SIGINT or SIGTERM
-cancels its jobs; after a SIGKILL they end by themselves; a rerun resumes the same run.
-(suite/dispatch/slurm.py's own cases: tests/suite/dispatch/test_slurm.py.)"""
+slurmd on this machine; `inv test` starts it): `max_jobs` trials are queued at once. A run
+stopped by SIGINT or SIGTERM cancels its jobs; after a SIGKILL they end by themselves; a rerun
+resumes the same run. That trials become jobs, that a two-replica trial gets its cluster from
+Slurm and that the host description comes from a job: test_slurm_nodes.py's first test, in the
+run it makes anyway. (suite/dispatch/slurm.py's own cases: tests/suite/dispatch/test_slurm.py.)"""
 
 import signal
 import subprocess
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 from _held_trial import TWO, HeldTrial, wait_until
 
-from suite.records import TrialRecord, load, load_host, load_trials, results_file
+from suite.records import TrialRecord, load, load_trials, results_file
 from suite.running.heartbeat import STALE_S
 from suite.specs import parse_spec
 
@@ -31,48 +32,12 @@ kind = "throughput"
 workload = "googlenet"
 resolution = 32
 batch = 2
-[[study]]
-name = "two"
-kind = "throughput"
-workload = "googlenet"
-resolution = 32
-batch = 1
-gpus = 2
-memory_budget = "1GiB"
 """
 
 
 def inv(config, *args) -> list[str]:
     """The command line of `./inv -f CONFIG ARGS...`."""
     return [str(ROOT / "inv"), "-f", str(config), *map(str, args)]
-
-
-def test_inv_run_on_a_slurm_host_records_jobs_and_two_replicas(tmp_path):
-    spec = tmp_path / "tiny.toml"
-    spec.write_text(TINY)
-    config = tmp_path / "hosts.yaml"
-    config.write_text("suite:\n  hosts:\n    cluster: {scheduler: slurm, partition: debug}\n")
-    completed = subprocess.run(
-        inv(config, "run", "--spec", spec, "--hosts", "cluster", "--results", tmp_path / "r"),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    output = completed.stdout + completed.stderr
-    assert completed.returncode == 0, output
-    assert "running tiny-slurm as Slurm jobs on cluster" in output
-    one, two = load_trials(tmp_path / "r", "cluster")
-    assert (one.outcome, two.outcome) == ("ok", "ok"), (one.error, two.error)
-    jobs = {one.metrics.slurm_job, two.metrics.slurm_job}
-    assert len(jobs) == 2 and all(job.isdigit() for job in jobs)
-    # two tasks of one job, joined by suite/running/slurm_cluster.py: the same loss on both
-    assert two.metrics.replicas == 2
-    first, second = two.metrics.workers
-    assert first.outcome == second.outcome == "ok"
-    assert first.final_loss == pytest.approx(second.final_loss, rel=1e-6)
-    # the host description was captured by a job on the node
-    description = load_host(tmp_path / "r", one.host_ref)
-    assert description.architecture and description.link["memcpy_gbps"]
 
 
 def test_max_jobs_submits_a_specs_trials_at_once(tmp_path):
