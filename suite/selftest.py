@@ -16,6 +16,12 @@ from pathlib import Path
 
 from suite.environment import ONEDNN_VARIABLE
 
+# held by the background build of the container tests' images while it runs (relative to the
+# repository's root; test-artifacts/ is ignored by git and kept by CI); its output beside it
+PREBUILD_LOCK = Path("test-artifacts/prebuild-images.lock")
+PREBUILD_LOG = PREBUILD_LOCK.with_suffix(".log")
+PREBUILD_SECONDS = 3600  # at the latest then the lock goes, and the tests build for themselves
+
 
 @dataclass(frozen=True)
 class Command:
@@ -58,6 +64,20 @@ def commands(
     skipped = [f"not {part}" for part, wanted in setups.items() if not wanted]
     for part in (part for part, wanted in setups.items() if wanted):
         yield Command(f"bash scripts/{part}.sh")
+    if setups.get("docker") and not k:
+        # the container tests' images, built in the background (tests/support/_prebuild_images.py):
+        # from cold Docker images that is minutes of downloads and one emulated core, which the
+        # main session's first tests (lms's, mostly one core of Python) leave free; the container
+        # tests, at the session's end, wait for the lock and find them cached. The lock is taken
+        # before this command returns, so no test can come first. Not for -k: it may select none.
+        background = (
+            f"nohup timeout {PREBUILD_SECONDS} nice -n 10 {python} "
+            f"tests/support/_prebuild_images.py >{PREBUILD_LOG} 2>&1 &"
+        )
+        yield Command(
+            f"mkdir -p {PREBUILD_LOCK.parent} && exec 9>{PREBUILD_LOCK} && flock 9 && "
+            f"{{ {background} }}"
+        )
     marker = f" -m {json.dumps(' and '.join(skipped))}" if skipped else ""
     if lint:
         yield Command(f"{python} -m ruff check .")

@@ -19,6 +19,9 @@ def test_everything_runs_in_order_with_the_other_kernels_once_more(monkeypatch):
         "bash scripts/docker.sh",
         "bash scripts/slurm.sh",
         "bash scripts/chromium.sh",
+        "mkdir -p test-artifacts && exec 9>test-artifacts/prebuild-images.lock && flock 9 && "
+        "{ nohup timeout 3600 nice -n 10 py tests/support/_prebuild_images.py "
+        ">test-artifacts/prebuild-images.log 2>&1 & }",
         "py -m ruff check .",
         "py -m ruff format --check .",
         "py -m pytest -ra",
@@ -45,3 +48,14 @@ def test_what_is_not_set_up_is_deselected_and_k_selects_in_every_session(monkeyp
         'LMS_TEST_GPU=1 py -m pytest -ra -m gpu -k "plan"',
     ]
     assert commands[-1].failure == "the GPU tests failed" and commands[-1].passes == (0, 5)
+
+
+def test_the_images_are_built_in_the_background_only_with_docker_and_without_k(monkeypatch):
+    cases = (({"docker": True}, None), ({"docker": True}, "plan"), ({"docker": False}, None))
+    for setups, k in cases:
+        lines = [c.line for c in _lines(monkeypatch, setups=setups, k=k)]
+        prebuilds = [line for line in lines if "_prebuild_images.py" in line]
+        assert len(prebuilds) == (setups["docker"] and k is None), lines
+    # the lock is taken before the command returns (only the build goes to the background)
+    (prebuild,) = [c.line for c in _lines(monkeypatch) if "_prebuild_images.py" in c.line]
+    assert prebuild.index("flock 9 && {") < prebuild.index("nohup")

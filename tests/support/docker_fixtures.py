@@ -2,6 +2,7 @@
 engine, the suite's x86_64 image built from the local base with this checkout's suite, and a
 real sshd on loopback whose HOME reaches that engine over SSH, and a tiny spec."""
 
+import fcntl
 from pathlib import Path
 
 import docker
@@ -10,10 +11,23 @@ from sshd import start_sshd
 from tiny_specs import TINY
 
 from suite.hosts.images import build_image
+from suite.selftest import PREBUILD_LOCK
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def wait_for_the_prebuild() -> None:
+    """Wait while `inv test` builds the images in the background (suite/selftest.py holds the
+    lock until its build ends); without one, at once. What it built is then cached."""
+    lock = ROOT / PREBUILD_LOCK
+    if lock.exists():
+        with lock.open() as held:
+            fcntl.flock(held, fcntl.LOCK_SH)
 
 
 @pytest.fixture(scope="module")
 def client():
+    wait_for_the_prebuild()
     client = docker.from_env(timeout=900)
     client.ping()
     return client
