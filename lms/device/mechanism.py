@@ -35,6 +35,8 @@ class Mechanism(SwapNodes, Protocol):
         counts the traffic); None with TensorFlow's copies, which free themselves.
     keeps_ops: whether the ops LMS adds must be kept from Grappler as the step's control
         outputs (TensorFlow's copies are Identities Grappler would otherwise remove).
+    copies_lists: whether its copies move a loop's tensor list as it is (TensorFlow's, element
+        by element); else lms/device/lists.py stacks the list for them.
     host_device, compute_device: where host copies live and the step computes (the target's).
     swaps: what `rewrite` takes to make the swaps' nodes: the mechanism itself."""
 

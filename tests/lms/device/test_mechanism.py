@@ -58,6 +58,7 @@ def test_both_mechanisms_have_every_member_of_the_interface():
         "host_device",
         "compute_device",
         "keeps_ops",
+        "copies_lists",
         "store",
         "swaps",
         "pieces",
