@@ -16,11 +16,11 @@ from pathlib import Path
 
 from suite.environment import ONEDNN_VARIABLE
 
-# held by the background build of the container tests' images while it runs (relative to the
-# repository's root; test-artifacts/ is ignored by git and kept by CI); its output beside it
-PREBUILD_LOCK = Path("test-artifacts/prebuild-images.lock")
-PREBUILD_LOG = PREBUILD_LOCK.with_suffix(".log")
-PREBUILD_SECONDS = 3600  # at the latest then the lock goes, and the tests build for themselves
+# what `inv test` runs in the background, each holding its lock while it runs (paths relative to
+# the repository's root; test-artifacts/ is ignored by git and kept by CI), its output beside it
+PREBUILD_LOCK = Path("test-artifacts/prebuild-images.lock")  # the container tests' images
+COMPAT_VENV_LOCK = Path("test-artifacts/venv-tf2.14.lock")  # the compat session's environment
+BACKGROUND_SECONDS = 3600  # at the latest then a lock goes; what waits for it does the work itself
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,16 @@ def has_gpu() -> bool:
     return subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0
 
 
+def in_background(command: str, lock: Path) -> str:
+    """A shell line that takes `lock` (flock, exclusive) and then starts `command` in the
+    background, niced, holding the lock until it ends (at most BACKGROUND_SECONDS), its output in
+    the lock's .log: the line returns at once, and whatever takes the lock after it waits for
+    `command` to end."""
+    log = lock.with_suffix(".log")
+    background = f"nohup timeout {BACKGROUND_SECONDS} nice -n 10 {command} >{log} 2>&1 &"
+    return f"mkdir -p {lock.parent} && exec 9>{lock} && flock 9 && {{ {background} }}"
+
+
 def commands(
     python: str, root: Path, compat: bool, lint: bool, setups: dict, k: str | None = None
 ) -> Iterator[Command]:
@@ -64,20 +74,18 @@ def commands(
     skipped = [f"not {part}" for part, wanted in setups.items() if not wanted]
     for part in (part for part, wanted in setups.items() if wanted):
         yield Command(f"bash scripts/{part}.sh")
+    venv = root / ".venv-tf2.14"
+    if compat:
+        # TensorFlow 2.14.1's environment, made while the sessions before its own run: minutes of
+        # downloads and unpacking from a clean clone; its session takes the lock before it starts
+        yield Command(in_background(f"bash scripts/venv.sh {venv} tf214,dev", COMPAT_VENV_LOCK))
     if setups.get("docker") and not k:
-        # the container tests' images, built in the background (tests/support/_prebuild_images.py):
-        # from cold Docker images that is minutes of downloads and one emulated core, which the
-        # main session's first tests (lms's, mostly one core of Python) leave free; the container
-        # tests, at the session's end, wait for the lock and find them cached. The lock is taken
-        # before this command returns, so no test can come first. Not for -k: it may select none.
-        background = (
-            f"nohup timeout {PREBUILD_SECONDS} nice -n 10 {python} "
-            f"tests/support/_prebuild_images.py >{PREBUILD_LOG} 2>&1 &"
-        )
-        yield Command(
-            f"mkdir -p {PREBUILD_LOCK.parent} && exec 9>{PREBUILD_LOCK} && flock 9 && "
-            f"{{ {background} }}"
-        )
+        # the container tests' images (tests/support/_prebuild_images.py): from cold Docker
+        # images that is minutes of downloads and one emulated core, which the main session's
+        # first tests (lms's, mostly one core of Python) leave free; the container tests, at the
+        # session's end, wait for the lock and find them cached. Not for -k: it may select none.
+        prebuild = f"{python} tests/support/_prebuild_images.py"
+        yield Command(in_background(prebuild, PREBUILD_LOCK))
     marker = f" -m {json.dumps(' and '.join(skipped))}" if skipped else ""
     if lint:
         yield Command(f"{python} -m ruff check .")
@@ -98,6 +106,6 @@ def commands(
         gpu = f"LMS_TEST_GPU=1 {python} -m pytest -ra -m gpu{selector}"
         yield Command(gpu, (0, 5), "the GPU tests failed")
     if compat:
-        venv = root / ".venv-tf2.14"
-        yield Command(f"bash scripts/venv.sh {venv} tf214,dev")
+        # after the background setup (or again, where it failed: venv.sh then says why)
+        yield Command(f"flock {COMPAT_VENV_LOCK} bash scripts/venv.sh {venv} tf214,dev")
         yield Command(f"{venv}/bin/python -m pytest -ra -m compat{selector}")
