@@ -25,7 +25,7 @@ def wait_for_the_prebuild() -> None:
             fcntl.flock(held, fcntl.LOCK_SH)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def client():
     wait_for_the_prebuild()
     client = docker.from_env(timeout=900)
@@ -33,9 +33,11 @@ def client():
     return client
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def image(client):
-    """The x86_64 image from the local base (cached by docker between runs)."""
+    """The x86_64 image from the local base (cached by docker between runs), built once for the
+    session's container tests (each build of a cached image still sends the checkout and
+    replays its steps: seconds)."""
     lines = []
     facts = build_image(client, "x86_64", "local", "cpu", echo=lines.append)
     assert any(line.startswith("    Step ") for line in lines)  # the streamed build log
