@@ -20,7 +20,7 @@ from lms import _tf_private
 from lms.calibration import Calibration, CalibrationCache, fingerprint
 from lms.device.host_memory import check_host_memory
 from lms.device.mechanism import mechanism_for
-from lms.device.rewriter import rewrite
+from lms.device.rewriter import one_iteration_at_a_time, rewrite
 from lms.device.target import describe_device
 from lms.errors import NothingFitsError
 from lms.graph.cpu_host import EIGEN_KERNELS_WARNING
@@ -188,9 +188,13 @@ class Pipeline:
         if planned.tuned.plan is not None:
             plan_ = planned.tuned.plan
             callable_ = rewrite(concrete, planned.analysis, plan_, self.mechanism.swaps)
-        elif planned.splits:  # split but nothing swapped: the edited graph needs a callable
-            callable_ = _tf_private.concrete_function_from_graph(concrete, concrete.graph)
-            setattr(concrete.graph, REWRITTEN_MARK, True)
+        elif planned.splits or planned.analysis.loops:
+            # split, or loops to run as simulated, but nothing swapped: the edited graph needs
+            # a callable
+            graph = concrete.graph
+            one_iteration_at_a_time(planned.analysis, graph.get_operations())
+            callable_ = _tf_private.concrete_function_from_graph(concrete, graph)
+            setattr(graph, REWRITTEN_MARK, True)
         timings = {**planned.timings, "rewrite_s": time.perf_counter() - started}
         planned = replace(planned, timings=timings)
         return Prepared(callable_, planned, self.report(planned))

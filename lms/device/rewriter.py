@@ -129,7 +129,7 @@ def rewrite(concrete, analysis: Analysis, plan: Plan, mechanism: SwapNodes):
         for before, after in zip(chain, chain[1:], strict=False):
             _tf_private.add_control_input(tf_ops[after], tf_ops[before])
     _split_sums(analysis, graph, tf_ops)
-    _one_iteration_at_a_time(analysis, tf_ops)
+    one_iteration_at_a_time(analysis, tf_ops)
     if mechanism.keeps_ops:
         keep_from_grappler(graph, imported)
     setattr(graph, REWRITTEN_MARK, True)
@@ -185,10 +185,12 @@ def _split_sums(analysis: Analysis, graph, tf_ops) -> None:
         _tf_private.move_control_outputs(op, adds[-1].op)
 
 
-def _one_iteration_at_a_time(analysis: Analysis, tf_ops) -> None:
+def one_iteration_at_a_time(analysis: Analysis, tf_ops) -> None:
     """Each `While` of the step runs its iterations one after another (`parallel_iterations`
     1, from while_v2's 32), as the simulation counts a loop: its body's peak once, beside the
-    lists it fills (lms/graph/loops.py). Left at 32, the executor ran the gradient loop's
+    lists it fills (lms/graph/loops.py). Also where a step with loops needs no swap (the
+    pipeline edits its graph for this alone: a plain recurrent step measured up to 2x its
+    simulated peak with TensorFlow's 32). Left at 32, the executor ran the gradient loop's
     iterations ahead of their weight gradients' sums: three LSTMs of 256 over 64 tokens, batch
     16, with Eigen's kernels, a plan simulated at 36.0 MiB measured 90.7 (sixty 1 MiB weight
     gradients of pending iterations held at once; the plain step 57.1 in its usual order, 68.6
