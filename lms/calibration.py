@@ -294,12 +294,17 @@ class CalibrationCache:
         entry = self.entry(key)
         return None if entry is None else entry["budget_bytes"]
 
-    def store(self, key: str, calibration: Calibration, parameters: dict) -> None:
-        """Keep the accepted plan's budget and parameters (`lms.Parameters.as_dict`)."""
+    def store(
+        self, key: str, calibration: Calibration, parameters: dict, pruned_for: int | None = None
+    ) -> None:
+        """Keep the accepted plan's budget and parameters (`lms.Parameters.as_dict`), and the
+        budget its plan dropped the swaps it did not need for (lms/tuning/prune.py; None: it
+        did not)."""
         steps = self._load()
         steps[key] = {
             "budget_bytes": calibration.current.budget_bytes,
             "parameters": parameters,
+            "pruned_for_bytes": pruned_for,
             **calibration.as_dict(),
             "from_cache": True,
         }

@@ -31,6 +31,7 @@ from lms.plan_report import build_report
 from lms.planning.planner import log_plan, plan
 from lms.split.fit import forced_splits, split_to_fit
 from lms.tuning.analysis import analyze, cpu_paired_reads
+from lms.tuning.prune import prune
 from lms.tuning.tuner import Tuned, tune
 from lms.values.budget import format_size
 from lms.values.options import Options
@@ -107,7 +108,7 @@ class Pipeline:
         concrete = _trace(function, args)
         traced = time.perf_counter()
         parameters, budget = request.parameters, request.budget_bytes
-        key = None
+        key, pruned_for = None, None
         if self.cache is not None:
             key = fingerprint(
                 concrete.graph, self.device.key(self.options.parameters, self.options.allocator)
@@ -117,6 +118,7 @@ class Pipeline:
                 budget = entry["budget_bytes"]
                 if entry.get("parameters"):
                     parameters = Parameters(**entry["parameters"])
+                    pruned_for = entry.get("pruned_for_bytes")
                 log.info(
                     "LMS: planning for %s with the parameters that held last time (calibration "
                     "cache %s)",
@@ -141,7 +143,7 @@ class Pipeline:
         shortfall = None
         try:
             analysis, tuned, made = self._tune_or_split(
-                concrete, analysis, parameters, budget, pieces
+                concrete, analysis, parameters, budget, pieces, pruned_for
             )
         except NothingFitsError as error:
             splits += error.splits
@@ -224,7 +226,8 @@ class Pipeline:
         the calibration cache, for the next process that plans this step."""
         if self.cache is not None and calibration.corrections and planned.fingerprint:
             parameters = planned.tuned.parameters.as_dict()
-            self.cache.store(planned.fingerprint, calibration, parameters)
+            pruned_for = planned.tuned.pruned_for
+            self.cache.store(planned.fingerprint, calibration, parameters, pruned_for)
 
     def new_calibration(self) -> Calibration:
         """The closed loop's bookkeeping for one input signature."""
@@ -262,13 +265,15 @@ class Pipeline:
             return functools.partial(BestFitAllocator, device.device_bytes, device.growth)
         return functools.partial(BestFitAllocator, cpu_allocator_limit(), True)
 
-    def _tune_or_split(self, concrete, analysis, parameters, budget, pieces):
+    def _tune_or_split(self, concrete, analysis, parameters, budget, pieces, pruned_for=None):
         """Tune; when nothing fits, or only the bytes asked and not the allocator's chunks, and
         `split` is "auto", split ops into pieces in rounds and tune again after each
         (lms/split/fit.py). Returns (analysis, tuned, splits made); a NothingFitsError raised
         carries the splits made and the analysis of the graph as split."""
         try:
-            analysis, tuned = self._tune_paired_first(concrete, analysis, parameters, budget)
+            analysis, tuned = self._tune_paired_first(
+                concrete, analysis, parameters, budget, pruned_for
+            )
         except NothingFitsError as error:
             if self.options.split != "auto":
                 raise
@@ -290,7 +295,7 @@ class Pipeline:
 
         def tune_split(split_analysis):
             try:
-                tuned = self._tune_or_apply(split_analysis, parameters, budget)
+                tuned = self._tune_or_apply(split_analysis, parameters, budget, pruned_for)
             except NothingFitsError as error:
                 if error.closest is not None and plain is not None:
                     error.closest.baseline = plain
@@ -310,7 +315,7 @@ class Pipeline:
             raise
         return split_analysis, tuned, splits
 
-    def _tune_paired_first(self, concrete, analysis, parameters, budget):
+    def _tune_paired_first(self, concrete, analysis, parameters, budget, pruned_for=None):
         """Tune with the reads oneDNN pairs kept direct (speed: `lms.internal.cpu_paired_reads`);
         when nothing fits that way, tune again with them swappable (reach: their gradients take
         TensorFlow's slower kernel). Returns (analysis, tuned) of the plan kept.
@@ -319,7 +324,7 @@ class Pipeline:
         paired. GoogLeNet 224² b4 replanned with them swapped measured up to 1.02x its device
         memory, 11 % over the simulated peak, which fell in pool1's gradient (paired: 0.97x)."""
         try:
-            return analysis, self._tune_or_apply(analysis, parameters, budget)
+            return analysis, self._tune_or_apply(analysis, parameters, budget, pruned_for)
         except NothingFitsError:
             if not any(t.paired_with for t in analysis.tensors):
                 raise
@@ -328,18 +333,25 @@ class Pipeline:
             "the device; planning again with them swappable"
         )
         unpaired = self._analyse(concrete, frozenset())
-        return unpaired, self._tune_or_apply(unpaired, parameters, budget)
+        return unpaired, self._tune_or_apply(unpaired, parameters, budget, pruned_for)
 
-    def _tune_or_apply(self, analysis, parameters, budget):
+    def _tune_or_apply(self, analysis, parameters, budget, pruned_for=None):
         """Auto-tune for `budget` when any parameter is -1; parameters all given are applied as
-        they are (TFLMSv2's behaviour), with a warning when their simulated peak misses it."""
+        they are (TFLMSv2's behaviour), with a warning when their simulated peak misses it.
+        `pruned_for`: they are the calibration cache's, whose plan dropped the swaps this budget
+        did not need when it held: it drops them again (lms/tuning/prune.py)."""
         allocator = self.allocator_model()
         if parameters.needs_tuning:
-            return tune(analysis, budget, parameters, allocator)
+            return tune(analysis, budget, parameters, allocator, self.mechanism.transfer_cost)
         baseline = simulate(analysis, None, allocator)
         if parameters.ordering == -1:  # TFLMSv2's parameters all given: TFLMSv2's free order
             parameters = parameters.resolved(ordering=0)
         given = plan(analysis, parameters)
+        dropped = 0
+        if pruned_for is not None:
+            cost = self.mechanism.transfer_cost
+            pruned = prune(analysis, given, simulate(analysis, given), pruned_for, cost)
+            given, dropped = pruned.plan, pruned.dropped
         simulation = simulate(analysis, given, allocator)
         if simulation.peak_bytes > budget:
             log.warning(
@@ -348,7 +360,7 @@ class Pipeline:
                 simulation.peak_bytes / 2**30,
                 budget / 2**30,
             )
-        return Tuned(parameters, given, simulation, baseline, 2)
+        return Tuned(parameters, given, simulation, baseline, 2, dropped, pruned_for)
 
 
 def _trace(function, args):

@@ -14,6 +14,7 @@ from lms.device import rewriter
 from lms.device.nodes import node, type_attr
 from lms.graph.names import SWAP_IN, SWAP_IN_COPY, SWAP_OUT
 from lms.split.rewrite import running_ops
+from lms.values.link import LINKS
 
 
 class DeviceCopy:
@@ -42,6 +43,9 @@ class DeviceCopy:
 
     def __init__(self, host_device: str = "/device:CPU:0", compute_device: str = "/device:GPU:0"):
         self.host_device, self.compute_device = host_device, compute_device
+        # what a transfer costs, for choosing among plans (lms/tuning/prune.py): a PCIe 3.0 x16
+        # link's, the most common one; the ranking of plans depends little on which link
+        self.transfer_cost = LINKS["pcie3"][1]
 
     @property
     def swaps(self) -> "DeviceCopy":
@@ -78,6 +82,9 @@ class DevicePieces:
 
     def __init__(self, host_device: str = "/device:CPU:0", compute_device: str = "/device:GPU:0"):
         self.host_device, self.compute_device = host_device, compute_device
+        # what a transfer costs, for choosing among plans (lms/tuning/prune.py): a PCIe 3.0 x16
+        # link's, the most common one; the ranking of plans depends little on which link
+        self.transfer_cost = LINKS["pcie3"][1]
         self._outputs = {}  # a split op's combined output (ref) -> its host concat
         self.made = []  # every op made, for the step's control outputs
 

@@ -25,6 +25,10 @@ from lms.device.nodes import node, type_attr, type_list_attr
 from lms.graph.names import SWAP_IN, SWAP_IN_COPY, SWAP_OUT
 from lms.values.link import EmulatedLink, Link
 
+# What a transfer costs the host store without a link, for choosing among plans
+# (lms/tuning/prune.py): a numpy_function call and its executor hand-off, about 0.03-0.05 ms,
+# and copies that ran at 2.4-6.8 GB/s effective over whole steps (benchmarks/swap_overhead.py).
+HOST_STORE_COST = Link(4e9, 50e-6)
 ALIGNMENT = 64  # TensorFlow's buffers are 64-byte aligned (EIGEN_MAX_ALIGN_BYTES)
 
 
@@ -120,6 +124,8 @@ class HostStore:
         self._tokens = None
         self.link = link
         self._engines = EmulatedLink(link) if link is not None else None
+        # what a transfer costs (the Mechanism's `transfer_cost`): the link's, or the store's
+        self.transfer_cost = link if link is not None else HOST_STORE_COST
         self._traffic = Traffic()
         self._pool = ArrayPool()
 

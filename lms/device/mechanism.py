@@ -24,6 +24,7 @@ from lms.device.rewriter import SwapNodes
 from lms.device.target import Target
 from lms.errors import ParameterError
 from lms.split.pieces import PieceCopies
+from lms.values.link import Link
 
 
 class Mechanism(SwapNodes, Protocol):
@@ -38,11 +39,14 @@ class Mechanism(SwapNodes, Protocol):
     copies_lists: whether its copies move a loop's tensor list as it is (TensorFlow's, element
         by element); else lms/device/lists.py stacks the list for them.
     host_device, compute_device: where host copies live and the step computes (the target's).
+    transfer_cost: an `lms.Link`, what one swap-out or swap-in costs the step (its latency and
+        bytes per second), for choosing among plans that fit (lms/tuning/prune.py).
     swaps: what `rewrite` takes to make the swaps' nodes: the mechanism itself."""
 
     kind: str
     host_device: str
     compute_device: str | None
+    transfer_cost: Link
 
     @property
     def store(self) -> HostStore | None: ...

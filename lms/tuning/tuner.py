@@ -19,7 +19,9 @@ from lms.graph.step import Analysis, GiB, collector_paused
 from lms.memory.lifetimes import largest_footprint
 from lms.memory.simulator import Simulation, simulate
 from lms.planning.planner import Plan, plan
+from lms.tuning.prune import prune
 from lms.values.budget import format_size
+from lms.values.link import Link
 from lms.values.parameters import AUTO, Parameters
 
 log = logging.getLogger("lms")
@@ -29,6 +31,8 @@ log = logging.getLogger("lms")
 # TensorFlow's order, benchmarks/lms_promises.py), the reach is far larger, and the chain itself
 # cost nothing measurable on the CPU (GoogLeNet: 1.02x the plain step's speed).
 AUTO_ORDERINGS = (1, 0)
+# what the search picks (a plan with any of them given is the user's, applied as found)
+TUNED_FIELDS = ("swapout_threshold", "swapin_ahead", "swapin_groupby")
 
 
 @dataclass
@@ -38,6 +42,8 @@ class Tuned:
     simulation: Simulation  # with the plan (or without LMS when not needed)
     baseline: Simulation  # without LMS
     simulations: int  # how many the search ran
+    dropped: int = 0  # swaps of the parameters' plan the budget did not need (lms/tuning/prune.py)
+    pruned_for: int | None = None  # the budget they were dropped for (None: not pruned)
 
 
 def _largest_fitting(low: int, high: int, fits) -> int | None:
@@ -58,10 +64,18 @@ def _largest_fitting(low: int, high: int, fits) -> int | None:
 PADDING_ATTEMPTS = 4
 
 
-def tune(analysis: Analysis, budget_bytes: int, parameters: Parameters, allocator=None) -> Tuned:
+def tune(
+    analysis: Analysis,
+    budget_bytes: int,
+    parameters: Parameters,
+    allocator=None,
+    cost: Link | None = None,
+) -> Tuned:
     """The parameters that fit `budget_bytes` with the fewest swaps. `allocator` (a callable that
     makes a fresh `lms.memory.allocator.BestFitAllocator`) checks the plan with the allocator's
-    chunks.
+    chunks. `cost` (what a transfer costs the mechanism, `Mechanism.transfer_cost`): the plan
+    found then drops the swaps the budget does not need, cheapest to keep first
+    (lms/tuning/prune.py); None keeps the parameters' plan as it is.
 
     When no search gets the padded peak under the budget, the plan that swaps the most is taken
     if its chunks fit (`_floor_that_fits`); failing that, the plan with the lowest padded peak
@@ -69,19 +83,19 @@ def tune(analysis: Analysis, budget_bytes: int, parameters: Parameters, allocato
     allocator's history in the process (a heap grown by earlier, larger steps splits more and
     pads less: measured 50 MiB where 70 MiB was simulated from a fresh heap)."""
     with collector_paused():
-        return _tune(analysis, budget_bytes, parameters, allocator)
+        return _tune(analysis, budget_bytes, parameters, allocator, cost)
 
 
-def _tune(analysis: Analysis, budget_bytes: int, parameters: Parameters, allocator=None) -> Tuned:
+def _tune(analysis, budget_bytes, parameters, allocator, cost) -> Tuned:
     """`tune`'s work (run with the garbage collector paused)."""
     if allocator is None:
-        return _search(analysis, budget_bytes, parameters)
+        return _search(analysis, budget_bytes, parameters, cost=cost)
     baseline = simulate(analysis, None, allocator)
     target, attempts = budget_bytes, []
     peaks = _Peaks(analysis)  # a candidate's peak does not depend on the budget searched for
     for _ in range(PADDING_ATTEMPTS):
         try:
-            found = _search(analysis, target, parameters, peaks)
+            found = _search(analysis, target, parameters, peaks, cost)
         except NothingFitsError:
             if not attempts:
                 raise
@@ -128,8 +142,7 @@ def _floor_that_fits(analysis, budget_bytes, parameters, allocator, baseline) ->
     measured 730, the plan that swaps the most simulated 628 and measured 610-625 in fresh
     processes. The closed loop would reach it only after corrections whose larger peaks grow
     the allocator's regions (measured 642 there after three)."""
-    tuned = ("swapout_threshold", "swapin_ahead", "swapin_groupby")
-    if any(getattr(parameters, name) != AUTO for name in tuned):
+    if any(getattr(parameters, name) != AUTO for name in TUNED_FIELDS):
         return None
     candidate = floor_parameters(parameters)
     made = plan(analysis, candidate)
@@ -166,7 +179,11 @@ class _Peaks:
 
 
 def _search(
-    analysis: Analysis, budget_bytes: int, parameters: Parameters, peaks: _Peaks | None = None
+    analysis: Analysis,
+    budget_bytes: int,
+    parameters: Parameters,
+    peaks: _Peaks | None = None,
+    cost: Link | None = None,
 ) -> Tuned:
     peaks = peaks or _Peaks(analysis)
     baseline = peaks.baseline()
@@ -260,4 +277,11 @@ def _search(
         chosen = chosen.resolved(swapin_groupby=groupby or 0)
         log.info("Found swapin_groupby=%d", chosen.swapin_groupby)
     final_plan = plan(analysis, chosen)
-    return Tuned(chosen, final_plan, simulate(analysis, final_plan), baseline, count)
+    simulation = simulate(analysis, final_plan)
+    if cost is None or any(getattr(parameters, name) != AUTO for name in TUNED_FIELDS):
+        return Tuned(chosen, final_plan, simulation, baseline, count)
+    pruned = prune(analysis, final_plan, simulation, budget_bytes, cost)
+    count += pruned.simulations
+    return Tuned(
+        chosen, pruned.plan, pruned.simulation, baseline, count, pruned.dropped, budget_bytes
+    )

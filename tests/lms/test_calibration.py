@@ -188,6 +188,9 @@ def test_the_loop_corrects_a_plan_the_simulation_says_fits_until_the_measured_pe
     assert second["planned_budget_bytes"] in tried
     entry = json.loads(cache.read_text())["steps"]
     assert [e["parameters"] for e in entry.values()] == [second["parameters"]]
+    if not replanned:  # the same plan: with the swaps it dropped dropped again
+        assert second["swapped_tensors"] == result["swaps_at_acceptance"]
+        assert all(isinstance(e["pruned_for_bytes"], int) for e in entry.values())
 
 
 def test_without_the_loop_the_same_plan_overruns_the_device():

@@ -48,6 +48,7 @@ def main(device_mib: float, held_mib: float, cache: str, calibration_steps: int 
             result["calibrating_steps"] += 1
         # the loop as it was when it accepted a plan (later steps may re-plan)
         result["at_acceptance"] = json.loads(json.dumps(planner.report.calibration))
+        result["swaps_at_acceptance"] = planner.report.swapped_tensors
         result["after"] = [peak_of(step, case) for _ in range(3)]
         # other work between steps sets a peak over the device; the accepted plan's steps
         # after it set none of their own, so the loop leaves the plan alone
