@@ -14,10 +14,13 @@ PyFunc (the host store's hand-offs), DeepCopy (swap-in copies into the allocator
 
     python benchmarks/lms_throughput.py [--case NAME ...] [--runs 3] [--rounds 5] [--profile]
     python benchmarks/lms_throughput.py --fractions 0.6 0.4 [--case NAME ...]
+        [--links 2GB/s 8GB/s 32GB/s]
 
 With `--fractions` the variants are LMS auto-tuned (the default options) for device memory of
 each fraction of the plain step's measured peak (issue 43: LMS on / off >= 0.85 at 0.6x and
->= 0.7 at 0.4x on every model that has a plan).
+>= 0.7 at 0.4x on every model that has a plan). With `--links` also on those emulated links,
+each with its step / bound: the bound is the larger of the plain step and each direction's
+transfers on the link (bytes / bandwidth + 10 us a transfer; issue 43's goal: <= 1.2).
 """
 
 import argparse
@@ -35,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from lms_emulated import CASES, build_case, measure, run_json_child  # noqa: E402
 
+LINK_LATENCY = "10us"  # per transfer on the emulated links of --links
 WARMUP_LIMIT = 8  # steps at most a variant runs before timing, for the closed loop to hold
 DEFAULT_CASES = ["googlenet", "resnet50", "deeplabv3plus", "unet3d", "mobilenetv2", "transformer"]
 EVERYTHING = {"swapout_threshold": 1, "swapin_ahead": 1, "swapin_groupby": 0}
@@ -51,9 +55,24 @@ VARIANTS = {  # name -> LMS keyword arguments (device_memory added: the plain pe
 }
 
 
-def fraction_variants(fractions) -> dict:
-    """Auto-tuned LMS with its default options at each fraction of the plain peak."""
-    return {f"auto {f}x": {"fraction": f} for f in fractions}
+def fraction_variants(fractions, links=()) -> dict:
+    """Auto-tuned LMS with its default options at each fraction of the plain peak, without a
+    link and on each emulated link of `links` (bandwidths, 10 us a transfer)."""
+    variants = {}
+    for f in fractions:
+        variants[f"auto {f}x"] = {"fraction": f}
+        for link in links:
+            variants[f"auto {f}x {link}"] = {"fraction": f, "link": link}
+    return variants
+
+
+def link_of(options: dict):
+    """The variant's emulated link (an `lms.Link`), or None."""
+    import lms
+
+    if "link" not in options:
+        return None
+    return lms.Link.of({"bandwidth": options["link"], "latency": LINK_LATENCY})
 
 
 def _variants(case: str, variants: dict):
@@ -67,7 +86,8 @@ def _variants(case: str, variants: dict):
     functions, planners = {"plain": step}, {}
     for name, options in variants.items():
         if "fraction" in options:
-            planners[name] = lms.LMS(device_memory=int(plain_peak * options["fraction"]))
+            memory = int(plain_peak * options["fraction"])
+            planners[name] = lms.LMS(device_memory=memory, link=link_of(options))
         else:
             planners[name] = lms.LMS(device_memory=plain_peak, **{"safety_ratio": 1.0, **options})
         functions[name] = planners[name].wrap(step)
@@ -86,6 +106,8 @@ def timing_child(case: str, rounds: int, steps: int, variants: dict = VARIANTS) 
             if not getattr(function, "calibrating", False):
                 break
             float(function(images, labels))
+        if hasattr(function, "reset_traffic"):
+            function.reset_traffic()
     seconds = {name: [] for name in functions}
     for _ in range(rounds):
         for name, function in functions.items():
@@ -94,6 +116,16 @@ def timing_child(case: str, rounds: int, steps: int, variants: dict = VARIANTS) 
                 float(function(images, labels))
             seconds[name].append((time.perf_counter() - started) / steps)
     plain = statistics.median(seconds["plain"])
+    bound = {}  # on a link: step / max(plain step, each direction's transfers on the link)
+    for name, options in variants.items():
+        link, traffic = link_of(options), functions[name].traffic()
+        if link is None or traffic is None:
+            continue
+        out = traffic.out_bytes_per_step / (link.out_bandwidth or link.bandwidth)
+        back = traffic.in_bytes_per_step / link.bandwidth
+        out += link.latency * traffic.swap_outs_per_step
+        back += link.latency * traffic.swap_ins_per_step
+        bound[name] = statistics.median(seconds[name]) / max(plain, out, back)
     return {
         "case": case,
         "batch": CASES[case][3],
@@ -102,6 +134,8 @@ def timing_child(case: str, rounds: int, steps: int, variants: dict = VARIANTS) 
         "swaps": {name: p.report.swapped_tensors for name, p in planners.items()},
         "swapped_mib": {name: p.report.swapped_bytes / 2**20 for name, p in planners.items()},
         "ordering": {name: p.report.parameters["ordering"] for name, p in planners.items()},
+        "plans": {name: functions[name].plans for name in planners},
+        "bound": bound,
     }
 
 
@@ -140,6 +174,8 @@ def _run_child(flag: str, case: str, args) -> dict | None:
     arguments = [flag, case, "--rounds", str(args.rounds), "--steps", str(args.steps)]
     if args.fractions:
         arguments += ["--fractions", *(str(f) for f in args.fractions)]
+    if args.links:
+        arguments += ["--links", *args.links]
     return run_json_child(__file__, arguments, f"{case}: {flag}")
 
 
@@ -151,10 +187,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3, help="steps per variant and round")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--fractions", nargs="*", type=float, help="auto-tuned at these x plain")
+    parser.add_argument(
+        "--links", nargs="*", default=[], help="with --fractions: also on these emulated links"
+    )
     parser.add_argument("--timing-child", help=argparse.SUPPRESS)
     parser.add_argument("--profile-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    variants = fraction_variants(args.fractions) if args.fractions else VARIANTS
+    variants = fraction_variants(args.fractions, args.links) if args.fractions else VARIANTS
     if args.timing_child:
         print(json.dumps(timing_child(args.timing_child, args.rounds, args.steps, variants)))
         return
@@ -183,11 +222,15 @@ def main() -> None:
         row = [case, f"{plain_rate:.1f}"]
         for name in variants:
             ratios = sorted(r["ratio"][name] for r in runs)
-            row.append(
+            cell = (
                 f"{statistics.median(ratios):.2f} ({ratios[0]:.2f}-{ratios[-1]:.2f}); "
                 f"{first['swaps'][name]} swaps, {first['swapped_mib'][name]:.0f} MiB, "
-                f"ordering {first['ordering'][name]}"
+                f"ordering {first['ordering'][name]}, plans {first['plans'][name]}"
             )
+            bounds = sorted(r["bound"][name] for r in runs if name in r.get("bound", {}))
+            if bounds:
+                cell += f"; step / bound {statistics.median(bounds):.2f} ({bounds[-1]:.2f} max)"
+            row.append(cell)
         rows.append(row)
         if args.profile:
             profiled = _run_child("--profile-child", case, args)

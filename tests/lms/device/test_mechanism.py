@@ -8,10 +8,11 @@ import pytest
 import lms
 from lms.device.copies import DeviceCopy, DevicePieces
 from lms.device.host_pieces import HostPieces
-from lms.device.host_store import HostStore
+from lms.device.host_store import HOST_STORE_COST, HostStore
 from lms.device.mechanism import Mechanism, mechanism_for
 from lms.device.target import Target
 from lms.errors import ParameterError
+from lms.values.link import LINKS
 
 EMULATED = Target("emulated", None, "/device:CPU:0", "CPU:0", None)
 GPU = Target("gpu", "/device:GPU:0", "/device:CPU:0", "GPU:0", "CPU")
@@ -35,6 +36,9 @@ def test_the_emulated_device_takes_the_host_store_for_swaps_and_pieces():
     first, second = mechanism.pieces(), mechanism.pieces()
     assert isinstance(first, HostPieces) and first is not second and first.store is mechanism
     assert mechanism.host_device == "/device:CPU:0" and mechanism.compute_device is None
+    # what a transfer costs when plans are compared: the link's, else the store's own copies'
+    assert mechanism.transfer_cost is link
+    assert mechanism_for(EMULATED).transfer_cost == HOST_STORE_COST
 
 
 @pytest.mark.parametrize("target", [GPU, TWO_DEVICE], ids=["gpu", "two-device"])
@@ -48,6 +52,7 @@ def test_a_gpu_and_two_devices_take_tensorflows_copies(target):
         target.host_device,
         target.compute_device,
     )
+    assert mechanism.transfer_cost == LINKS["pcie3"][1]
     with pytest.raises(ParameterError, match="link emulates"):
         mechanism_for(target, lms.Link(1e9))
 
@@ -59,6 +64,7 @@ def test_both_mechanisms_have_every_member_of_the_interface():
         "compute_device",
         "keeps_ops",
         "copies_lists",
+        "transfer_cost",
         "store",
         "swaps",
         "pieces",
