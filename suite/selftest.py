@@ -21,6 +21,9 @@ from suite.environment import ONEDNN_VARIABLE
 PREBUILD_LOCK = Path("test-artifacts/prebuild-images.lock")  # the container tests' images
 COMPAT_VENV_LOCK = Path("test-artifacts/venv-tf2.14.lock")  # the compat session's environment
 BACKGROUND_SECONDS = 3600  # at the latest then a lock goes; what waits for it does the work itself
+# every session's report: the skipped and failed tests' reasons, and its 30 slowest tests (where
+# CI's time goes, in its log)
+REPORT = "-ra --durations=30"
 
 
 @dataclass(frozen=True)
@@ -90,22 +93,22 @@ def commands(
     if lint:
         yield Command(f"{python} -m ruff check .")
         yield Command(f"{python} -m ruff format --check .")
-    yield Command(f"{python} -m pytest -ra{marker}{selector}")
+    yield Command(f"{python} -m pytest {REPORT}{marker}{selector}")
     # the CPU kernels this CPU does not default to (oneDNN's without AVX-512, Eigen's with it):
     # the tests that depend on them, once more, so CI covers both on any CPU
     other = "0" if onednn_enabled(python, root) else "1"
     kernels = f" -m {json.dumps(' and '.join(['kernels', *skipped]))}"
     yield Command(
-        f"{ONEDNN_VARIABLE}={other} {python} -m pytest -ra{kernels}{selector}",
+        f"{ONEDNN_VARIABLE}={other} {python} -m pytest {REPORT}{kernels}{selector}",
         (0, 5),  # 5: -k left none of them
         f"the tests with {ONEDNN_VARIABLE}={other} failed",
     )
     # on a GPU host: the gpu-marked tests in a session of their own, with the GPU visible (the
     # session above hides it: tests/conftest.py)
     if has_gpu():
-        gpu = f"LMS_TEST_GPU=1 {python} -m pytest -ra -m gpu{selector}"
+        gpu = f"LMS_TEST_GPU=1 {python} -m pytest {REPORT} -m gpu{selector}"
         yield Command(gpu, (0, 5), "the GPU tests failed")
     if compat:
         # after the background setup (or again, where it failed: venv.sh then says why)
         yield Command(f"flock {COMPAT_VENV_LOCK} bash scripts/venv.sh {venv} tf214,dev")
-        yield Command(f"{venv}/bin/python -m pytest -ra -m compat{selector}")
+        yield Command(f"{venv}/bin/python -m pytest {REPORT} -m compat{selector}")

@@ -27,10 +27,10 @@ def test_everything_runs_in_order_with_the_other_kernels_once_more(monkeypatch):
         ">test-artifacts/prebuild-images.log 2>&1 & }",
         "py -m ruff check .",
         "py -m ruff format --check .",
-        "py -m pytest -ra",
-        'TF_ENABLE_ONEDNN_OPTS=0 py -m pytest -ra -m "kernels"',
+        "py -m pytest -ra --durations=30",
+        'TF_ENABLE_ONEDNN_OPTS=0 py -m pytest -ra --durations=30 -m "kernels"',
         "flock test-artifacts/venv-tf2.14.lock bash scripts/venv.sh /r/.venv-tf2.14 tf214,dev",
-        "/r/.venv-tf2.14/bin/python -m pytest -ra -m compat",
+        "/r/.venv-tf2.14/bin/python -m pytest -ra --durations=30 -m compat",
     ]
     # only the kernels' session may select nothing (-k) and says what failed; the rest stop at once
     assert [c.passes for c in commands].count(None) == len(commands) - 1
@@ -46,9 +46,10 @@ def test_what_is_not_set_up_is_deselected_and_k_selects_in_every_session(monkeyp
     not_set_up = "not docker and not chromium"
     assert [c.line for c in commands] == [
         "bash scripts/slurm.sh",
-        f'py -m pytest -ra -m "{not_set_up}" -k "plan"',
-        f'TF_ENABLE_ONEDNN_OPTS=1 py -m pytest -ra -m "kernels and {not_set_up}" -k "plan"',
-        'LMS_TEST_GPU=1 py -m pytest -ra -m gpu -k "plan"',
+        f'py -m pytest -ra --durations=30 -m "{not_set_up}" -k "plan"',
+        "TF_ENABLE_ONEDNN_OPTS=1 py -m pytest -ra --durations=30"
+        f' -m "kernels and {not_set_up}" -k "plan"',
+        'LMS_TEST_GPU=1 py -m pytest -ra --durations=30 -m gpu -k "plan"',
     ]
     assert commands[-1].failure == "the GPU tests failed" and commands[-1].passes == (0, 5)
 
