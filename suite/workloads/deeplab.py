@@ -6,6 +6,10 @@ to the input size. Batch norm is trainable (fine_tune_batch_norm=True) with Deep
 epsilon. As in DeepLab's xception_65, separable convolutions apply ReLU *before* the depthwise
 convolution and put batch norm between depthwise and pointwise. Padding is "same" throughout
 (DeepLab pads strided convolutions explicitly; tensor sizes can differ from its by one row).
+
+`build(..., middle_blocks=n)` keeps the first n of the 16 identical middle-flow blocks (728
+channels, rate 1, a sum shortcut): the same layer kinds, sizes and names in a shorter graph, for
+tests whose cost grows with the op count (the suite's trials always build all 16).
 """
 
 import keras
@@ -19,13 +23,14 @@ ASPP_RATES = (6, 12, 18)
 BN = {"momentum": 0.9997, "epsilon": 1e-5}
 
 # (name, depths of the three units, shortcut, stride): DeepLab's xception_65 block list
+MIDDLE_BLOCKS = 16
 _BLOCKS = (
     [
         ("entry_block1", (128, 128, 128), "conv", 2),
         ("entry_block2", (256, 256, 256), "conv", 2),
         ("entry_block3", (728, 728, 728), "conv", 2),
     ]
-    + [(f"middle_block{i}", (728, 728, 728), "sum", 1) for i in range(1, 17)]
+    + [(f"middle_block{i}", (728, 728, 728), "sum", 1) for i in range(1, MIDDLE_BLOCKS + 1)]
     + [
         ("exit_block1", (728, 1024, 1024), "conv", 2),
         ("exit_block2", (1536, 1536, 2048), "none", 1),
@@ -71,12 +76,16 @@ def _xception_block(x, name, depths, shortcut, stride, rate):
     return residual, low_level
 
 
-def _xception65(inputs):
-    """Return (features at OUTPUT_STRIDE, low-level features at stride 4)."""
+def _xception65(inputs, middle_blocks=MIDDLE_BLOCKS):
+    """Return (features at OUTPUT_STRIDE, low-level features at stride 4), with the first
+    `middle_blocks` middle-flow blocks."""
+    if not 1 <= middle_blocks <= MIDDLE_BLOCKS:
+        raise ValueError(f"middle_blocks must be 1 to {MIDDLE_BLOCKS}; received {middle_blocks}")
+    dropped = {f"middle_block{i}" for i in range(middle_blocks + 1, MIDDLE_BLOCKS + 1)}
     x = _conv_bn(inputs, 32, 3, "entry_conv1", strides=2)
     x = _conv_bn(x, 64, 3, "entry_conv2")
     current_stride, rate, low_level = 2, 1, None
-    for name, depths, shortcut, stride in _BLOCKS:
+    for name, depths, shortcut, stride in (b for b in _BLOCKS if b[0] not in dropped):
         if current_stride * stride > OUTPUT_STRIDE:
             rate *= stride  # keep the resolution, widen the receptive field instead
             stride = 1
@@ -105,9 +114,11 @@ def _aspp(features):
     return keras.layers.Dropout(0.1, name="aspp_dropout")(x)
 
 
-def build(resolution: int, batch: int, classes: int) -> keras.Model:
+def build(
+    resolution: int, batch: int, classes: int, middle_blocks: int = MIDDLE_BLOCKS
+) -> keras.Model:
     inputs = keras.Input((resolution, resolution, 3), batch_size=batch, name="images")
-    features, low_level = _xception65(inputs)
+    features, low_level = _xception65(inputs, middle_blocks)
     x = _aspp(features)
     low = _conv_bn(low_level, 48, 1, "decoder_low_level")
     x = keras.layers.Concatenate(name="decoder_concat")([_resize(x, low, "decoder_upsample"), low])

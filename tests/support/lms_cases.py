@@ -56,8 +56,17 @@ class Case:
             variable.assign(value)
 
 
-def workload_case(name, resolution, batch=1, precision="fp32"):
-    model, loss_fn = build_workload(name, resolution, batch, precision)
+def workload_case(name, resolution, batch=1, precision="fp32", middle_blocks=None):
+    """`middle_blocks`: DeepLabV3+ with only the first that many of its 16 identical middle-flow
+    blocks (suite/workloads/deeplab.py), for checks whose cost grows with the op count."""
+    if middle_blocks is None:
+        model, loss_fn = build_workload(name, resolution, batch, precision)
+    else:
+        from suite.workloads import deeplab, precision_policy
+
+        with precision_policy(precision):
+            model = deeplab.build(resolution, batch, WORKLOADS[name].default_classes, middle_blocks)
+        loss_fn = deeplab.loss
     if name == "deeplabv3plus":
         # Keras 2's dropout draws from a stream per traced function: the plain and the rewritten
         # step would drop different units. No dropout, so both compute the same function.
