@@ -107,6 +107,12 @@ EQUIVALENCE_CASES = {
     # a GRU and an LSTM: While loops, whose accumulated lists swap stacked (lms/device/lists.py)
     "recurrent": (recurrent_case, None),
 }
+# the tests' cases: the same, but DeepLabV3+ with 2 of Xception-65's 16 identical middle-flow
+# blocks (every layer kind and size, a third of the ops: 4,700 made its checks CI's longest);
+# benchmarks/lms_equivalence.py measures the tolerances' margins on the whole model
+TEST_CASES = EQUIVALENCE_CASES | {
+    "deeplabv3plus": (lambda: workload_case("deeplabv3plus", 96, 2, middle_blocks=2), None)
+}
 
 
 @tf.custom_gradient

@@ -6,7 +6,7 @@ Marked compat: also run on TensorFlow 2.14.1 (Keras 2)."""
 import pytest
 from lms_cases import Case, small_cnn, workload_case
 from lms_equivalence import (
-    EQUIVALENCE_CASES,
+    TEST_CASES,
     aggressive,
     assert_same_updates,
     force_plan,
@@ -19,7 +19,7 @@ from lms.planning.planner import Plan, Swap
 pytestmark = pytest.mark.compat
 
 
-@pytest.mark.parametrize("make, tolerance", EQUIVALENCE_CASES.values(), ids=EQUIVALENCE_CASES)
+@pytest.mark.parametrize("make, tolerance", TEST_CASES.values(), ids=TEST_CASES)
 def test_rewritten_step_makes_the_same_updates(make, tolerance, exact_arithmetic):
     """Every variable's update of a training step, with every swappable tensor swapped."""
     case = make()

@@ -6,7 +6,7 @@ mechanisms' pieces: tests/lms/device/test_host_pieces.py, test_copies.py).
 Marked compat: also run on TensorFlow 2.14.1 (Keras 2)."""
 
 import pytest
-from lms_equivalence import EQUIVALENCE_CASES, aggressive, assert_same_updates
+from lms_equivalence import TEST_CASES, aggressive, assert_same_updates
 
 import lms
 from lms.device.host_store import HostStore
@@ -28,7 +28,7 @@ def _largest_splittable(graph, count: int, types) -> list:
     return [name for _, name in sorted(sizes, reverse=True)[:count]]
 
 
-@pytest.mark.parametrize("make, tolerance", EQUIVALENCE_CASES.values(), ids=EQUIVALENCE_CASES)
+@pytest.mark.parametrize("make, tolerance", TEST_CASES.values(), ids=TEST_CASES)
 def test_a_step_with_its_largest_element_wise_ops_split_makes_the_same_updates(
     make, tolerance, exact_arithmetic, request
 ):
