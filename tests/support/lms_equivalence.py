@@ -112,8 +112,10 @@ EQUIVALENCE_CASES = {
 # benchmarks/lms_equivalence.py measures the tolerances' margins on the whole model
 TEST_CASES = EQUIVALENCE_CASES | {
     "deeplabv3plus": (lambda: workload_case("deeplabv3plus", 96, 2, middle_blocks=2), None),
-    # CPU's half-precision convolutions are slow (25-37 s at 96²): the same five layers at 48²
+    # CPU's half-precision convolutions are slow (25-37 s a check at 96² and 64²): the same
+    # layers at a quarter of the pixels
     "cnn-fp16": (lambda: Case(*small_cnn(48, precision="fp16"), precision="fp16"), None),
+    "googlenet-fp16": (lambda: workload_case("googlenet", 32, 2, "fp16"), None),
 }
 
 
