@@ -43,6 +43,7 @@ def build_report(analysis, tuned, budget, timings, planned=None, splits=()) -> P
         ),
         splits=tuple(split.as_dict() for split in splits),
         swapped_lists=_swapped_lists(analysis, plan),
+        dropped_swaps=(tuned.dropped or None) if plan else None,
     )
 
 

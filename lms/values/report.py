@@ -155,6 +155,9 @@ class PlanReport:
     # of `swapped_tensors`, the loops' tensor lists swapped stacked (lms/device/lists.py); None
     # when none is (not written then, as in records from before lists could be swapped)
     swapped_lists: int | None = None
+    # swaps of the tuned parameters' plan its budget did not need, dropped (lms/tuning/prune.py);
+    # None when none was (not written then, as in records from before plans were pruned)
+    dropped_swaps: int | None = None
 
     def to_dict(self) -> dict:
         data = {
@@ -184,6 +187,8 @@ class PlanReport:
             data["splits"] = [dict(split) for split in self.splits]
         if self.swapped_lists:
             data["swapped_lists"] = self.swapped_lists
+        if self.dropped_swaps:
+            data["dropped_swaps"] = self.dropped_swaps
         return data
 
     @classmethod

@@ -5,6 +5,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+import tensorflow as tf
 from lms_cases import sequence_mlp_case, wavenet_case
 
 import lms
@@ -76,3 +77,18 @@ def test_tune_prunes_with_a_transfer_cost_and_keeps_given_parameters_as_given(tu
     )
     as_given = lms.internal.tune(analysis, budget, fixed, cost=HOST_STORE_COST)
     assert as_given.dropped == 0 and as_given.plan.swap_count == tuned.plan.swap_count
+
+
+def test_the_plan_report_counts_the_swaps_dropped():
+    case = wavenet_case()
+    analysis = lms.internal.analyze(case.step.get_concrete_function(case.images, case.labels).graph)
+    plain = lms.internal.simulate(analysis).peak_bytes
+    planner = lms.LMS(device_memory=plain // 2, safety_ratio=1.0)
+    specs = [tf.TensorSpec.from_tensor(case.images), tf.TensorSpec.from_tensor(case.labels)]
+    report = planner.plan_only(tf.function(case.step.python_function), *specs)
+    assert report.dropped_swaps and report.dropped_swaps >= 1
+    assert lms.PlanReport.from_dict(report.to_dict()).dropped_swaps == report.dropped_swaps
+    # given parameters are applied as given: nothing dropped, and nothing written
+    given = lms.LMS(device_memory=plain // 2, swapout_threshold=1, swapin_ahead=1, swapin_groupby=0)
+    fixed = given.plan_only(tf.function(case.step.python_function), *specs)
+    assert fixed.dropped_swaps is None and "dropped_swaps" not in fixed.to_dict()
