@@ -82,9 +82,6 @@ class DevicePieces:
 
     def __init__(self, host_device: str = "/device:CPU:0", compute_device: str = "/device:GPU:0"):
         self.host_device, self.compute_device = host_device, compute_device
-        # what a transfer costs, for choosing among plans (lms/tuning/prune.py): a PCIe 3.0 x16
-        # link's, the most common one; the ranking of plans depends little on which link
-        self.transfer_cost = LINKS["pcie3"][1]
         self._outputs = {}  # a split op's combined output (ref) -> its host concat
         self.made = []  # every op made, for the step's control outputs
 
