@@ -3,9 +3,10 @@ each configuration in a fresh process on the emulated device.
 
 Keras runs an LSTM (a GRU) as a While loop; for the gradient, TensorFlow accumulates each
 iteration's intermediates in tensor lists that the backward loop pops. LMS swaps those lists
-between the loops, stacked into one tensor (lms/device/lists.py), and plans nothing inside a
-loop's body. The same model with `unroll=True` has no loop: every step's intermediates are
-ordinary tensors that LMS can swap. For stacked layers of `--length` tokens this prints:
+between the loops, stacked into one tensor (lms/device/lists.py), or, when that does not fit,
+streams them element by element inside the loops' bodies (lms/device/list_streams.py). The
+same model with `unroll=True` has no loop: every step's intermediates are ordinary tensors that
+LMS can swap. For stacked layers of `--length` tokens this prints:
 
 - plain, batch B: the measured peak P (the device memory of the rest) and s/step; the same with
   its loops run one iteration at a time, as LMS runs them (`plain-serial`; `--device serial`
@@ -100,6 +101,8 @@ def child(mode: str, length, batch, layers, width, device_bytes, steps, cell) ->
         loop_bytes=sum(loop.bytes for loop in report.analysis.loops or ()),
         vertices=report.analysis.vertices,
         swapped_lists=report.swapped_lists or 0,
+        streamed_lists=report.streamed_lists or 0,
+        calibration=(report.calibration or {}).get("corrections"),
     )
     return result
 
@@ -172,8 +175,9 @@ def _print_row(row, plain, device) -> None:
     if "simulated" in row:
         extra = (
             f", simulated {row['simulated'] / MiB:.0f} MiB, swapped "
-            f"{row['swapped_bytes'] / MiB:.0f} MiB ({row['swapped_lists']} lists), loop "
-            f"state {row['loop_bytes'] / MiB:.0f} MiB"
+            f"{row['swapped_bytes'] / MiB:.0f} MiB ({row['swapped_lists']} lists), "
+            f"{row.get('streamed_lists', 0)} lists streamed by element, loop state "
+            f"{row['loop_bytes'] / MiB:.0f} MiB, corrections {row.get('calibration')}"
         )
     print(
         f"- {row['mode']}, batch {row['batch']}: measured {row['peak'] / MiB:.0f} MiB "

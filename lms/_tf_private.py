@@ -11,6 +11,10 @@
   move the control dependencies on one op to another.
 - `ConcreteFunction.from_func_graph(graph, function_type, attrs)`: a new callable from an edited
   FuncGraph, sharing the original's captured variables.
+- `Graph._get_function(name)`, `Graph._add_function_recursive(function)`,
+  `atomic_function.from_function_def(definition, function_type)`, `Operation._set_attr`,
+  a loop body copied, edited and registered under a new name, and a
+  StatelessWhile remade as a While (lms/device/list_streams.py).
 - `_pywrap_util_port.IsMklEnabled()`: whether oneDNN's CPU kernels and graph passes are on.
 - `tsl.profiler.protobuf.xplane_pb2`: the profiler's XSpace proto (not exported as tf.*).
 - `context.context().function_call_options` (`FunctionCallOptions(config_proto=...)`): the
@@ -75,6 +79,35 @@ def concrete_function_from_graph(original, graph):
     return _concrete.ConcreteFunction.from_func_graph(
         graph, original.function_type, original._attrs
     )
+
+
+def library_function(graph, op, attribute: str):
+    """The function of `graph`'s library that `op`'s function attribute names (an
+    AtomicFunction: `cached_definition`, `function_type`)."""
+    return graph._get_function(op.get_attr(attribute).name)
+
+
+def add_function(graph, definition, function_type) -> None:
+    """Register the FunctionDef `definition` (a new name) with the eager context and add it to
+    `graph`'s library, as while_v2 adds the bodies it makes."""
+    from tensorflow.python.eager.polymorphic_function import atomic_function
+
+    graph._add_function_recursive(atomic_function.from_function_def(definition, function_type))
+
+
+def set_function_attr(op, attribute: str, name: str) -> None:
+    """Point `op`'s function attribute (a While's "body") at the library function `name`."""
+    from tensorflow.core.framework import attr_value_pb2
+
+    op._set_attr(attribute, attr_value_pb2.AttrValue(func=attr_value_pb2.NameAttrList(name=name)))
+
+
+def set_type_attr(op, name: str, dtype) -> None:
+    """Set a type attribute of an op in place (one its inputs' and outputs' types do not
+    depend on: the Python op's dtypes are not recomputed)."""
+    from tensorflow.core.framework import attr_value_pb2
+
+    op._set_attr(name, attr_value_pb2.AttrValue(type=dtype.as_datatype_enum))
 
 
 def onednn_enabled() -> bool:

@@ -295,16 +295,24 @@ class CalibrationCache:
         return None if entry is None else entry["budget_bytes"]
 
     def store(
-        self, key: str, calibration: Calibration, parameters: dict, pruned_for: int | None = None
+        self,
+        key: str,
+        calibration: Calibration,
+        parameters: dict,
+        pruned_for: int | None = None,
+        streamed_lists: int = 0,
     ) -> None:
-        """Keep the accepted plan's budget and parameters (`lms.Parameters.as_dict`), and the
+        """Keep the accepted plan's budget and parameters (`lms.Parameters.as_dict`), the
         budget its plan dropped the swaps it did not need for (lms/tuning/prune.py; None: it
-        did not)."""
+        did not), and how many loop lists its step streamed (lms/device/list_streams.py;
+        written only when some were)."""
         steps = self._load()
+        streamed = {"streamed_lists": streamed_lists} if streamed_lists else {}
         steps[key] = {
             "budget_bytes": calibration.current.budget_bytes,
             "parameters": parameters,
             "pruned_for_bytes": pruned_for,
+            **streamed,
             **calibration.as_dict(),
             "from_cache": True,
         }

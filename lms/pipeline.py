@@ -19,12 +19,14 @@ import tensorflow as tf
 from lms import _tf_private
 from lms.calibration import Calibration, CalibrationCache, fingerprint
 from lms.device.host_memory import check_host_memory
+from lms.device.list_streams import stream_lists, streamable_lists
 from lms.device.mechanism import mechanism_for
 from lms.device.rewriter import one_iteration_at_a_time, rewrite
 from lms.device.target import describe_device
 from lms.errors import NothingFitsError
 from lms.graph.cpu_host import EIGEN_KERNELS_WARNING
-from lms.graph.names import REWRITTEN_MARK
+from lms.graph.names import REWRITTEN_MARK, STREAMED_LISTS
+from lms.graph.step import tensor_bytes
 from lms.memory.allocator import BestFitAllocator, cpu_allocator_limit
 from lms.memory.simulator import simulate
 from lms.plan_report import build_report
@@ -119,6 +121,8 @@ class Pipeline:
                 if entry.get("parameters"):
                     parameters = Parameters(**entry["parameters"])
                     pruned_for = entry.get("pruned_for_bytes")
+                if entry.get("streamed_lists"):  # its plan streamed the loops' lists
+                    self._stream_lists(concrete)
                 log.info(
                     "LMS: planning for %s with the parameters that held last time (calibration "
                     "cache %s)",
@@ -227,7 +231,8 @@ class Pipeline:
         if self.cache is not None and calibration.corrections and planned.fingerprint:
             parameters = planned.tuned.parameters.as_dict()
             pruned_for = planned.tuned.pruned_for
-            self.cache.store(planned.fingerprint, calibration, parameters, pruned_for)
+            streamed = getattr(planned.concrete.graph, STREAMED_LISTS, 0)
+            self.cache.store(planned.fingerprint, calibration, parameters, pruned_for, streamed)
 
     def new_calibration(self) -> Calibration:
         """The closed loop's bookkeeping for one input signature."""
@@ -271,9 +276,7 @@ class Pipeline:
         (lms/split/fit.py). Returns (analysis, tuned, splits made); a NothingFitsError raised
         carries the splits made and the analysis of the graph as split."""
         try:
-            analysis, tuned = self._tune_paired_first(
-                concrete, analysis, parameters, budget, pruned_for
-            )
+            analysis, tuned = self._tune_swaps(concrete, analysis, parameters, budget, pruned_for)
         except NothingFitsError as error:
             if self.options.split != "auto":
                 raise
@@ -314,6 +317,61 @@ class Pipeline:
                 return error.analysis, error.closest, error.splits
             raise
         return split_analysis, tuned, splits
+
+    def _tune_swaps(self, concrete, analysis, parameters, budget, pruned_for=None):
+        """Tune (`_tune_paired_first`); when no plan fits, or only the bytes asked, and the
+        loops' tensor lists can be streamed through the host store element by element
+        (lms/device/list_streams.py), stream them and tune again: a swap plan, tried before
+        any split. Returns (analysis, tuned) of the plan kept.
+
+        Only then: streaming costs a py_func call per element each way. Two stacked GRUs of
+        256 over 256 tokens at twice the plain batch need it (one layer's lists are over the
+        budget); three stacked layers fit by swapping whole lists between the loops."""
+        try:
+            analysis, tuned = self._tune_paired_first(
+                concrete, analysis, parameters, budget, pruned_for
+            )
+        except NothingFitsError:
+            if not parameters.needs_tuning or not self._stream_lists(concrete):
+                raise
+        else:
+            over = tuned.simulation.peak_bytes > budget and parameters.needs_tuning
+            if not over or not self._stream_lists(concrete):
+                return analysis, tuned
+        # "without LMS" stays the step as traced, not as streamed
+        plain = simulate(analysis, None, self.allocator_model())
+        paired = cpu_paired_reads() if self.device.target.on_cpu else frozenset()
+        streamed = self._analyse(concrete, paired)
+        try:
+            streamed, tuned = self._tune_paired_first(
+                concrete, streamed, parameters, budget, pruned_for
+            )
+        except NothingFitsError as error:
+            if error.closest is not None:
+                error.closest.baseline = plain
+            raise
+        tuned.baseline = plain
+        return streamed, tuned
+
+    def _stream_lists(self, concrete) -> bool:
+        """Stream the loops' lists of `concrete` through the host store element by element,
+        where the mechanism is the host store and lists can be; whether any were. TensorFlow's
+        copies (a GPU) are not streamed: see lms/device/list_streams.py."""
+        store = self.mechanism.swaps
+        if store.copies_lists or getattr(concrete.graph, STREAMED_LISTS, 0):
+            return False
+        batch = self.options.batch_size
+        lists = streamable_lists(concrete.graph, lambda t: tensor_bytes(t, batch))
+        if not lists:
+            return False
+        stream_lists(concrete.graph, store, lists)
+        log.info(
+            "LMS: nothing fits with the loops' tensor lists swapped whole; streaming %d of them "
+            "(%s) through the host store element by element",
+            len(lists),
+            format_size(sum(s.bytes for s in lists)),
+        )
+        return True
 
     def _tune_paired_first(self, concrete, analysis, parameters, budget, pruned_for=None):
         """Tune with the reads oneDNN pairs kept direct (speed: `lms.internal.cpu_paired_reads`);
@@ -375,16 +433,21 @@ def _trace(function, args):
 def loops_warning(loops, swappable: int = 0) -> str:
     """One line naming the loop LMS cannot plan into: its body runs as one op. Of the tensor
     lists it keeps for the gradient (lms/graph/loops.py), `swappable` bytes (all loops') can be
-    swapped between the loops, stacked (lms/device/lists.py); the rest stay on the device."""
+    swapped between the loops, stacked (lms/device/lists.py), or on the emulated device streamed
+    within them when whole lists do not fit (lms/device/list_streams.py); the rest stay on the
+    device."""
     name, size = loops[0]
     total = sum(s for _, s in loops)
     others = f" ({len(loops)} loops, {format_size(total)} in all)"
     if swappable >= total:
-        kept = "can be swapped between the loops as whole lists, not within them"
+        kept = (
+            "can be swapped between the loops as whole lists (on the emulated device streamed "
+            "within them when whole lists do not fit)"
+        )
     elif swappable:
         kept = (
             f"stay on the device but for {format_size(swappable)} of all loops' lists, which "
-            "can be swapped between the loops"
+            "can be swapped between the loops (or streamed within them on the emulated device)"
         )
     else:
         kept = "stay on the device; they are counted in the plan's peak, not swapped"

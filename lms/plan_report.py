@@ -1,5 +1,6 @@
 """`build_report`: the `lms.PlanReport` of a tuned plan, what `LMS.report` holds."""
 
+from lms.graph.names import STREAMED_LISTS
 from lms.memory.explain import explain_peak
 from lms.memory.lifetimes import largest_footprint
 from lms.values.report import AnalysisSummary, PlanReport, Timeline
@@ -44,6 +45,7 @@ def build_report(analysis, tuned, budget, timings, planned=None, splits=()) -> P
         splits=tuple(split.as_dict() for split in splits),
         swapped_lists=_swapped_lists(analysis, plan),
         dropped_swaps=(tuned.dropped or None) if plan else None,
+        streamed_lists=getattr(analysis.graph, STREAMED_LISTS, 0) or None,
     )
 
 

@@ -29,7 +29,7 @@ still count):
 - When the array is freed: by the read that takes the count to 0, within the step; whatever a
   step left (a step that failed between a put and its last read) by `HostStore.clear()` after
   it. The analysis counts each array in the host's memory from its first op to the last reader
-  of any of its handles (`_hold`, the graph's HOST_ARRAYS).
+  of any of its handles (`hold_host_array`, the graph's HOST_ARRAYS).
 """
 
 import math
@@ -83,7 +83,7 @@ class HostPieces:
         )
         kept = HostArray(handle, count, name=handle.op.name)
         self._kept[tensor.ref()] = self._keeps[handle.op] = kept
-        _hold(handle.op, kept.name, _bytes(tensor.shape.as_list(), tensor.dtype))
+        hold_host_array(handle.op, kept.name, _bytes(tensor.shape.as_list(), tensor.dtype))
         return handle
 
     def read(self, kept, like, axis: int, start: int, stop: int):
@@ -108,7 +108,7 @@ class HostPieces:
             )
         )
         host.name = host.name or host.handle.op.name  # the first piece's store creates it
-        _hold(host.handle.op, host.name, _bytes(shape, piece.dtype))
+        hold_host_array(host.handle.op, host.name, _bytes(shape, piece.dtype))
         return host
 
     def token(self, stored):
@@ -175,7 +175,7 @@ def _bytes(shape: list, dtype) -> int:
     return math.prod(shape) * dtype.size if None not in shape else 0
 
 
-def _hold(op, array: str, size: int) -> None:
+def hold_host_array(op, array: str, size: int) -> None:
     """Note on `op`'s graph that `op` creates (or adds a piece to) the host array `array` of
     `size` bytes: the analysis counts the array in the host's memory from its first op to the
     last reader of any of its handles (`lms.graph.step.Analysis.host_arrays`)."""

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
+from lms.graph.names import STREAM_SCOPE
+
 WHILE_OPS = frozenset({"While", "StatelessWhile"})
 IF_OPS = frozenset({"If", "StatelessIf"})
 # Body ops that put one element per iteration into the list they read (input 0).
@@ -109,6 +111,8 @@ def _element(writes) -> tuple | None:
     if len(writes) != 1 or writes[0].type != "TensorListPushBack":
         return None
     value = writes[0].inputs[-1]
+    if f"/{STREAM_SCOPE}/" in value.op.name:
+        return None  # the host store's handles of a streamed list (lms/device/list_streams.py)
     if not value.shape.is_fully_defined() or value.shape.rank < 1:
         return None
     return value.dtype, tuple(value.shape.as_list())
@@ -124,3 +128,19 @@ def _source(tensor):
         index = tensor.value_index if tensor.op.type == "IdentityN" else 0
         tensor = tensor.op.inputs[index]
     return tensor
+
+
+def passed_lists(graph, op) -> list[int]:
+    """The outputs of a `While` that are its input list of the same position, passed through
+    its body unchanged (a layer's input sequence, which the body reads by index): the same list
+    as the input, held as long as the output is read (by the gradient's zeros of it)."""
+    body = body_graph(graph, op, "body")
+    if body is None or len(body.outputs) != len(body.inputs):
+        return []
+    return [
+        k
+        for k, (placeholder, output) in enumerate(zip(body.inputs, body.outputs, strict=True))
+        if placeholder.dtype == tf.variant
+        and k < len(op.outputs)
+        and _source(output).ref() == placeholder.ref()
+    ]

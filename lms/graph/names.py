@@ -17,3 +17,10 @@ def swap_kind(name: str) -> str | None:
     """ "out" or "in" for the op that moves a swap's bytes (by the rewriter's names), else None."""
     last = name.rsplit("/", 1)[-1]
     return {SWAP_OUT: "out", SWAP_IN: "in"}.get(last)
+
+
+# set on a FuncGraph whose loops' tensor lists go through the host store element by element: how
+# many lists (lms/device/list_streams.py)
+STREAMED_LISTS = "_lms_streamed_lists"
+# the name scope of the nodes that stream a list's elements, in the loops' bodies
+STREAM_SCOPE = f"{SWAP_SCOPE}_stream"

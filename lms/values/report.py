@@ -158,6 +158,9 @@ class PlanReport:
     # swaps of the tuned parameters' plan its budget did not need, dropped (lms/tuning/prune.py);
     # None when none was (not written then, as in records from before plans were pruned)
     dropped_swaps: int | None = None
+    # loop lists streamed through the host store element by element (lms/device/list_streams.py);
+    # None when none is (not written then)
+    streamed_lists: int | None = None
 
     def to_dict(self) -> dict:
         data = {
@@ -189,6 +192,8 @@ class PlanReport:
             data["swapped_lists"] = self.swapped_lists
         if self.dropped_swaps:
             data["dropped_swaps"] = self.dropped_swaps
+        if self.streamed_lists:
+            data["streamed_lists"] = self.streamed_lists
         return data
 
     @classmethod

@@ -2,12 +2,13 @@
 sequence on the CPU), their step analysed, simulated and measured in this fresh process, without
 LMS or with it.
 
-Usage: _lstm_step.py LENGTH BATCH [LAYERS WIDTH [DEVICE_MEMORY | serial]]. Without DEVICE_MEMORY
+Usage: _lstm_step.py LENGTH BATCH [LAYERS WIDTH [DEVICE_MEMORY | serial [lstm | gru]]]. Without
+DEVICE_MEMORY
 (bytes) the plain step: prints one JSON line with the loops the analysis saw, the simulated and
 the measured peak; `serial`: the same with its loops run one iteration at a time, as LMS runs
 them (the plain step rewritten with no swap). With DEVICE_MEMORY, the step wrapped by LMS for
 that device memory (no calibration: the plan as simulated): the plan's simulated peak, the
-measured one, how many tensor lists it swaps.
+measured one, how many tensor lists it swaps and streams (lms/device/list_streams.py).
 Needs TF_CPU_ALLOCATOR_USE_BFC=true.
 """
 
@@ -23,11 +24,13 @@ from lms.graph.cpu_host import cpu_kernels
 from lms.planning.planner import Plan
 
 
-def lstm_step(length: int, batch: int, width: int = 256, layers: int = 2):
+def lstm_step(length: int, batch: int, width: int = 256, layers: int = 2, cell: str = "lstm"):
+    """Stacked LSTMs (GRUs with `cell` "gru") over `length` tokens, ten classes."""
     tokens = keras.Input((length,), batch_size=batch, dtype="int32")
     x = keras.layers.Embedding(1000, width)(tokens)
+    layer_of = keras.layers.GRU if cell == "gru" else keras.layers.LSTM
     for layer in range(layers):
-        x = keras.layers.LSTM(width, return_sequences=layer < layers - 1)(x)
+        x = layer_of(width, return_sequences=layer < layers - 1)(x)
     model = keras.Model(tokens, keras.layers.Dense(10)(x))
     optimizer = keras.optimizers.SGD(1e-3)
 
@@ -75,6 +78,7 @@ def with_lms(step, x, y, device_memory: int) -> dict:
         "measured": measured,
         "swapped_lists": report.swapped_lists,
         "swapped_tensors": report.swapped_tensors,
+        "streamed_lists": report.streamed_lists,
     }
 
 
@@ -82,7 +86,8 @@ if __name__ == "__main__":
     keras.utils.set_random_seed(0)
     length, batch = int(sys.argv[1]), int(sys.argv[2])
     layers, width = (int(sys.argv[3]), int(sys.argv[4])) if len(sys.argv) > 4 else (2, 256)
-    step, x, y = lstm_step(length, batch, width, layers)
+    cell = sys.argv[6] if len(sys.argv) > 6 else "lstm"
+    step, x, y = lstm_step(length, batch, width, layers, cell)
     if len(sys.argv) > 5 and sys.argv[5] != "serial":
         print(json.dumps(with_lms(step, x, y, int(sys.argv[5]))))
     else:
