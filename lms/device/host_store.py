@@ -82,7 +82,8 @@ class ArrayPool:
 @dataclass
 class Traffic:
     """What swap ops moved: counts, bytes, and with an emulated link the seconds its transfers
-    took (`EmulatedLink.move`: each transfer's own duration, not the time in the swap op).
+    took (`EmulatedLink.send`, `receive`: each transfer's own duration, not the time in the swap
+    op, which for a swap-out ends before its transfer does).
     Without a link nothing crosses one (the store keeps a host copy): no seconds to measure."""
 
     swap_outs: int = 0
@@ -118,6 +119,7 @@ class HostStore:
     ):
         self.host_device, self.compute_device = host_device, compute_device
         self._arrays, self._readers = {}, {}  # handle -> array, and the reads left before freed
+        self._on_host = {}  # handle -> when its swap-out's transfer is done (with a link)
         self._held = self._peak = 0  # bytes held now, and the most since `take_peak`
         self._lock = threading.Lock()
         self._handles = itertools.count()
@@ -172,6 +174,7 @@ class HostStore:
             left = (len(self._arrays), self._held)
             self._arrays.clear()
             self._readers.clear()
+            self._on_host.clear()
             self._held = 0
         return left
 
@@ -187,13 +190,14 @@ class HostStore:
             np.copyto(reused, array)
             return reused
 
-        if self._engines:
-            copy, seconds = self._engines.move("out", array.nbytes, copy_out)
+        if self._engines:  # the op goes on; the swapped tensor is kept until its transfer ends
+            copy, done, seconds = self._engines.send(array.nbytes, copy_out, reads=array)
         else:
-            copy, seconds = copy_out(), 0.0
+            copy, done, seconds = copy_out(), 0.0, 0.0
         with self._lock:
             self._arrays[handle] = copy
             self._readers[handle] = int(readers)
+            self._on_host[handle] = done
             self._hold(copy.nbytes)
             self._traffic.swap_outs += 1
             self._traffic.out_bytes += array.nbytes
@@ -204,28 +208,31 @@ class HostStore:
         return np.array([handle], dtype=np.int64)
 
     def _read(self, handle):
-        """The array kept under `handle`, one of its reads used up (the last frees it)."""
+        """The array kept under `handle`, one of its reads used up (the last frees it), and when
+        the transfers that put it on the host are done."""
         key = int(handle[0])
         with self._lock:
-            array = self._arrays[key]
+            array, done = self._arrays[key], self._on_host.get(key, 0.0)
             self._readers[key] -= 1
             if self._readers[key] == 0:
                 del self._arrays[key], self._readers[key]
+                self._on_host.pop(key, None)
                 self._held -= array.nbytes
                 self._pool.give(array)
-        return array
+        return array, done
 
-    def _count_in(self, nbytes: int) -> None:
-        """One swap-in of `nbytes`, through the link when there is one."""
-        seconds = self._engines.move("in", nbytes)[1] if self._engines else 0.0
+    def _count_in(self, nbytes: int, after: float) -> None:
+        """One swap-in of `nbytes`, through the link when there is one: it begins once the bytes
+        are on the host (`after`) and the op waits for its end, as a GPU's readers of it do."""
+        seconds = self._engines.receive(nbytes, after) if self._engines else 0.0
         with self._lock:
             self._traffic.swap_ins += 1
             self._traffic.in_bytes += nbytes
             self._traffic.in_transfer_seconds += seconds
 
     def _get(self, handle):
-        array = self._read(handle)
-        self._count_in(array.nbytes)
+        array, after = self._read(handle)
+        self._count_in(array.nbytes, after)
         # TensorFlow wraps the returned (aligned) array without copying it; the swap-in's
         # DeepCopy then copies it into the allocator, so no reader writes into the stored array
         return array
@@ -239,18 +246,21 @@ class HostStore:
 
     def get_slice(self, handle, axis, start, stop):
         """Rows start:stop along `axis` of a kept array (its last read frees it)."""
-        array = self._read(handle)
+        array, after = self._read(handle)
         index = [slice(None)] * array.ndim
         index[int(axis)] = slice(int(start), int(stop))
         piece = aligned_copy(array[tuple(index)])
-        self._count_in(piece.nbytes)
+        self._count_in(piece.nbytes, after)
         return piece
 
     def put_slice(self, handle, piece, axis, start, shape, readers):
         """Write `piece` at `start` along `axis` of the host array `handle` (-1: a new one of
         `shape` for `readers` reads); the array's handle."""
         key = int(handle[0])
-        seconds = self._engines.move("out", piece.nbytes)[1] if self._engines else 0.0
+        if self._engines:  # as `_put`: booked, not waited for
+            done, seconds = self._engines.send(piece.nbytes, reads=piece)[1:]
+        else:
+            done, seconds = 0.0, 0.0
         with self._lock:
             if key < 0:
                 key = next(self._handles)
@@ -261,6 +271,7 @@ class HostStore:
             index = [slice(None)] * array.ndim
             index[int(axis)] = slice(int(start), int(start) + piece.shape[int(axis)])
             array[tuple(index)] = piece
+            self._on_host[key] = max(self._on_host.get(key, 0.0), done)
             self._traffic.swap_outs += 1
             self._traffic.out_bytes += piece.nbytes
             self._traffic.out_transfer_seconds += seconds

@@ -4,16 +4,21 @@ device, a link that really delays the host store's copies.
 A GPU's copy engines move one transfer at a time per direction; a transfer of n bytes takes
 `latency + n / bandwidth`. `EmulatedLink` does the same with wall-clock time: each transfer
 reserves its direction's engine from the moment it is asked for (or when the engine frees up)
-for that long, and the swap op returns at the end of its reservation (sleeping less by how late
-`time.sleep` wakes up here, measured once per link). The host copy the swap does meanwhile
-overlaps the reservation, so an op takes the longer of the two. Swap ops wait with `time.sleep`,
-which holds one of TensorFlow's inter-op threads but no core: compute goes on beside them as it
-goes on beside a GPU's copy engines. Each transfer's own duration is measured (`EmulatedLink.move`):
-the swap traffic's bandwidth is its bytes over those durations, never the swap ops' time.
+for that long. As on a GPU, only the swap-in waits for its transfer: a swap-out returns once its
+host copy is done and its transfer booked (the compute stream goes on), its tensor's buffer kept
+alive until that transfer is done (a GPU frees it once its copy has read it); a swap-in of that
+tensor asks for its own transfer only then, and returns at the end of it (sleeping less by how
+late `time.sleep` wakes up here, measured once per link, and spinning the rest). A swap-in
+waits with `time.sleep`, which holds one of TensorFlow's inter-op threads but no core. Each
+transfer's own duration is counted (`EmulatedLink.send`, `receive`): from when its engine began
+it to its end, by the clock, and no sooner than its host copy is done; the swap traffic's
+bandwidth is its bytes over those durations, never the swap ops' time.
 
 No TensorFlow here: the suite checks a spec's `link` table with this module alone.
 """
 
+import heapq
+import itertools
 import math
 import re
 import threading
@@ -164,13 +169,18 @@ def named_links(names) -> dict:
 
 class EmulatedLink:
     """Copy engines for the host store: one transfer at a time per direction, in the order
-    they are asked for (see the module docstring)."""
+    they are asked for (see the module docstring). A swap-out `send`s and goes on; a swap-in
+    `receive`s and waits."""
 
     def __init__(self, link: Link):
         self.link = link
         self._free_at = dict.fromkeys(DIRECTIONS, 0.0)
         self._lock = threading.Lock()
         self.oversleep = _oversleep()
+        # device buffers a swap-out's transfer still reads, freed at its end by `_release`
+        self._reading, self._order = [], itertools.count()
+        self._wake = threading.Condition(self._lock)
+        self._releasing = False
 
     def reserve(self, direction: str, nbytes: int) -> tuple[float, float]:
         """Book a transfer now; return the `time.perf_counter()`s at which its engine begins it
@@ -181,15 +191,30 @@ class EmulatedLink:
             self._free_at[direction] = end
         return start, end
 
-    def move(self, direction: str, nbytes: int, work=None):
-        """One transfer: book it, run `work()` meanwhile (the host copy, if any), return when
-        both are done. Returns (work's result, the seconds the transfer took): from when its
-        engine began it to when it was done, by the clock, so neither the queue before it nor
-        the swap op's bookkeeping counts, and a late wake-up or a slow host copy does."""
-        start, end = self.reserve(direction, nbytes)
+    def send(self, nbytes: int, work=None, reads=None) -> tuple:
+        """A swap-out: book its device-to-host transfer, run `work()` meanwhile (the host copy,
+        if any) and return without waiting for the transfer, as a GPU's compute stream goes on
+        while its copy engine moves the tensor. `reads` (the swapped tensor's buffer) is kept
+        alive until the transfer is done, as a GPU frees that memory only once its copy has read
+        it. Returns (work's result, when the transfer is done, the seconds it took): done no
+        sooner than the host copy either, timed from when its engine began it (not the queue
+        before it), so a slow host copy counts."""
+        start, end = self.reserve("out", nbytes)
         result = work() if work is not None else None
+        end = max(end, time.perf_counter())
+        if reads is not None:
+            self._read_until(reads, end)
+        return result, end, end - start
+
+    def receive(self, nbytes: int, after: float = 0.0) -> float:
+        """A swap-in: its host-to-device transfer, asked for once the bytes are on the host
+        (`after`: when its swap-out's transfer is done; it waits until then), returning when it
+        is done. The seconds it took: from when its engine began it to when the wait ended, so
+        neither the wait for its swap-out nor the queue counts, and a late wake-up does."""
+        self.wait_until(after)
+        start, end = self.reserve("in", nbytes)
         self.wait_until(end)
-        return result, max(0.0, time.perf_counter() - start)
+        return max(0.0, time.perf_counter() - start)
 
     def wait_until(self, end: float) -> None:
         """Wait until `end`: `time.sleep` returns late by a fairly constant amount (70-90 us on
@@ -202,6 +227,36 @@ class EmulatedLink:
             time.sleep(remaining)
         while time.perf_counter() < end:
             pass
+
+    def _read_until(self, buffer, end: float) -> None:
+        """Keep `buffer` referenced until `end` (a thread drops it then; late by a wake-up)."""
+        with self._lock:
+            heapq.heappush(self._reading, (end, next(self._order), buffer))
+            if not self._releasing:
+                self._releasing = True
+                threading.Thread(target=self._release, name="lms-link", daemon=True).start()
+            self._wake.notify()
+
+    def _release(self) -> None:
+        """Drop each buffer `_read_until` keeps at its end; stop after a second with none."""
+        with self._lock:
+            while True:
+                if not self._reading:
+                    self._wake.wait(1.0)
+                    if not self._reading:
+                        self._releasing = False
+                        return
+                    continue
+                wait = self._reading[0][0] - time.perf_counter()
+                if wait > 0:
+                    self._wake.wait(wait)
+                    continue
+                done = heapq.heappop(self._reading)
+                self._lock.release()  # the buffer's last reference may free TensorFlow's memory
+                try:
+                    del done
+                finally:
+                    self._lock.acquire()
 
 
 def _oversleep(samples: int = 15) -> float:

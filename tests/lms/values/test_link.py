@@ -1,6 +1,10 @@
 """The link: its description, the emulated copy engines, the swap traffic LMS counts, and the
 step-time model that replays a profiled step on another link (issue 14)."""
 
+import time
+import weakref
+
+import numpy as np
 import pytest
 from lms_cases import run_child
 
@@ -58,14 +62,11 @@ def test_a_transfer_is_timed_from_when_its_engine_begins_it_not_from_the_request
     """The seconds a transfer took leave out its wait behind the one before it: it is booked
     0.3 s on an engine busy for 0.3 s more, so the call returns after ~0.6 s and the transfer
     took ~0.3 s (loose bounds: this measures sleeps)."""
-    import time
-
     engines = EmulatedLink(Link(1e9, 0.3))
     engines.reserve("in", 0)  # the engine is busy for the next 0.3 s
     asked = time.perf_counter()
-    work, took = engines.move("in", 0, work=lambda: "copied")
+    took = engines.receive(0)
     waited = time.perf_counter() - asked
-    assert work == "copied"
     assert 0.5 * 0.3 <= took <= 1.5 * 0.3
     assert waited - took >= 0.5 * 0.3  # the queue before it is not the transfer's time
 
@@ -75,8 +76,44 @@ def test_a_transfer_shorter_than_a_sleeps_lateness_still_takes_its_time():
     (a lower bound: a wait can be late, never early)."""
     engines = EmulatedLink(Link(1e9, 0.0))
     for _ in range(20):
-        _, took = engines.move("out", 20_000)
-        assert took >= 20e-6
+        assert engines.receive(20_000) >= 20e-6
+
+
+def test_a_swap_out_goes_on_and_keeps_its_tensor_until_its_transfer_is_done():
+    """As on a GPU, a swap-out's op returns once its host copy is done and its transfer booked
+    (the compute stream goes on), and the swapped tensor's buffer (`reads`) lives until the
+    copy engine is done with it. Its seconds are the transfer's (0.3 s), not the op's."""
+    engines = EmulatedLink(Link(1e9, 0.3))
+    tensor = np.ones(4)
+    kept = weakref.ref(tensor)
+    asked = time.perf_counter()
+    copied, done, took = engines.send(tensor.nbytes, work=tensor.copy, reads=tensor)
+    assert time.perf_counter() - asked < 0.1 and done >= asked + 0.3
+    assert took == pytest.approx(0.3, abs=0.05)
+    np.testing.assert_array_equal(copied, 1.0)
+    del tensor
+    assert kept() is not None  # the transfer is still reading it
+    time.sleep(max(0.0, done - time.perf_counter()) + 0.2)
+    assert kept() is None
+
+
+def test_a_swap_in_begins_once_its_swap_out_is_done_and_waits_for_its_own_transfer():
+    """The host store on a link: the swap-out returns at once, the swap-in of its handle waits
+    for that transfer (0.3 s) and then for its own (0.3 s); each direction's seconds are its
+    transfer's own, not the wait for the other's."""
+    from lms.device.host_store import HostStore
+
+    store = HostStore(Link(1e9, 0.3))
+    asked = time.perf_counter()
+    handle = store._put(np.ones((8, 8), np.float32), 1)
+    returned = time.perf_counter() - asked
+    back = store._get(handle)
+    arrived = time.perf_counter() - asked
+    np.testing.assert_array_equal(back, 1.0)
+    assert returned < 0.1 and arrived >= 0.6
+    traffic = store.take_traffic()
+    assert traffic.out_transfer_seconds == pytest.approx(0.3, abs=0.05)
+    assert 0.3 <= traffic.in_transfer_seconds <= 0.45
 
 
 def _profile(*events):
