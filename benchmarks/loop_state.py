@@ -103,6 +103,7 @@ def child(mode: str, length, batch, layers, width, device_bytes, steps, cell) ->
         swapped_lists=report.swapped_lists or 0,
         streamed_lists=report.streamed_lists or 0,
         calibration=(report.calibration or {}).get("corrections"),
+        timings=report.timings_s,
     )
     return result
 
@@ -164,6 +165,14 @@ def main() -> None:
             _print_row(row, plain, device)
 
 
+def _planning(timings) -> str:
+    """ ", (analysis + tuning) / trace R" of the kept plan's timings, or "" without them."""
+    if not timings or not timings.get("trace_s"):
+        return ""
+    ratio = (timings.get("analysis_s", 0) + timings.get("tune_s", 0)) / timings["trace_s"]
+    return f", (analysis + tuning) / trace {ratio:.2f}"
+
+
 def _print_row(row, plain, device) -> None:
     if row is None:
         return
@@ -178,6 +187,7 @@ def _print_row(row, plain, device) -> None:
             f"{row['swapped_bytes'] / MiB:.0f} MiB ({row['swapped_lists']} lists), "
             f"{row.get('streamed_lists', 0)} lists streamed by element, loop state "
             f"{row['loop_bytes'] / MiB:.0f} MiB, corrections {row.get('calibration')}"
+            f"{_planning(row.get('timings'))}"
         )
     print(
         f"- {row['mode']}, batch {row['batch']}: measured {row['peak'] / MiB:.0f} MiB "
