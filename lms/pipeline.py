@@ -281,6 +281,7 @@ class Pipeline:
             if self.options.split != "auto":
                 raise
             failed, unsplit = error, None
+            analysis = error.analysis or analysis  # streamed, if the lists were
         else:
             fits = tuned.simulation.peak_bytes <= budget
             if fits or self.options.split != "auto" or not parameters.needs_tuning:
@@ -315,6 +316,7 @@ class Pipeline:
                 return analysis, unsplit, []
             if unsplit is not None and error.closest is not None:  # the graph is split now
                 return error.analysis, error.closest, error.splits
+            error.analysis = error.analysis or analysis  # (the lists' streaming is an edit too)
             raise
         return split_analysis, tuned, splits
 
@@ -349,6 +351,8 @@ class Pipeline:
         except NothingFitsError as error:
             if error.closest is not None:
                 error.closest.baseline = plain
+            # the closest plan is the streamed graph's (its analysis has the streaming ops)
+            error.analysis = error.analysis or streamed
             raise
         tuned.baseline = plain
         return streamed, tuned

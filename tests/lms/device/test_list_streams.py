@@ -18,8 +18,10 @@ from lms.device.copies import DeviceCopy
 from lms.device.host_store import HostStore
 from lms.device.list_streams import MIN_ELEMENT_BYTES, stream_lists, streamable_lists
 from lms.device.rewriter import rewrite
+from lms.graph.names import STREAM_SCOPE
 from lms.graph.step import tensor_bytes
 from lms.memory.simulator import simulate
+from lms.pipeline import Request
 from lms.planning.planner import Plan
 
 MiB = 2**20
@@ -172,3 +174,19 @@ def test_two_stacked_grus_train_twice_the_batch_in_the_plain_steps_memory():
     ran = run_child("_lstm_step.py", "256", "16", "2", "128", str(device), "gru")[1]
     assert (ran["streamed_lists"] or 0) > 0, (ran, device)
     assert ran["measured"] <= device, (ran, device)
+
+
+@pytest.mark.parametrize("split", ["off", "auto"])
+def test_the_closest_plan_after_streaming_runs_on_the_streamed_graph(split):
+    """Nothing fits even streamed: the closest plan the closed loop measures is the streamed
+    graph's (it was planned on the streamed analysis: rewriting the traced one with it failed
+    on ops the trace does not have)."""
+    budget = _budget_for_twice_the_batch()
+    step, x, y = _gru_step(16)
+    planner = lms.LMS(device_memory=int(budget / 0.9 / 3), calibration_steps=0, split=split)
+    request = Request(keep_closest=True)
+    prepared = planner.pipeline.prepare(step, (x, y), request)
+    assert not prepared.report.fits and prepared.report.streamed_lists
+    names = [op.name for op in prepared.planned.analysis.ops]
+    assert any(f"{STREAM_SCOPE}_shape" in name for name in names)  # the streamed graph's
+    assert float(prepared.callable(x, y)) > 0
