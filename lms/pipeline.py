@@ -12,24 +12,24 @@ mechanism that moves bytes on it (`lms.device.mechanism`).
 import functools
 import logging
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import tensorflow as tf
 
 from lms import _tf_private
 from lms.calibration import Calibration, CalibrationCache, fingerprint
 from lms.device.host_memory import check_host_memory
-from lms.device.list_streams import stream_lists, streamable_lists
 from lms.device.mechanism import mechanism_for
 from lms.device.rewriter import one_iteration_at_a_time, rewrite
 from lms.device.target import describe_device
 from lms.errors import NothingFitsError
 from lms.graph.cpu_host import EIGEN_KERNELS_WARNING
 from lms.graph.names import REWRITTEN_MARK, STREAMED_LISTS
-from lms.graph.step import tensor_bytes
+from lms.loop_lists import loops_warning, stream_loop_lists
 from lms.memory.allocator import BestFitAllocator, cpu_allocator_limit
 from lms.memory.simulator import simulate
 from lms.plan_report import build_report
+from lms.plan_request import Planned, Prepared, Request
 from lms.planning.planner import log_plan, plan
 from lms.split.fit import forced_splits, split_to_fit
 from lms.tuning.analysis import analyze, cpu_paired_reads
@@ -41,55 +41,6 @@ from lms.values.parameters import Parameters
 from lms.values.report import PlanReport
 
 log = logging.getLogger("lms")
-
-
-@dataclass(frozen=True)
-class Request:
-    """What one plan is asked for.
-
-    parameters: None: the options'. budget_bytes: None: the device's budget (or, with `cached`,
-    what the calibration cache holds for this step). keep_closest: a budget nothing meets in
-    simulation gives the closest plan instead of NothingFitsError (the closed loop measures it).
-    """
-
-    parameters: Parameters | None = None
-    budget_bytes: int | None = None
-    keep_closest: bool = False
-    cached: bool = False
-
-
-@dataclass(frozen=True)
-class Planned:
-    """A tuned plan and what it was made from.
-
-    concrete: the step's trace (its graph edited in place by the splits); pieces: the tracker of
-    the split ops' piece copies (from the mechanism); budget_bytes: what it was planned for;
-    shortfall: why nothing fit in simulation, when the closest plan was kept; timings: seconds
-    of trace, analysis and tuning (and, once prepared, rewrite); fingerprint: the trace's key in
-    the calibration cache (None without one)."""
-
-    concrete: object
-    analysis: object
-    tuned: Tuned
-    splits: tuple
-    pieces: object
-    budget_bytes: int
-    shortfall: str | None
-    timings: dict
-    fingerprint: str | None
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """A plan ready to run: `callable` runs the rewritten step; `report` says what was planned."""
-
-    callable: object
-    planned: Planned
-    report: PlanReport
-
-    @property
-    def tuned(self) -> Tuned:
-        return self.planned.tuned
 
 
 class Pipeline:
@@ -321,24 +272,24 @@ class Pipeline:
         return split_analysis, tuned, splits
 
     def _tune_swaps(self, concrete, analysis, parameters, budget, pruned_for=None):
-        """Tune (`_tune_paired_first`); when no plan fits, or only the bytes asked, and the
-        loops' tensor lists can be streamed through the host store element by element
-        (lms/device/list_streams.py), stream them and tune again: a swap plan, tried before
-        any split. Returns (analysis, tuned) of the plan kept.
-
-        Only then: streaming costs a py_func call per element each way. Two stacked GRUs of
-        256 over 256 tokens at twice the plain batch need it (one layer's lists are over the
-        budget); three stacked layers fit by swapping whole lists between the loops."""
+        """Tune (`_tune_paired_first`); when no plan fits, or only the bytes asked, stream the
+        loops' lists where they can be (lms/loop_lists.py) and tune again: a swap plan, tried
+        before any split, and only then (a py_func call per element each way). Returns
+        (analysis, tuned) of the plan kept."""
         try:
             analysis, tuned = self._tune_paired_first(
                 concrete, analysis, parameters, budget, pruned_for
             )
         except NothingFitsError:
-            if not parameters.needs_tuning or not self._stream_lists(concrete):
+            if not parameters.needs_tuning or not stream_loop_lists(
+                self.mechanism.swaps, concrete, self.options.batch_size
+            ):
                 raise
         else:
             over = tuned.simulation.peak_bytes > budget and parameters.needs_tuning
-            if not over or not self._stream_lists(concrete):
+            if not over or not stream_loop_lists(
+                self.mechanism.swaps, concrete, self.options.batch_size
+            ):
                 return analysis, tuned
         # "without LMS" stays the step as traced, not as streamed
         plain = simulate(analysis, None, self.allocator_model())
@@ -358,24 +309,7 @@ class Pipeline:
         return streamed, tuned
 
     def _stream_lists(self, concrete) -> bool:
-        """Stream the loops' lists of `concrete` through the host store element by element,
-        where the mechanism is the host store and lists can be; whether any were. TensorFlow's
-        copies (a GPU) are not streamed: see lms/device/list_streams.py."""
-        store = self.mechanism.swaps
-        if store.copies_lists or getattr(concrete.graph, STREAMED_LISTS, 0):
-            return False
-        batch = self.options.batch_size
-        lists = streamable_lists(concrete.graph, lambda t: tensor_bytes(t, batch))
-        if not lists:
-            return False
-        stream_lists(concrete.graph, store, lists)
-        log.info(
-            "LMS: nothing fits with the loops' tensor lists swapped whole; streaming %d of them "
-            "(%s) through the host store element by element",
-            len(lists),
-            format_size(sum(s.bytes for s in lists)),
-        )
-        return True
+        return stream_loop_lists(self.mechanism.swaps, concrete, self.options.batch_size)
 
     def _tune_paired_first(self, concrete, analysis, parameters, budget, pruned_for=None):
         """Tune with the reads oneDNN pairs kept direct (speed: `lms.internal.cpu_paired_reads`);
@@ -432,30 +366,3 @@ def _trace(function, args):
     if getattr(concrete.graph, REWRITTEN_MARK, False):
         concrete = tf.function(function.python_function).get_concrete_function(*args)
     return concrete
-
-
-def loops_warning(loops, swappable: int = 0) -> str:
-    """One line naming the loop LMS cannot plan into: its body runs as one op. Of the tensor
-    lists it keeps for the gradient (lms/graph/loops.py), `swappable` bytes (all loops') can be
-    swapped between the loops, stacked (lms/device/lists.py), or on the emulated device streamed
-    within them when whole lists do not fit (lms/device/list_streams.py); the rest stay on the
-    device."""
-    name, size = loops[0]
-    total = sum(s for _, s in loops)
-    others = f" ({len(loops)} loops, {format_size(total)} in all)"
-    if swappable >= total:
-        kept = (
-            "can be swapped between the loops as whole lists (on the emulated device streamed "
-            "within them when whole lists do not fit)"
-        )
-    elif swappable:
-        kept = (
-            f"stay on the device but for {format_size(swappable)} of all loops' lists, which "
-            "can be swapped between the loops (or streamed within them on the emulated device)"
-        )
-    else:
-        kept = "stay on the device; they are counted in the plan's peak, not swapped"
-    return (
-        f"LMS cannot plan into the While loop '{name}': the {format_size(size)} its body keeps "
-        f"for the gradient {kept}{others if len(loops) > 1 else ''}"
-    )

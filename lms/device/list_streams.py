@@ -36,8 +36,8 @@ from lms.graph.loops import (
     LIST_WRITES,
     SHARED_SOURCES,
     WHILE_OPS,
-    _source,
     body_graph,
+    passed_source,
     trip_count,
 )
 from lms.graph.names import STREAM_SCOPE, STREAMED_LISTS
@@ -133,18 +133,19 @@ def _pushed_lists(body) -> dict:
     pushes = {}
     for inner in body.get_operations():
         if inner.type in LIST_WRITES:
-            k = position_of.get(_source(inner.inputs[0]).ref())
+            k = position_of.get(passed_source(inner.inputs[0]).ref())
             if k is not None:
                 pushes.setdefault(k, []).append(inner)
     found = {}
     for k, writes in pushes.items():
         if len(writes) != 1 or writes[0].type != "TensorListPushBack":
             continue
-        value = _source(writes[0].inputs[1])
+        value = passed_source(writes[0].inputs[1])
         if value.op.type in SHARED_SOURCES or f"/{STREAM_SCOPE}/" in value.op.name:
             continue
         j = position_of.get(value.ref())
-        carried = _source(body.outputs[j]) if j is not None and j < len(body.outputs) else None
+        outputs = body.outputs
+        carried = passed_source(outputs[j]) if j is not None and j < len(outputs) else None
         if carried is not None and carried.ref() == value.ref():
             continue  # loop-invariant
         found[k] = writes[0]
@@ -161,7 +162,7 @@ def _single_pop(graph, gradient, positions):
     pops, others = [], 0
     for inner in body.get_operations():
         for tensor in inner.inputs:
-            if _source(tensor).ref() != placeholder.ref() or inner.type == "Identity":
+            if passed_source(tensor).ref() != placeholder.ref() or inner.type == "Identity":
                 continue
             if inner.type == "TensorListPopBack" and tensor is inner.inputs[0]:
                 pops.append(inner)

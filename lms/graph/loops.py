@@ -83,20 +83,20 @@ def accumulated_lists(graph, op, size_of) -> dict[int, AccumulatedList]:
         return {}
     position_of = {placeholder.ref(): k for k, placeholder in enumerate(body.inputs)}
     writes = [inner for inner in body.get_operations() if inner.type in LIST_WRITES]
-    pushed = {_source(inner.inputs[-1]).ref() for inner in writes}
+    pushed = {passed_source(inner.inputs[-1]).ref() for inner in writes}
     sizes: dict[int, int] = {}
     elements: dict[int, list] = {}
     for inner in writes:
-        k = position_of.get(_source(inner.inputs[0]).ref())
+        k = position_of.get(passed_source(inner.inputs[0]).ref())
         element = size_of(inner.inputs[-1])
         if k is None or element is None or k >= len(op.outputs):
             continue
-        value = _source(inner.inputs[-1])
+        value = passed_source(inner.inputs[-1])
         if value.op.type in SHARED_SOURCES:
             continue  # a reference to a variable or constant: no copy
         j = position_of.get(value.ref())
         if j is not None and j < len(body.outputs):
-            carried = _source(body.outputs[j])
+            carried = passed_source(body.outputs[j])
             if carried.ref() == value.ref() or carried.ref() in pushed:
                 continue  # loop-invariant, or the previous iteration's value, pushed already
         sizes[k] = sizes.get(k, 0) + trips * element
@@ -122,7 +122,7 @@ def _element(writes) -> tuple | None:
 SHARED_SOURCES = frozenset({"ReadVariableOp", "Const", "VarHandleOp"})
 
 
-def _source(tensor):
+def passed_source(tensor):
     """The tensor `tensor` passes on unchanged (through Identity ops), whose buffer it shares."""
     while tensor.op.type in PASS_THROUGH and tensor.op.inputs:
         index = tensor.value_index if tensor.op.type == "IdentityN" else 0
@@ -142,5 +142,5 @@ def passed_lists(graph, op) -> list[int]:
         for k, (placeholder, output) in enumerate(zip(body.inputs, body.outputs, strict=True))
         if placeholder.dtype == tf.variant
         and k < len(op.outputs)
-        and _source(output).ref() == placeholder.ref()
+        and passed_source(output).ref() == placeholder.ref()
     ]

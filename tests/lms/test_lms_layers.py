@@ -35,6 +35,8 @@ LAYERS = [
     (
         "lms.calibration",
         "lms.plan_report",
+        "lms.plan_request",
+        "lms.loop_lists",
         "lms.pipeline",
         "lms.closed_loop",
         "lms.function",
