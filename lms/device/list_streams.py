@@ -24,13 +24,13 @@ MIN_ELEMENT_BYTES or more are streamed, and only when nothing fits otherwise (lm
 """
 
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2, function_pb2
 
 from lms import _tf_private
 from lms.device.host_pieces import hold_host_array
+from lms.device.lists import Dense
 from lms.device.nodes import node, type_attr
 from lms.graph.loops import (
     LIST_WRITES,
@@ -44,14 +44,6 @@ from lms.graph.names import STREAM_SCOPE, STREAMED_LISTS
 
 MIN_ELEMENT_BYTES = 4096  # smaller elements cost more in py_func calls than they free
 HANDLE = tf.int64  # the host store's handle: an int64 vector of one
-
-
-class Element(NamedTuple):
-    """What the host store's node makers read of the tensor they move (dtype, device, shape)."""
-
-    dtype: tf.DType
-    device: str
-    shape: tf.TensorShape
 
 
 @dataclass(frozen=True)
@@ -222,7 +214,7 @@ def _push_handles(definition, streamed: StreamedList, store) -> None:
     `_empty_handle_list`)."""
     push = _nodes(definition)[streamed.push]
     prefix = f"{push.name}/{STREAM_SCOPE}/"
-    element = Element(streamed.dtype, push.device, tf.TensorShape(streamed.shape))
+    element = Dense(streamed.dtype, push.device, tf.TensorShape(streamed.shape))
     made = store.swap_out_nodes(prefix, push.input[1], element, 1)
     for made_node in made:
         # a FunctionDef names an output "node:output_arg:index"; the store's nodes are GraphDef's
@@ -239,7 +231,7 @@ def _pop_handles(definition, streamed: StreamedList, store) -> None:
     allocator (as a swap-in), for the pop's readers."""
     pop = _nodes(definition)[streamed.pop]
     prefix = f"{pop.name}/{STREAM_SCOPE}/"
-    element = Element(streamed.dtype, pop.device, tf.TensorShape(streamed.shape))
+    element = Dense(streamed.dtype, pop.device, tf.TensorShape(streamed.shape))
     old = f"{pop.name}:tensor:0"
     shape = _shape_const(f"{prefix}element_shape", [1] * len(streamed.shape), pop.device)
     vector = _shape_const(f"{prefix}vector", [1], pop.device)
