@@ -53,7 +53,9 @@ def test_a_signal_stops_the_trial_in_flight_and_a_rerun_resumes_the_same_run(
     run.send_signal(signum)
     out, err = run.communicate(timeout=120)
     wait_until(lambda: not held.trial_processes(), 60, "a trial process of the stopped run lives")
-    assert ended(trial)
+    # An exiting process's command line reads empty before its status turns zombie: wait for
+    # the trial itself too (CI once saw it still running just after its command line went).
+    wait_until(lambda: ended(trial), 60, "the trial process of the stopped run lives")
     wait_until(lambda: not held.scratch(), 60, "the trial's scratch directory is left")
     path = results_file(results, "h1")
     (kept,) = load(path, TrialRecord)
