@@ -20,7 +20,8 @@ With `--fractions` the variants are LMS auto-tuned (the default options) for dev
 each fraction of the plain step's measured peak (issue 43: LMS on / off >= 0.85 at 0.6x and
 >= 0.7 at 0.4x on every model that has a plan). With `--links` also on those emulated links,
 each with its step / bound: the bound is the larger of the plain step and each direction's
-transfers on the link (bytes / bandwidth + 10 us a transfer; issue 43's goal: <= 1.2).
+transfers on the link (bytes / bandwidth + 10 us a transfer; issue 43's goal: <= 1.2). A variant
+whose closed loop keeps no plan (NothingFitsError) is shown as refused, with why, beside the others.
 """
 
 import argparse
@@ -96,16 +97,25 @@ def _variants(case: str, variants: dict):
 
 
 def timing_child(case: str, rounds: int, steps: int, variants: dict = VARIANTS) -> dict:
+    import lms
+
     functions, planners, images, labels = _variants(case, variants)
-    for function in functions.values():  # compile and warm up every variant first
-        float(function(images, labels))
-        float(function(images, labels))
-        # until the closed loop holds a plan: its corrections re-plan and rewrite the step, a
-        # cost of the first steps, not of the plan timed
-        for _ in range(WARMUP_LIMIT):
-            if not getattr(function, "calibrating", False):
-                break
+    refused = {}  # variant -> why its closed loop kept no plan (a result, not a crash)
+    for name, function in list(functions.items()):  # compile and warm up every variant first
+        try:
             float(function(images, labels))
+            float(function(images, labels))
+            # until the closed loop holds a plan: its corrections re-plan and rewrite the step,
+            # a cost of the first steps, not of the plan timed
+            for _ in range(WARMUP_LIMIT):
+                if not getattr(function, "calibrating", False):
+                    break
+                float(function(images, labels))
+        except lms.NothingFitsError as error:
+            refused[name] = str(error).split(" (")[0]
+            del functions[name], planners[name]
+            variants = {k: v for k, v in variants.items() if k != name}
+            continue
         if hasattr(function, "reset_traffic"):
             function.reset_traffic()
     seconds = {name: [] for name in functions}
@@ -136,6 +146,7 @@ def timing_child(case: str, rounds: int, steps: int, variants: dict = VARIANTS) 
         "ordering": {name: p.report.parameters["ordering"] for name, p in planners.items()},
         "plans": {name: functions[name].plans for name in planners},
         "bound": bound,
+        "refused": refused,
     }
 
 
@@ -221,7 +232,12 @@ def main() -> None:
         )
         row = [case, f"{plain_rate:.1f}"]
         for name in variants:
-            ratios = sorted(r["ratio"][name] for r in runs)
+            ratios = sorted(r["ratio"][name] for r in runs if name in r["ratio"])
+            refusals = [r["refused"][name] for r in runs if name in r.get("refused", {})]
+            if not ratios:
+                row.append(f"refused in {len(refusals)} of {len(runs)}: {refusals[0]}")
+                continue
+            first = next(r for r in runs if name in r["ratio"])
             cell = (
                 f"{statistics.median(ratios):.2f} ({ratios[0]:.2f}-{ratios[-1]:.2f}); "
                 f"{first['swaps'][name]} swaps, {first['swapped_mib'][name]:.0f} MiB, "
@@ -230,6 +246,8 @@ def main() -> None:
             bounds = sorted(r["bound"][name] for r in runs if name in r.get("bound", {}))
             if bounds:
                 cell += f"; step / bound {statistics.median(bounds):.2f} ({bounds[-1]:.2f} max)"
+            if refusals:
+                cell += f"; refused in {len(refusals)} of {len(runs)}"
             row.append(cell)
         rows.append(row)
         if args.profile:
