@@ -114,7 +114,6 @@ def timing_child(case: str, rounds: int, steps: int, variants: dict = VARIANTS) 
         except lms.NothingFitsError as error:
             refused[name] = str(error).split(" (")[0]
             del functions[name], planners[name]
-            variants = {k: v for k, v in variants.items() if k != name}
             continue
         if hasattr(function, "reset_traffic"):
             function.reset_traffic()
@@ -127,8 +126,8 @@ def timing_child(case: str, rounds: int, steps: int, variants: dict = VARIANTS) 
             seconds[name].append((time.perf_counter() - started) / steps)
     plain = statistics.median(seconds["plain"])
     bound = {}  # on a link: step / max(plain step, each direction's transfers on the link)
-    for name, options in variants.items():
-        link, traffic = link_of(options), functions[name].traffic()
+    for name in planners:  # the variants that kept a plan
+        link, traffic = link_of(variants[name]), functions[name].traffic()
         if link is None or traffic is None:
             continue
         out = traffic.out_bytes_per_step / (link.out_bandwidth or link.bandwidth)
@@ -237,11 +236,12 @@ def main() -> None:
             if not ratios:
                 row.append(f"refused in {len(refusals)} of {len(runs)}: {refusals[0]}")
                 continue
-            first = next(r for r in runs if name in r["ratio"])
+            # the plan of the first process that kept one
+            shown = next(r for r in runs if name in r["ratio"])
             cell = (
                 f"{statistics.median(ratios):.2f} ({ratios[0]:.2f}-{ratios[-1]:.2f}); "
-                f"{first['swaps'][name]} swaps, {first['swapped_mib'][name]:.0f} MiB, "
-                f"ordering {first['ordering'][name]}, plans {first['plans'][name]}"
+                f"{shown['swaps'][name]} swaps, {shown['swapped_mib'][name]:.0f} MiB, "
+                f"ordering {shown['ordering'][name]}, plans {shown['plans'][name]}"
             )
             bounds = sorted(r["bound"][name] for r in runs if name in r.get("bound", {}))
             if bounds:
