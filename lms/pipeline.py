@@ -72,8 +72,8 @@ class Pipeline:
                 if entry.get("parameters"):
                     parameters = Parameters(**entry["parameters"])
                     pruned_for = entry.get("pruned_for_bytes")
-                if entry.get("streamed_lists"):  # its plan streamed the loops' lists
-                    self._stream_lists(concrete)
+                if entry.get("streamed_lists"):  # its plan streamed the loops' largest lists
+                    self._stream_lists(concrete, entry["streamed_lists"])
                 log.info(
                     "LMS: planning for %s with the parameters that held last time (calibration "
                     "cache %s)",
@@ -274,42 +274,53 @@ class Pipeline:
     def _tune_swaps(self, concrete, analysis, parameters, budget, pruned_for=None):
         """Tune (`_tune_paired_first`); when no plan fits, or only the bytes asked, stream the
         loops' lists where they can be (lms/loop_lists.py) and tune again: a swap plan, tried
-        before any split, and only then (a py_func call per element each way). Returns
-        (analysis, tuned) of the plan kept."""
-        try:
-            analysis, tuned = self._tune_paired_first(
-                concrete, analysis, parameters, budget, pruned_for
-            )
-        except NothingFitsError:
-            if not parameters.needs_tuning or not stream_loop_lists(
-                self.mechanism.swaps, concrete, self.options.batch_size
-            ):
-                raise
-        else:
-            over = tuned.simulation.peak_bytes > budget and parameters.needs_tuning
-            if not over or not stream_loop_lists(
-                self.mechanism.swaps, concrete, self.options.batch_size
-            ):
-                return analysis, tuned
-        # "without LMS" stays the step as traced, not as streamed
-        plain = simulate(analysis, None, self.allocator_model())
+        before any split, and only then (a py_func call per element each way). In rounds: each
+        streams the largest lists left that cover the closest plan's excess over the budget, and
+        at least as many bytes as were streamed before (the excess can move to another loop's
+        gradient), until a plan fits or no list is left. Returns (analysis, tuned) of the plan
+        kept."""
+        plain, streamed_bytes = None, 0
         paired = cpu_paired_reads() if self.device.target.on_cpu else frozenset()
-        streamed = self._analyse(concrete, paired)
-        try:
-            streamed, tuned = self._tune_paired_first(
-                concrete, streamed, parameters, budget, pruned_for
-            )
-        except NothingFitsError as error:
-            if error.closest is not None:
-                error.closest.baseline = plain
-            # the closest plan is the streamed graph's (its analysis has the streaming ops)
-            error.analysis = error.analysis or streamed
-            raise
-        tuned.baseline = plain
-        return streamed, tuned
+        while True:
+            failure = None
+            try:
+                analysis, tuned = self._tune_paired_first(
+                    concrete, analysis, parameters, budget, pruned_for
+                )
+            except NothingFitsError as error:
+                failure, tuned = error, error.closest
+            if failure is None and (
+                tuned.simulation.peak_bytes <= budget or not parameters.needs_tuning
+            ):
+                break
+            excess = tuned.simulation.peak_bytes - budget if tuned is not None else None
+            needed = max(excess, streamed_bytes) if excess is not None else None
+            if plain is None:  # "without LMS" stays the step as traced, not as streamed
+                plain = simulate(analysis, None, self.allocator_model())
+            lists = []
+            if parameters.needs_tuning:
+                lists = stream_loop_lists(
+                    self.mechanism.swaps, concrete, self.options.batch_size, needed
+                )
+            if not lists:
+                if failure is None:
+                    break
+                if streamed_bytes:
+                    if failure.closest is not None:
+                        failure.closest.baseline = plain
+                    # the closest plan is the streamed graph's (its analysis has the streaming ops)
+                    failure.analysis = failure.analysis or analysis
+                raise failure
+            streamed_bytes += sum(s.bytes for s in lists)
+            analysis = self._analyse(concrete, paired)
+        if streamed_bytes:
+            tuned.baseline = plain
+        return analysis, tuned
 
-    def _stream_lists(self, concrete) -> bool:
-        return stream_loop_lists(self.mechanism.swaps, concrete, self.options.batch_size)
+    def _stream_lists(self, concrete, count=None) -> list:
+        return stream_loop_lists(
+            self.mechanism.swaps, concrete, self.options.batch_size, count=count
+        )
 
     def _tune_paired_first(self, concrete, analysis, parameters, budget, pruned_for=None):
         """Tune with the reads oneDNN pairs kept direct (speed: `lms.internal.cpu_paired_reads`);
