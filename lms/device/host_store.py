@@ -281,8 +281,18 @@ class HostStore:
         """A kept array whole (as a swap-in)."""
         return self._get(handle)
 
-    def _py_func_tokens(self) -> tuple[bytes, bytes]:
-        """Register `_put` and `_get` with TensorFlow's py_func registry, once per store.
+    def put_elements(self, *arrays):
+        """Keep each of `arrays` for one read: their handles. A streamed loop's elements of one
+        iteration in one py_func call (lms/device/list_streams.py)."""
+        return [self._put(array, 1) for array in arrays]
+
+    def get_elements(self, *handles):
+        """The arrays kept under `handles`, as swap-ins, each freed by this read."""
+        return [self._get(handle) for handle in handles]
+
+    def _py_func_tokens(self) -> tuple[bytes, bytes, bytes, bytes]:
+        """Register `_put`, `_get`, `put_elements` and `get_elements` with TensorFlow's py_func
+        registry, once per store (a PyFunc node's Tin and Tout give its arity, not the token).
 
         Made through the public `tf.numpy_function` in a graph of the store's own, which holds the
         registered functions alive (the registry keeps weak references) as long as the store.
@@ -294,11 +304,18 @@ class HostStore:
                 readers = tf.compat.v1.placeholder(tf.int64)
                 put = tf.numpy_function(self._put, [value, readers], tf.int64, stateful=True)
                 get = tf.numpy_function(self._get, [put], tf.float32, stateful=True)
-            self._tokens = (put.op.get_attr("token"), get.op.get_attr("token"))
+                puts = tf.numpy_function(self.put_elements, [value], [tf.int64], stateful=True)
+                gets = tf.numpy_function(self.get_elements, [put], [tf.float32], stateful=True)
+            ops = (put.op, get.op, puts[0].op, gets[0].op)
+            self._tokens = tuple(op.get_attr("token") for op in ops)
         return self._tokens
 
+    def element_tokens(self) -> tuple[bytes, bytes]:
+        """The py_func tokens of `put_elements` and `get_elements`."""
+        return self._py_func_tokens()[2:]
+
     def swap_out_nodes(self, prefix, source, tensor, readers):
-        put, _ = self._py_func_tokens()
+        put = self._py_func_tokens()[0]
         count = node(
             f"{prefix}lms_readers",
             "Const",
@@ -324,7 +341,7 @@ class HostStore:
         """The swap-in's py_func alone: its output is the host array itself, outside the
         device's allocator, for an op that copies it onto the device anyway (a list's rebuild,
         lms/device/lists.py). The trigger's control dependency holds it back."""
-        _, get = self._py_func_tokens()
+        get = self._py_func_tokens()[1]
         return [
             node(
                 f"{prefix}{SWAP_IN}",

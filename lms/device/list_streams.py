@@ -19,8 +19,10 @@ The host store's (the emulated device's) mechanism alone. TensorFlow's copies (a
 list across devices element by element already (lms/device/lists.py), and Keras runs LSTMs and
 GRUs on a GPU as cuDNN kernels, not as loops.
 
-Costs: a py_func call per element each way (about 50 us each here), so only lists of
-MIN_ELEMENT_BYTES or more are streamed, and only when nothing fits otherwise (lms/pipeline.py).
+Costs: a py_func call per iteration each way for all of a loop's lists streamed (about 50 us
+each here, the elements' copies far less), so only lists of MIN_ELEMENT_BYTES or more are
+streamed, and only when nothing fits otherwise (lms/pipeline.py), a loop at a time
+(lms/loop_lists.py).
 """
 
 from dataclasses import dataclass
@@ -30,8 +32,7 @@ from tensorflow.core.framework import attr_value_pb2, function_pb2
 
 from lms import _tf_private
 from lms.device.host_pieces import hold_host_array
-from lms.device.lists import Dense
-from lms.device.nodes import node, type_attr
+from lms.device.nodes import node, type_attr, type_list_attr
 from lms.graph.loops import (
     LIST_WRITES,
     SHARED_SOURCES,
@@ -40,7 +41,7 @@ from lms.graph.loops import (
     passed_source,
     trip_count,
 )
-from lms.graph.names import STREAM_SCOPE, STREAMED_LISTS
+from lms.graph.names import STREAM_SCOPE, STREAMED_LISTS, SWAP_IN, SWAP_OUT
 
 MIN_ELEMENT_BYTES = 4096  # smaller elements cost more in py_func calls than they free
 HANDLE = tf.int64  # the host store's handle: an int64 vector of one
@@ -186,12 +187,11 @@ def stream_lists(graph, store, lists: list[StreamedList]) -> None:
 
 
 def _edit_body(graph, name: str, group, edit, store):
-    """The `While` named `name` with a copy of its body in which `edit(definition, streamed,
-    store)` made each list of `group` stream; the op."""
+    """The `While` named `name` with a copy of its body in which `edit(definition, group,
+    store)` made the lists of `group` stream; the op."""
     op = graph.get_operation_by_name(name)
     definition = _copy_body(graph, op)
-    for streamed in group:
-        edit(definition, streamed, store)
+    edit(definition, group, store)
     _use_body(graph, op, definition)
     return op
 
@@ -208,57 +208,82 @@ def _nodes(definition) -> dict:
     return {n.name: n for n in definition.node_def}
 
 
-def _push_handles(definition, streamed: StreamedList, store) -> None:
-    """The body's push takes the host store's handle of its element instead of the element,
-    shaped [1] * the element's rank (a list keeps its element shape's rank: see
-    `_empty_handle_list`)."""
-    push = _nodes(definition)[streamed.push]
-    prefix = f"{push.name}/{STREAM_SCOPE}/"
-    element = Dense(streamed.dtype, push.device, tf.TensorShape(streamed.shape))
-    made = store.swap_out_nodes(prefix, push.input[1], element, 1)
-    for made_node in made:
-        # a FunctionDef names an output "node:output_arg:index"; the store's nodes are GraphDef's
-        made_node.input[:] = [_in_function(name, made) for name in made_node.input]
-    ones = _shape_const(f"{prefix}handle_shape", [1] * len(streamed.shape), push.device)
-    shaped = _reshape(f"{prefix}handle", f"{made[-1].name}:output:0", ones, push.device)
-    definition.node_def.extend([*made, ones, shaped])
-    push.input[1] = f"{shaped.name}:output:0"
-    push.attr["element_dtype"].CopyFrom(type_attr(HANDLE))
+def _push_handles(definition, group, store) -> None:
+    """Each iteration's elements of `group`'s lists go to the host store in one py_func call
+    (a call and its hand-off cost about 50 us, an element's copy far less), and each list's push
+    takes its element's handle, shaped [1] * the element's rank (a list keeps its element
+    shape's rank: see `_empty_handle_list`)."""
+    nodes = _nodes(definition)
+    pushes = [nodes[streamed.push] for streamed in group]
+    device, prefix = pushes[0].device, f"{pushes[0].name}/{STREAM_SCOPE}/"
+    put = store.element_tokens()[0]
+    made = [
+        node(
+            f"{prefix}{SWAP_OUT}",
+            "PyFunc",
+            [push.input[1] for push in pushes],
+            device,
+            token=attr_value_pb2.AttrValue(s=put),
+            Tin=type_list_attr([streamed.dtype for streamed in group]),
+            Tout=type_list_attr([HANDLE] * len(group)),
+        )
+    ]
+    for k, (push, streamed) in enumerate(zip(pushes, group, strict=True)):
+        ones = _shape_const(f"{prefix}handle_shape_{k}", [1] * len(streamed.shape), device)
+        shaped = _reshape(f"{prefix}handle_{k}", f"{made[0].name}:output:{k}", ones, device)
+        made += [ones, shaped]
+        push.input[1] = f"{shaped.name}:output:0"
+        push.attr["element_dtype"].CopyFrom(type_attr(HANDLE))
+    definition.node_def.extend(made)
 
 
-def _pop_handles(definition, streamed: StreamedList, store) -> None:
-    """The body's pop gives a handle, whose element the host store gives back, copied into the
-    allocator (as a swap-in), for the pop's readers."""
-    pop = _nodes(definition)[streamed.pop]
-    prefix = f"{pop.name}/{STREAM_SCOPE}/"
-    element = Dense(streamed.dtype, pop.device, tf.TensorShape(streamed.shape))
-    old = f"{pop.name}:tensor:0"
-    shape = _shape_const(f"{prefix}element_shape", [1] * len(streamed.shape), pop.device)
-    vector = _shape_const(f"{prefix}vector", [1], pop.device)
-    handle = _reshape(f"{prefix}handle", old, vector, pop.device)
-    (read,) = store.host_read_nodes(prefix, f"{handle.name}:output:0", element)
-    # The shape first, the copy after: the copy then has the element's static shape, so the
-    # analysis counts its buffer in the body's peak (a py_func's output has none).
-    known = node(
-        f"{prefix}element",
-        "EnsureShape",
-        [f"{read.name}:output:0"],
-        pop.device,
-        T=type_attr(streamed.dtype),
-        shape=attr_value_pb2.AttrValue(shape=element.shape.as_proto()),
+def _pop_handles(definition, group, store) -> None:
+    """Each list's pop gives a handle; one py_func call a iteration gives back the elements of
+    all of `group`'s lists, each copied into the allocator (as a swap-in) for its pop's
+    readers."""
+    nodes = _nodes(definition)
+    pops = [nodes[streamed.pop] for streamed in group]
+    device, prefix = pops[0].device, f"{pops[0].name}/{STREAM_SCOPE}/"
+    vector = _shape_const(f"{prefix}vector", [1], device)
+    made, handles = [vector], []
+    for k, (pop, streamed) in enumerate(zip(pops, group, strict=True)):
+        shape = _shape_const(f"{prefix}element_shape_{k}", [1] * len(streamed.shape), device)
+        handle = _reshape(f"{prefix}handle_{k}", f"{pop.name}:tensor:0", vector, device)
+        made += [shape, handle]
+        handles.append(f"{handle.name}:output:0")
+        pop.input[1] = f"{shape.name}:output:0"
+        pop.attr["element_dtype"].CopyFrom(type_attr(HANDLE))
+    read = node(
+        f"{prefix}{SWAP_IN}",
+        "PyFunc",
+        handles,
+        device,
+        token=attr_value_pb2.AttrValue(s=store.element_tokens()[1]),
+        Tin=type_list_attr([HANDLE] * len(group)),
+        Tout=type_list_attr([streamed.dtype for streamed in group]),
     )
-    copy = node(
-        f"{prefix}copy", "DeepCopy", [f"{known.name}:output:0"], pop.device, T=known.attr["T"]
-    )
-    new = f"{copy.name}:y:0"
-    for reader in definition.node_def:
-        reader.input[:] = [new if name == old else name for name in reader.input]
+    renamed = {}
+    for k, (pop, streamed) in enumerate(zip(pops, group, strict=True)):
+        # The shape first, the copy after: the copy then has the element's static shape, so
+        # the analysis counts its buffer in the body's peak (a py_func's output has none).
+        known = node(
+            f"{prefix}element_{k}",
+            "EnsureShape",
+            [f"{read.name}:output:{k}"],
+            device,
+            T=type_attr(streamed.dtype),
+            shape=attr_value_pb2.AttrValue(shape=tf.TensorShape(streamed.shape).as_proto()),
+        )
+        copy = node(
+            f"{prefix}copy_{k}", "DeepCopy", [f"{known.name}:output:0"], device, T=known.attr["T"]
+        )
+        made += [known, copy]
+        renamed[f"{pop.name}:tensor:0"] = f"{copy.name}:y:0"
+    for reader in definition.node_def:  # (the nodes made are not in it yet)
+        reader.input[:] = [renamed.get(name, name) for name in reader.input]
     for key, value in list(definition.ret.items()):
-        if value == old:
-            definition.ret[key] = new
-    definition.node_def.extend([shape, vector, handle, read, known, copy])
-    pop.input[1] = f"{shape.name}:output:0"
-    pop.attr["element_dtype"].CopyFrom(type_attr(HANDLE))
+        definition.ret[key] = renamed.get(value, value)
+    definition.node_def.extend([*made, read])
 
 
 def _shape_const(name: str, value, device: str):
@@ -271,16 +296,6 @@ def _reshape(name: str, source: str, shape, device: str):
     """The handle `source` reshaped to the Const `shape`."""
     inputs = [source, f"{shape.name}:output:0"]
     return node(name, "Reshape", inputs, device, T=type_attr(HANDLE), Tshape=type_attr(tf.int32))
-
-
-def _in_function(name: str, made) -> str:
-    """A GraphDef input among `made` nodes ("node" or "node:k") as a FunctionDef names it; any
-    other input is already in the FunctionDef's form."""
-    own = {n.name: n for n in made}
-    base, _, index = name.partition(":")
-    if base not in own:
-        return name
-    return f"{base}:output:{index or 0}"
 
 
 def _use_body(graph, op, definition) -> None:
