@@ -89,6 +89,9 @@ class Fact(enum.Enum):
     HOST_ARRAYS = "host arrays"
     SWAP_OUT_WAITERS = "swap-out waiters"
     BUFFER_MEMBERS = "buffer members"
+    NEIGHBOURS = "neighbours"
+    FAR_READERS = "far readers"
+    FAR_READERS_ORDERED = "far readers, ordered"
 
 
 class CacheKey(NamedTuple):

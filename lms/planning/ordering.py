@@ -153,24 +153,37 @@ FUSED_TAIL_OPS = frozenset(
 
 
 def neighbours(analysis: Analysis, group) -> set:
-    """Ops a graph pass could fuse with one of `group`'s: for a fusion tail, the producer of an
-    input only it reads, if that is a fusion head or tail (Keras 2's SGD adds a Mul's output to
-    a variable: nothing fuses those, and taking the Mul for a neighbour kept every momentum
-    product of the 3D U-Net on the device, +12 % on its lowest ordered peak); and ops beside it
-    on the same input where either is of SIBLING_FUSED_OPS. Any other fusion TensorFlow may do
-    makes the step fall back to its own order (lms/function.py)."""
+    """Ops a graph pass could fuse with one of `group`'s (`op_neighbours`, each op's worked out
+    once per analysis: the planner asks for them for every swap-in of every plan it tries)."""
+    if CacheKey(Fact.NEIGHBOURS) not in analysis.cache:
+        analysis.cache[CacheKey(Fact.NEIGHBOURS)] = {}
+    known = analysis.cache[CacheKey(Fact.NEIGHBOURS)]
     near = set()
     for op in group:
-        for t in analysis.ops[op].inputs:
-            tensor = analysis.tensors[t]
-            readers = {c for c, _ in tensor.consumers}
-            fusable = analysis.ops[tensor.producer].type in FUSION_HEAD_OPS | FUSED_TAIL_OPS
-            if readers == {op} and analysis.ops[op].type in FUSED_TAIL_OPS and fusable:
-                near.add(tensor.producer)
-            if analysis.ops[op].type in SIBLING_FUSED_OPS:
-                near.update(readers)
-            else:
-                near.update(c for c in readers if analysis.ops[c].type in SIBLING_FUSED_OPS)
+        if op not in known:
+            known[op] = frozenset(op_neighbours(analysis, op))
+        near |= known[op]
+    return near
+
+
+def op_neighbours(analysis: Analysis, op: int) -> set:
+    """Ops a graph pass could fuse with `op`: for a fusion tail, the producer of an input only
+    it reads, if that is a fusion head or tail (Keras 2's SGD adds a Mul's output to a variable:
+    nothing fuses those, and taking the Mul for a neighbour kept every momentum product of the
+    3D U-Net on the device, +12 % on its lowest ordered peak); and ops beside it on the same
+    input where either is of SIBLING_FUSED_OPS. Any other fusion TensorFlow may do makes the
+    step fall back to its own order (lms/function.py)."""
+    near = set()
+    for t in analysis.ops[op].inputs:
+        tensor = analysis.tensors[t]
+        readers = {c for c, _ in tensor.consumers}
+        fusable = analysis.ops[tensor.producer].type in FUSION_HEAD_OPS | FUSED_TAIL_OPS
+        if readers == {op} and analysis.ops[op].type in FUSED_TAIL_OPS and fusable:
+            near.add(tensor.producer)
+        if analysis.ops[op].type in SIBLING_FUSED_OPS:
+            near.update(readers)
+        else:
+            near.update(c for c in readers if analysis.ops[c].type in SIBLING_FUSED_OPS)
     return near
 
 
