@@ -7,7 +7,9 @@ measured: everything swapped in the enforced order (`ordering=1`), and the enfor
 (no swaps), which is what auto-tuning adds when a few swaps suffice.
 
 Each fresh process times every variant in interleaved rounds (plain, auto, ..., plain, auto, ...)
-so the machine's load drifts over all of them alike; the ratio per process is median(plain) /
+so the machine's load drifts over all of them alike, after the LMS variants' closed loops hold
+their plans (the plain step runs last in the warm-up: `warm_up`), for device memory from the plain
+step's peak measured in a fresh process before; the ratio per process is median(plain) /
 median(variant); the table shows the median over `--runs` processes and their range. With
 `--profile`, one more process per case prints the step's time per op type (TensorFlow's profiler):
 PyFunc (the host store's hand-offs), DeepCopy (swap-in copies into the allocator) and the kernels.
@@ -76,15 +78,28 @@ def link_of(options: dict):
     return lms.Link.of({"bandwidth": options["link"], "latency": LINK_LATENCY})
 
 
-def _variants(case: str, variants: dict):
+def peak_child(case: str) -> dict:
+    """The plain step's measured peak, in a process of its own (see `warm_up`)."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    step, images, labels = build_case(*CASES[case])
+    return {"case": case, "peak": measure(step, images, labels, 2)[0]}
+
+
+def _variants(case: str, variants: dict, plain_peak: int | None = None):
+    """The plain step and each variant wrapped by LMS for device memory from `plain_peak` (the
+    plain step's measured peak in another fresh process; measured here when None), each
+    prepared."""
     import keras
 
     import lms
 
     keras.utils.set_random_seed(0)
     step, images, labels = build_case(*CASES[case])
-    plain_peak = measure(step, images, labels, 2)[0]
-    functions, planners = {"plain": step}, {}
+    if plain_peak is None:
+        plain_peak = measure(step, images, labels, 2)[0]
+    functions, planners = {}, {}
     for name, options in variants.items():
         if "fraction" in options:
             memory = int(plain_peak * options["fraction"])
@@ -93,20 +108,26 @@ def _variants(case: str, variants: dict):
             planners[name] = lms.LMS(device_memory=plain_peak, **{"safety_ratio": 1.0, **options})
         functions[name] = planners[name].wrap(step)
         functions[name].prepare(images, labels)
-    return functions, planners, images, labels
+    return {"plain": step, **functions}, planners, images, labels
 
 
-def timing_child(case: str, rounds: int, steps: int, variants: dict = VARIANTS) -> dict:
+def warm_up(functions: dict, planners: dict, images, labels) -> dict:
+    """Run each function until its closed loop holds a plan (its corrections re-plan and
+    rewrite the step: a cost of the first steps, not of the plan timed), the LMS variants
+    first and the plain step last; drop the variants the closed loop refused (returned: name ->
+    why, a result, not a crash).
+
+    Plain last: what the plain step's function keeps allocated between calls (4-10 MiB of
+    GoogLeNet 224² b4's ~200 MiB here) sat in the LMS variants' measured peaks, which no LMS
+    user's process has, and the closed loop swapped more to make room for it (GoogLeNet at 0.6x:
+    measured 112-119 MiB against 105 simulated with the plain step run first, 106 without)."""
     import lms
 
-    functions, planners, images, labels = _variants(case, variants)
-    refused = {}  # variant -> why its closed loop kept no plan (a result, not a crash)
-    for name, function in list(functions.items()):  # compile and warm up every variant first
+    refused = {}
+    for name, function in sorted(functions.items(), key=lambda item: item[0] == "plain"):
         try:
             float(function(images, labels))
             float(function(images, labels))
-            # until the closed loop holds a plan: its corrections re-plan and rewrite the step,
-            # a cost of the first steps, not of the plan timed
             for _ in range(WARMUP_LIMIT):
                 if not getattr(function, "calibrating", False):
                     break
@@ -117,6 +138,14 @@ def timing_child(case: str, rounds: int, steps: int, variants: dict = VARIANTS) 
             continue
         if hasattr(function, "reset_traffic"):
             function.reset_traffic()
+    return refused
+
+
+def timing_child(
+    case: str, rounds: int, steps: int, variants: dict = VARIANTS, plain_peak: int | None = None
+) -> dict:
+    functions, planners, images, labels = _variants(case, variants, plain_peak)
+    refused = warm_up(functions, planners, images, labels)
     seconds = {name: [] for name in functions}
     for _ in range(rounds):
         for name, function in functions.items():
@@ -180,8 +209,10 @@ def profile_child(case: str, steps: int) -> dict:
     return {"case": case, "profile": result}
 
 
-def _run_child(flag: str, case: str, args) -> dict | None:
+def _run_child(flag: str, case: str, args, plain_peak: int | None = None) -> dict | None:
     arguments = [flag, case, "--rounds", str(args.rounds), "--steps", str(args.steps)]
+    if plain_peak is not None:
+        arguments += ["--plain-peak", str(plain_peak)]
     if args.fractions:
         arguments += ["--fractions", *(str(f) for f in args.fractions)]
     if args.links:
@@ -201,11 +232,17 @@ def main() -> None:
         "--links", nargs="*", default=[], help="with --fractions: also on these emulated links"
     )
     parser.add_argument("--timing-child", help=argparse.SUPPRESS)
+    parser.add_argument("--peak-child", help=argparse.SUPPRESS)
+    parser.add_argument("--plain-peak", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--profile-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     variants = fraction_variants(args.fractions, args.links) if args.fractions else VARIANTS
     if args.timing_child:
-        print(json.dumps(timing_child(args.timing_child, args.rounds, args.steps, variants)))
+        result = timing_child(args.timing_child, args.rounds, args.steps, variants, args.plain_peak)
+        print(json.dumps(result))
+        return
+    if args.peak_child:
+        print(json.dumps(peak_child(args.peak_child)))
         return
     if args.profile_child:
         print(json.dumps(profile_child(args.profile_child, args.steps)))
@@ -217,7 +254,9 @@ def main() -> None:
     for number, case in enumerate(cases, 1):
         runs = []
         for run in range(args.runs):
-            result = _run_child("--timing-child", case, args)
+            # the plain peak in a fresh process of its own: see `warm_up`
+            peak = _run_child("--peak-child", case, args)
+            result = peak and _run_child("--timing-child", case, args, peak["peak"])
             if result:
                 runs.append(result)
             done = (number - 1) * args.runs + run + 1
