@@ -24,3 +24,6 @@ def swap_kind(name: str) -> str | None:
 STREAMED_LISTS = "_lms_streamed_lists"
 # the name scope of the nodes that stream a list's elements, in the loops' bodies
 STREAM_SCOPE = f"{SWAP_SCOPE}_stream"
+# set on a FuncGraph: its loop and branch bodies' own held bytes, by function name and batch size,
+# for when the step is analysed again (after its lists are streamed: lms/pipeline.py)
+BODY_TEMPS = "_lms_body_temps"

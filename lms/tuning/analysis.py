@@ -8,6 +8,7 @@ import math
 
 from lms import _tf_private
 from lms.graph.loops import IF_OPS, WHILE_OPS, body_graph, called_function
+from lms.graph.names import BODY_TEMPS
 from lms.graph.reader import read_graph
 from lms.graph.step import ONEDNN_PAIRED_READS, Analysis, collector_paused
 from lms.memory.simulator import simulate
@@ -71,8 +72,21 @@ def _branch_temp_bytes(graph, op, batch_size) -> int:
     """A While's body per iteration, or an If's larger branch: held while the op runs. What a
     loop keeps across iterations for its gradient is in its outputs (lms/graph/loops.py)."""
     names = ("body",) if op.type in WHILE_OPS else ("then_branch", "else_branch")
-    bodies = [body_graph(graph, op, name) for name in names]
-    return max((_body_temp_bytes(b, batch_size) for b in bodies if b is not None), default=0)
+    known = getattr(graph, BODY_TEMPS, None)
+    if known is None:
+        known = {}
+        setattr(graph, BODY_TEMPS, known)
+    held = []
+    for name in names:
+        try:
+            key = (op.get_attr(name).name, batch_size)
+        except (ValueError, AttributeError):
+            continue
+        if key not in known:
+            body = body_graph(graph, op, name)
+            known[key] = _body_temp_bytes(body, batch_size) if body is not None else 0
+        held.append(known[key])
+    return max(held, default=0)
 
 
 def _xla_compiled(call_op, function) -> bool:
