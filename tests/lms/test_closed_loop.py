@@ -1,0 +1,78 @@
+"""lms/closed_loop.py: the ladder's rungs, walked end to end by a real step whose measured
+peaks are given.
+
+The peaks come from `GivenPeaks`, not the allocator: which rung comes next depends only on
+each plan's measured peak against the budget and the device memory, and a real allocator cannot
+be made to land between the two on cue (its peaks vary by a few percent between processes).
+Everything else is real: the plans, their rewrites, the steps they run."""
+
+import logging
+
+import pytest
+from lms_cases import Case, small_cnn
+
+import lms
+
+
+class GivenPeaks:
+    """A peak meter (lms.calibration.PeakMeter's interface) reporting the given peaks, one per
+    measured step: `reset()` starts a measured step, `peak()` is its peak."""
+
+    available = True
+
+    def __init__(self, peaks):
+        self.peaks, self.now, self.measured = list(peaks), 0, 0
+
+    def reset(self):
+        self.now = self.peaks.pop(0)
+        self.measured += 1
+
+    def peak(self):
+        return self.now
+
+
+def _planner(**options):
+    case = Case(*small_cnn(64, 2, 3))
+    planner = lms.LMS(device_memory="1GiB", calibration_steps=1, max_corrections=0, **options)
+    device = planner.pipeline.device
+    return case, planner, device.budget_bytes, device.limit_bytes
+
+
+def _run_until_held(planner, case, meter, steps=8):
+    planner.meter = meter  # (LMS.meter is made on first use: set before the first step)
+    step = planner.wrap(case.step)
+    for _ in range(steps):
+        float(step(case.images, case.labels))
+        if not step.calibrating:
+            break
+    return step
+
+
+def test_an_earlier_plan_under_the_device_memory_is_planned_again_and_kept(caplog):
+    """Rungs 2-4: the first plan measures over the budget but under the device memory; no
+    correction is allowed, so the plan that swaps the most runs next, and measures over the
+    device memory; the first plan is then planned again ("earlier"), measures as before, and is
+    kept ("done"): over the budget's margin, under the device."""
+    case, planner, budget, device = _planner()
+    between, over = (budget + device) // 2, device + 1
+    meter = GivenPeaks([between, over, between])
+    with caplog.at_level(logging.WARNING, logger="lms"):
+        step = _run_until_held(planner, case, meter)
+    attempts = planner.report.calibration["attempts"]
+    assert not step.calibrating and meter.measured == 3 and not meter.peaks
+    assert [a["outcome"] for a in attempts] == ["over", "over", "kept"]
+    assert attempts[0]["budget_bytes"] == attempts[2]["budget_bytes"]
+    assert attempts[1]["simulated_peak_bytes"] <= attempts[0]["simulated_peak_bytes"]
+    assert "measuring the plan that swaps the most" in caplog.text
+    assert "planning again for" in caplog.text and "keeping it" in caplog.text
+    assert planner.report.swapped_tensors == 0  # the first plan's: no swap needed in 1 GiB
+
+
+def test_every_plan_over_the_device_memory_ends_the_ladder_with_nothing_fits():
+    """No earlier plan measured under the device memory: the ladder ends in NothingFitsError,
+    naming each attempt's measured peak."""
+    case, planner, budget, device = _planner()
+    meter = GivenPeaks([device + 1, device + 2])
+    with pytest.raises(lms.NothingFitsError, match="no LMS plan kept the measured peak under"):
+        _run_until_held(planner, case, meter)
+    assert meter.measured == 2
