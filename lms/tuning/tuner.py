@@ -28,8 +28,9 @@ log = logging.getLogger("lms")
 # ordering=-1 tries these in turn: the enforced depth-first order first (lms/planning/ordering.py),
 # then TensorFlow's own. Enforced, the measured peak kept closer to the plan (worst measured /
 # device memory over six models outside the suite and three processes each: 1.11, against 1.40 in
-# TensorFlow's order, benchmarks/lms_promises.py), the reach is far larger, and the chain itself
-# cost nothing measurable on the CPU (GoogLeNet: 1.02x the plain step's speed).
+# TensorFlow's order, benchmarks/lms_promises.py) and the reach is far larger. The order is not
+# free: with no swap, GoogLeNet 224² b4 ran at 0.77-0.92 of the plain step's speed (its branches
+# one after another on two cores), C3D at 0.96; the step-time model does not count it yet.
 AUTO_ORDERINGS = (1, 0)
 # what the search picks (a plan with any of them given is the user's, applied as found)
 TUNED_FIELDS = ("swapout_threshold", "swapin_ahead", "swapin_groupby")
