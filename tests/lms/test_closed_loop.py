@@ -13,6 +13,8 @@ from lms_cases import Case, small_cnn
 
 import lms
 
+pytestmark = pytest.mark.compat
+
 
 class GivenPeaks:
     """A peak meter (lms.calibration.PeakMeter's interface) reporting the given peaks, one per
