@@ -29,15 +29,10 @@ def stream_loop_lists(swaps, concrete, batch_size=None, needed_bytes=None, count
         return []
     found = streamable_lists(concrete.graph, lambda t: tensor_bytes(t, batch_size))
     groups = streaming_order(found)
-    if count is not None:
-        groups = _first_lists(groups, count)
+    if count is not None:  # a calibration cache's: the same lists as the plan that held
+        groups = _covering(groups, len, count)
     elif needed_bytes is not None:
-        covered = 0
-        for k, group in enumerate(groups):
-            covered += device_bytes(group)
-            if covered >= needed_bytes:
-                groups = groups[: k + 1]
-                break
+        groups = _covering(groups, _group_bytes, needed_bytes)
     lists = [streamed for group in groups for streamed in group]
     if not lists:
         return []
@@ -54,7 +49,7 @@ def stream_loop_lists(swaps, concrete, batch_size=None, needed_bytes=None, count
 
 def streaming_order(lists) -> list[list]:
     """`lists` (StreamedList) in groups streamed together, in the order they are streamed: a
-    loop's lists are one group, largest first (`device_bytes`), then by loop name, the same in
+    loop's lists are one group, largest first, then by loop name, the same in
     every process (a calibration cache's count names the same lists).
 
     Why whole loops: a list holding another's elements an iteration later (an RNN's carried
@@ -64,24 +59,22 @@ def streaming_order(lists) -> list[list]:
     groups = {}
     for streamed in lists:
         groups.setdefault(streamed.forward, []).append(streamed)
-    ordered = sorted(groups.items(), key=lambda item: (-device_bytes(item[1]), item[0]))
+    ordered = sorted(groups.items(), key=lambda item: (-_group_bytes(item[1]), item[0]))
     return [sorted(group, key=lambda s: s.position) for _, group in ordered]
 
 
-def device_bytes(group) -> int:
-    """The bytes of a group's lists."""
+def _group_bytes(group) -> int:
     return sum(s.bytes for s in group)
 
 
-def _first_lists(groups, count: int) -> list[list]:
-    """The first groups of `groups` with `count` lists in all (a calibration cache's count)."""
-    taken, total = [], 0
-    for group in groups:
-        if total >= count:
-            break
-        taken.append(group)
-        total += len(group)
-    return taken
+def _covering(groups, size, target) -> list[list]:
+    """The first of `groups` whose `size`s add up to `target` or more (all if they never do)."""
+    covered = 0
+    for k, group in enumerate(groups):
+        if covered >= target:
+            return groups[:k]
+        covered += size(group)
+    return groups
 
 
 def loops_warning(loops, swappable: int = 0) -> str:

@@ -274,11 +274,13 @@ class Pipeline:
     def _tune_swaps(self, concrete, analysis, parameters, budget, pruned_for=None):
         """Tune (`_tune_paired_first`); when no plan fits, or only the bytes asked, stream the
         loops' lists where they can be (lms/loop_lists.py) and tune again: a swap plan, tried
-        before any split, and only then (a py_func call per element each way). In rounds: each
+        before any split, and only then (a py_func call per iteration each way). In rounds: each
         streams the largest lists left that cover the closest plan's excess over the budget, and
         at least as many bytes as were streamed before (the excess can move to another loop's
         gradient), until a plan fits or no list is left. Returns (analysis, tuned) of the plan
         kept."""
+        if not parameters.needs_tuning:  # parameters given are applied as given
+            return self._tune_paired_first(concrete, analysis, parameters, budget, pruned_for)
         plain, streamed_bytes = None, 0
         paired = cpu_paired_reads() if self.device.target.on_cpu else frozenset()
         while True:
@@ -289,19 +291,13 @@ class Pipeline:
                 )
             except NothingFitsError as error:
                 failure, tuned = error, error.closest
-            if failure is None and (
-                tuned.simulation.peak_bytes <= budget or not parameters.needs_tuning
-            ):
+            if failure is None and tuned.simulation.peak_bytes <= budget:
                 break
             excess = tuned.simulation.peak_bytes - budget if tuned is not None else None
             needed = max(excess, streamed_bytes) if excess is not None else None
-            if plain is None:  # "without LMS" stays the step as traced, not as streamed
-                plain = simulate(analysis, None, self.allocator_model())
-            lists = []
-            if parameters.needs_tuning:
-                lists = stream_loop_lists(
-                    self.mechanism.swaps, concrete, self.options.batch_size, needed
-                )
+            lists = stream_loop_lists(
+                self.mechanism.swaps, concrete, self.options.batch_size, needed
+            )
             if not lists:
                 if failure is None:
                     break
@@ -311,6 +307,8 @@ class Pipeline:
                     # the closest plan is the streamed graph's (its analysis has the streaming ops)
                     failure.analysis = failure.analysis or analysis
                 raise failure
+            if plain is None:  # "without LMS" stays the step as traced, not as streamed
+                plain = simulate(analysis, None, self.allocator_model())
             streamed_bytes += sum(s.bytes for s in lists)
             analysis = self._analyse(concrete, paired)
         if streamed_bytes:

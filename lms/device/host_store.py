@@ -310,12 +310,19 @@ class HostStore:
             self._tokens = tuple(op.get_attr("token") for op in ops)
         return self._tokens
 
-    def element_tokens(self) -> tuple[bytes, bytes]:
-        """The py_func tokens of `put_elements` and `get_elements`."""
-        return self._py_func_tokens()[2:]
+    def _py_func_node(self, which: int, name, inputs, device, tin, tout):
+        """A PyFunc node calling the store's function `which` (`_py_func_tokens`' index)."""
+        return node(
+            name,
+            "PyFunc",
+            inputs,
+            device,
+            token=attr_value_pb2.AttrValue(s=self._py_func_tokens()[which]),
+            Tin=type_list_attr(tin),
+            Tout=type_list_attr(tout),
+        )
 
     def swap_out_nodes(self, prefix, source, tensor, readers):
-        put = self._py_func_tokens()[0]
         count = node(
             f"{prefix}lms_readers",
             "Const",
@@ -324,35 +331,28 @@ class HostStore:
             dtype=type_attr(tf.int64),
             value=attr_value_pb2.AttrValue(tensor=tf.make_tensor_proto(readers, tf.int64)),
         )
-        return [
-            count,
-            node(
-                f"{prefix}{SWAP_OUT}",
-                "PyFunc",
-                [source, count.name],
-                tensor.device,
-                token=attr_value_pb2.AttrValue(s=put),
-                Tin=type_list_attr([tensor.dtype, tf.int64]),
-                Tout=type_list_attr([tf.int64]),
-            ),
-        ]
+        inputs, device = [source, count.name], tensor.device
+        out = self._py_func_node(
+            0, f"{prefix}{SWAP_OUT}", inputs, device, [tensor.dtype, tf.int64], [tf.int64]
+        )
+        return [count, out]
 
     def host_read_nodes(self, prefix, stored, tensor):
         """The swap-in's py_func alone: its output is the host array itself, outside the
         device's allocator, for an op that copies it onto the device anyway (a list's rebuild,
         lms/device/lists.py). The trigger's control dependency holds it back."""
-        get = self._py_func_tokens()[1]
-        return [
-            node(
-                f"{prefix}{SWAP_IN}",
-                "PyFunc",
-                [stored],
-                tensor.device,
-                token=attr_value_pb2.AttrValue(s=get),
-                Tin=type_list_attr([tf.int64]),
-                Tout=type_list_attr([tensor.dtype]),
-            )
-        ]
+        name, device = f"{prefix}{SWAP_IN}", tensor.device
+        return [self._py_func_node(1, name, [stored], device, [tf.int64], [tensor.dtype])]
+
+    def put_elements_node(self, name, sources, dtypes, device):
+        """One py_func node that keeps its inputs `sources` (of `dtypes`) for one read each and
+        gives their handles, an output each (`put_elements`)."""
+        return self._py_func_node(2, name, sources, device, dtypes, [tf.int64] * len(dtypes))
+
+    def get_elements_node(self, name, handles, dtypes, device):
+        """One py_func node that gives back the arrays (of `dtypes`) kept under `handles`, an
+        output each (`get_elements`)."""
+        return self._py_func_node(3, name, handles, device, [tf.int64] * len(dtypes), dtypes)
 
     def swap_in_nodes(self, prefix, stored, tensor):
         (swap_in,) = self.host_read_nodes(prefix, stored, tensor)

@@ -32,7 +32,7 @@ from tensorflow.core.framework import attr_value_pb2, function_pb2
 
 from lms import _tf_private
 from lms.device.host_pieces import hold_host_array
-from lms.device.nodes import node, type_attr, type_list_attr
+from lms.device.nodes import node, type_attr
 from lms.graph.loops import (
     LIST_WRITES,
     SHARED_SOURCES,
@@ -216,18 +216,8 @@ def _push_handles(definition, group, store) -> None:
     nodes = _nodes(definition)
     pushes = [nodes[streamed.push] for streamed in group]
     device, prefix = pushes[0].device, f"{pushes[0].name}/{STREAM_SCOPE}/"
-    put = store.element_tokens()[0]
-    made = [
-        node(
-            f"{prefix}{SWAP_OUT}",
-            "PyFunc",
-            [push.input[1] for push in pushes],
-            device,
-            token=attr_value_pb2.AttrValue(s=put),
-            Tin=type_list_attr([streamed.dtype for streamed in group]),
-            Tout=type_list_attr([HANDLE] * len(group)),
-        )
-    ]
+    sources, dtypes = [push.input[1] for push in pushes], [streamed.dtype for streamed in group]
+    made = [store.put_elements_node(f"{prefix}{SWAP_OUT}", sources, dtypes, device)]
     for k, (push, streamed) in enumerate(zip(pushes, group, strict=True)):
         ones = _shape_const(f"{prefix}handle_shape_{k}", [1] * len(streamed.shape), device)
         shaped = _reshape(f"{prefix}handle_{k}", f"{made[0].name}:output:{k}", ones, device)
@@ -253,15 +243,8 @@ def _pop_handles(definition, group, store) -> None:
         handles.append(f"{handle.name}:output:0")
         pop.input[1] = f"{shape.name}:output:0"
         pop.attr["element_dtype"].CopyFrom(type_attr(HANDLE))
-    read = node(
-        f"{prefix}{SWAP_IN}",
-        "PyFunc",
-        handles,
-        device,
-        token=attr_value_pb2.AttrValue(s=store.element_tokens()[1]),
-        Tin=type_list_attr([HANDLE] * len(group)),
-        Tout=type_list_attr([streamed.dtype for streamed in group]),
-    )
+    dtypes = [streamed.dtype for streamed in group]
+    read = store.get_elements_node(f"{prefix}{SWAP_IN}", handles, dtypes, device)
     renamed = {}
     for k, (pop, streamed) in enumerate(zip(pops, group, strict=True)):
         # The shape first, the copy after: the copy then has the element's static shape, so

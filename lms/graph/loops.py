@@ -27,9 +27,18 @@ PASS_THROUGH = frozenset({"Identity", "IdentityN"})
 def called_function(graph, op, attribute: str = "f"):
     """The function an op's function attribute names ("f" of a call, "body" of a While,
     "then_branch" of an If), or None where unknown."""
+    name = called_name(op, attribute)
     try:
-        return graph._get_function(op.get_attr(attribute).name)
+        return graph._get_function(name) if name is not None else None
     except (AttributeError, ValueError, KeyError, TypeError):
+        return None
+
+
+def called_name(op, attribute: str = "f") -> str | None:
+    """The name of the function an op's function attribute names, or None."""
+    try:
+        return op.get_attr(attribute).name
+    except (AttributeError, ValueError, TypeError):
         return None
 
 

@@ -7,7 +7,7 @@ simulator for that reason: the graph reader below it needs no simulation.
 import math
 
 from lms import _tf_private
-from lms.graph.loops import IF_OPS, WHILE_OPS, body_graph, called_function
+from lms.graph.loops import IF_OPS, WHILE_OPS, body_graph, called_function, called_name
 from lms.graph.names import BODY_TEMPS
 from lms.graph.reader import read_graph
 from lms.graph.step import ONEDNN_PAIRED_READS, Analysis, collector_paused
@@ -78,10 +78,10 @@ def _branch_temp_bytes(graph, op, batch_size) -> int:
         setattr(graph, BODY_TEMPS, known)
     held = []
     for name in names:
-        try:
-            key = (op.get_attr(name).name, batch_size)
-        except (ValueError, AttributeError):
+        function = called_name(op, name)
+        if function is None:
             continue
+        key = (function, batch_size)
         if key not in known:
             body = body_graph(graph, op, name)
             known[key] = _body_temp_bytes(body, batch_size) if body is not None else 0
