@@ -16,7 +16,7 @@ PyFunc (the host store's hand-offs), DeepCopy (swap-in copies into the allocator
 
     python benchmarks/lms_throughput.py [--case NAME ...] [--runs 3] [--rounds 5] [--profile]
     python benchmarks/lms_throughput.py --fractions 0.6 0.4 [--case NAME ...]
-        [--links 2GB/s 8GB/s 32GB/s]
+        [--links 2GB/s 8GB/s 32GB/s] [--orderings 0 1]
 
 With `--fractions` the variants are LMS auto-tuned (the default options) for device memory of
 each fraction of the plain step's measured peak (issue 43: LMS on / off >= 0.85 at 0.6x and
@@ -58,12 +58,15 @@ VARIANTS = {  # name -> LMS keyword arguments (device_memory added: the plain pe
 }
 
 
-def fraction_variants(fractions, links=()) -> dict:
+def fraction_variants(fractions, links=(), orderings=()) -> dict:
     """Auto-tuned LMS with its default options at each fraction of the plain peak, without a
-    link and on each emulated link of `links` (bandwidths, 10 us a transfer)."""
+    link and on each emulated link of `links` (bandwidths, 10 us a transfer); with `orderings`,
+    also auto-tuned in each of those orders only (0: TensorFlow's, 1: the enforced one)."""
     variants = {}
     for f in fractions:
         variants[f"auto {f}x"] = {"fraction": f}
+        for ordering in orderings:
+            variants[f"auto {f}x ordering={ordering}"] = {"fraction": f, "ordering": ordering}
         for link in links:
             variants[f"auto {f}x {link}"] = {"fraction": f, "link": link}
     return variants
@@ -103,7 +106,8 @@ def _variants(case: str, variants: dict, plain_peak: int | None = None):
     for name, options in variants.items():
         if "fraction" in options:
             memory = int(plain_peak * options["fraction"])
-            planners[name] = lms.LMS(device_memory=memory, link=link_of(options))
+            ordering = {"ordering": options["ordering"]} if "ordering" in options else {}
+            planners[name] = lms.LMS(device_memory=memory, link=link_of(options), **ordering)
         else:
             planners[name] = lms.LMS(device_memory=plain_peak, **{"safety_ratio": 1.0, **options})
         functions[name] = planners[name].wrap(step)
@@ -217,6 +221,8 @@ def _run_child(flag: str, case: str, args, plain_peak: int | None = None) -> dic
         arguments += ["--fractions", *(str(f) for f in args.fractions)]
     if args.links:
         arguments += ["--links", *args.links]
+    if args.orderings:
+        arguments += ["--orderings", *(str(o) for o in args.orderings)]
     return run_json_child(__file__, arguments, f"{case}: {flag}")
 
 
@@ -231,12 +237,23 @@ def main() -> None:
     parser.add_argument(
         "--links", nargs="*", default=[], help="with --fractions: also on these emulated links"
     )
+    parser.add_argument(
+        "--orderings",
+        nargs="*",
+        type=int,
+        default=[],
+        help="with --fractions: also in these orders",
+    )
     parser.add_argument("--timing-child", help=argparse.SUPPRESS)
     parser.add_argument("--peak-child", help=argparse.SUPPRESS)
     parser.add_argument("--plain-peak", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--profile-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    variants = fraction_variants(args.fractions, args.links) if args.fractions else VARIANTS
+    variants = (
+        fraction_variants(args.fractions, args.links, args.orderings)
+        if args.fractions
+        else VARIANTS
+    )
     if args.timing_child:
         result = timing_child(args.timing_child, args.rounds, args.steps, variants, args.plain_peak)
         print(json.dumps(result))

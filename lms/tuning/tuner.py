@@ -30,7 +30,10 @@ log = logging.getLogger("lms")
 # device memory over six models outside the suite and three processes each: 1.11, against 1.40 in
 # TensorFlow's order, benchmarks/lms_promises.py) and the reach is far larger. The order is not
 # free: with no swap, GoogLeNet 224² b4 ran at 0.77-0.92 of the plain step's speed (its branches
-# one after another on two cores), C3D at 0.96; the step-time model does not count it yet.
+# one after another on two cores), C3D at 0.96; the step-time model does not count it. Nor is
+# TensorFlow's order the faster when auto-tuned: it needs more swaps to fit its less predictable
+# peak (GoogLeNet at 0.6x 0.56 against 0.64 of plain, the fan-out model 0.58 / 0.52 against
+# 0.64 / 0.70 at 0.6x / 0.4x, ViT 0.83 against 0.78 / 0.73; lms_throughput.py --orderings 0).
 AUTO_ORDERINGS = (1, 0)
 # what the search picks (a plan with any of them given is the user's, applied as found)
 TUNED_FIELDS = ("swapout_threshold", "swapin_ahead", "swapin_groupby")
