@@ -100,7 +100,7 @@ def copy_seconds(count: int, nbytes: int, fresh: bool) -> float:
     host store's swap-out makes them (`fresh`), or into one array allocated once (median of 5)."""
     import numpy as np
 
-    from lms.device.host_store import aligned_copy
+    from lms.device.host_arrays import aligned_copy
 
     source = np.random.default_rng(0).random(max(1, nbytes // 4), dtype=np.float32)
     target, times, kept = np.empty_like(source), [], []

@@ -49,7 +49,7 @@ class Pipeline:
     def __init__(self, options: Options):
         self.options = options
         self.device = describe_device(options)
-        self.mechanism = mechanism_for(self.device.target, options.link)
+        self.mechanism = mechanism_for(self.device.target, options.link, options.host_disk)
         path = options.calibration_cache
         self.cache = CalibrationCache(path) if path else None
 
@@ -130,13 +130,23 @@ class Pipeline:
         """`plan`, then check the host's memory for it and rewrite the step: what runs."""
         planned = self.plan(function, args, request)
         simulation, target = planned.tuned.simulation, self.device.target
-        check_host_memory(
+        ram = check_host_memory(
             simulation.host_peak_bytes,
             simulation.peak_bytes,
             target.emulated,  # the emulated device's buffers are host memory too
             self.options.host_memory,
             pinned=self.device.pinned_host_bytes,
+            disk=self.options.host_disk,
         )
+        if self.mechanism.store is not None:  # with a disk: the RAM its arrays may fill
+            self.mechanism.store.arrays.ram_limit_bytes = ram
+        if ram is not None and simulation.host_peak_bytes > ram:
+            log.info(
+                "LMS: the host store keeps up to %s of the plan's %s host arrays on the disk %s",
+                format_size(simulation.host_peak_bytes - ram),
+                format_size(simulation.host_peak_bytes),
+                self.options.host_disk,
+            )
         started = time.perf_counter()
         concrete = planned.concrete
         if planned.splits:

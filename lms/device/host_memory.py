@@ -5,9 +5,12 @@ of why (ResNet50 1920² b1 split in 400 MiB: killed at 13.4 GB; issue 31).
 
 What is available: the kernel's MemAvailable (/proc/meminfo), or less where a cgroup limits the
 process (a container's memory limit), read when the plan is made; the `host_memory` option
-replaces it."""
+replaces it. With a disk directory (the `host_disk` option) the host store keeps what does not
+fit that memory in memory-mapped files there (lms/device/host_arrays.py): the check then asks the
+disk's free space for the rest, and gives the store the RAM it may fill."""
 
 import os
+import shutil
 from pathlib import Path
 
 from lms.errors import HostMemoryError
@@ -112,23 +115,34 @@ def host_need(host_peak: int, device_peak: int, emulated: bool) -> int:
 
 
 def check_host_memory(
-    host_peak: int, device_peak: int, emulated: bool, limit, pinned: int | None = None
-) -> None:
+    host_peak: int,
+    device_peak: int,
+    emulated: bool,
+    limit,
+    pinned: int | None = None,
+    disk=None,
+) -> int | None:
     """Raise HostMemoryError when the plan needs more host memory than `limit` (bytes, "auto":
     what is available now, None: no check). `pinned`: the cap of TensorFlow's pinned host
     allocator, where a GPU host's copies live (lms.device.target.pinned_limit_bytes); the host's
-    memory is then the smaller of the two, and the error says how to raise the cap."""
+    memory is then the smaller of the two, and the error says how to raise the cap.
+
+    With `disk` (the host store's directory, emulated device only) the host arrays beyond the
+    memory go to the disk: returns the bytes of them the store may keep in RAM (`limit` None
+    reads what is available, as "auto"), and raises when the disk's free space is short too."""
+    if disk is not None:
+        return _disk_check(host_peak, device_peak, emulated, limit, disk)
     if limit is None:
-        return
+        return None
     available = available_bytes() if limit == "auto" else int(limit)
     capped = pinned is not None and (available is None or pinned < available)
     if capped:
         available = pinned
     if available is None:
-        return
+        return None
     need = host_need(host_peak, device_peak, emulated)
     if need <= available:
-        return
+        return None
     device = f" and the emulated device's {format_size(device_peak)}" if emulated else ""
     if capped:
         source = f"the pinned allocator allows ({pinned_hint()})"
@@ -144,3 +158,35 @@ def check_host_memory(
         need,
         available,
     )
+
+
+def _disk_check(host_peak: int, device_peak: int, emulated: bool, limit, disk) -> int | None:
+    """`check_host_memory` with a disk: the store's RAM share is what the memory leaves beside
+    the emulated device's buffers (both with the process's OVERHEAD); the rest of the host peak
+    must fit the disk's free space."""
+    available = available_bytes() if limit in ("auto", None) else int(limit)
+    if available is None:
+        return None  # nothing to bound the RAM by: the store keeps its arrays in memory
+    device = device_peak if emulated else 0
+    if OVERHEAD * device > available:  # the device's buffers cannot go to the disk
+        raise HostMemoryError(
+            f"host memory: the emulated device's {format_size(device)}, with the process's "
+            f"overhead ({OVERHEAD:g}x), are over the {format_size(available)} of host memory "
+            "(LMS option host_memory); a disk (host_disk) holds only the host's arrays",
+            int(OVERHEAD * device),
+            available,
+        )
+    ram = int(available / OVERHEAD) - device
+    on_disk = max(host_peak - ram, 0)
+    free = shutil.disk_usage(disk).free
+    if on_disk > free:
+        raise HostMemoryError(
+            f"host memory: the plan holds {format_size(host_peak)} on the host at its peak; "
+            f"{format_size(ram)} fit the {format_size(available)} of host memory beside the "
+            f"emulated device's {format_size(device)} (with the process's overhead "
+            f"{OVERHEAD:g}x), and the other {format_size(on_disk)} are over the "
+            f"{format_size(free)} free on the disk of {disk} (LMS options host_memory, host_disk)",
+            on_disk,
+            free,
+        )
+    return ram

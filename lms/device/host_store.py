@@ -11,8 +11,6 @@ store counts what it moves (`Traffic`) and, with an `lms.Link`, moves it at that
 """
 
 import itertools
-import math
-import sys
 import threading
 from dataclasses import dataclass, fields
 
@@ -20,6 +18,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2
 
+from lms.device.host_arrays import HostArrays, aligned_copy
 from lms.device.host_pieces import HostPieces
 from lms.device.nodes import node, type_attr, type_list_attr
 from lms.graph.names import SWAP_IN, SWAP_IN_COPY, SWAP_OUT
@@ -29,54 +28,6 @@ from lms.values.link import EmulatedLink, Link
 # (lms/tuning/prune.py): a numpy_function call and its executor hand-off, about 0.03-0.05 ms,
 # and copies that ran at 2.4-6.8 GB/s effective over whole steps (benchmarks/swap_overhead.py).
 HOST_STORE_COST = Link(4e9, 50e-6)
-ALIGNMENT = 64  # TensorFlow's buffers are 64-byte aligned (EIGEN_MAX_ALIGN_BYTES)
-
-
-def aligned_copy(array: np.ndarray) -> np.ndarray:
-    """A copy of `array` in 64-byte aligned memory: TensorFlow wraps such an array returned by a
-    numpy_function without copying it, and copies any other into a buffer of its allocator (an
-    allocation no op is named for, beside the swap-in's own copy)."""
-    copy = aligned_empty(array.shape, array.dtype)
-    np.copyto(copy, array)
-    return copy
-
-
-def aligned_empty(shape, dtype) -> np.ndarray:
-    """An uninitialised array in 64-byte aligned memory (see `aligned_copy`)."""
-    dtype = np.dtype(dtype)
-    nbytes = math.prod(shape) * dtype.itemsize
-    raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
-    offset = -raw.ctypes.data % ALIGNMENT
-    return raw[offset : offset + nbytes].view(dtype).reshape(shape)
-
-
-class ArrayPool:
-    """Host arrays the store has freed, kept to hold the next swap-outs of their shape and type.
-
-    Copying into fresh memory costs the page faults of every new page: a swap-out's copy ran at
-    1.4-1.7 GB/s into a new array, 12 GB/s into one used before (benchmarks/swap_overhead.py),
-    and a step swaps out the same shapes every time. An array is reused only once nothing else
-    refers to it (a swapped-in array is wrapped by TensorFlow until its DeepCopy has read it).
-    Holds at most `limit_bytes` (the most the store held at once so far: a step's own need)."""
-
-    def __init__(self):
-        self._free, self.bytes, self.limit_bytes = {}, 0, 0
-
-    def give(self, array: np.ndarray) -> None:
-        if self.bytes + array.nbytes <= self.limit_bytes:
-            self._free.setdefault((array.shape, array.dtype.str), []).append(array)
-            self.bytes += array.nbytes
-
-    def take(self, shape, dtype) -> np.ndarray | None:
-        """A freed array of `shape` and `dtype` nothing else refers to, or None."""
-        arrays = self._free.get((tuple(shape), np.dtype(dtype).str), [])
-        for k in range(len(arrays)):
-            # referenced by the list and getrefcount's argument alone: free
-            if sys.getrefcount(arrays[k]) <= 2:
-                array = arrays.pop(k)
-                self.bytes -= array.nbytes
-                return array
-        return None
 
 
 @dataclass
@@ -105,7 +56,8 @@ class HostStore:
 
     link: an `lms.Link` the store's copies are slowed to (see lms/values/link.py); None copies at
     the speed of host memory. host_device, compute_device: the target's (lms/device/target.py;
-    the store's py_funcs run where the swapped tensor is)."""
+    the store's py_funcs run where the swapped tensor is). disk: a directory where the arrays
+    beyond the RAM the plan may take are kept (`arrays`: lms/device/host_arrays.py)."""
 
     kind = "host-store"
     keeps_ops = False  # its py_funcs are stateful: Grappler never removes them
@@ -116,6 +68,7 @@ class HostStore:
         link: Link | None = None,
         host_device: str = "/device:CPU:0",
         compute_device: str | None = None,
+        disk=None,
     ):
         self.host_device, self.compute_device = host_device, compute_device
         self._arrays, self._readers = {}, {}  # handle -> array, and the reads left before freed
@@ -129,7 +82,7 @@ class HostStore:
         # what a transfer costs (the Mechanism's `transfer_cost`): the link's, or the store's
         self.transfer_cost = link if link is not None else HOST_STORE_COST
         self._traffic = Traffic()
-        self._pool = ArrayPool()
+        self.arrays = HostArrays(disk)
 
     @property
     def store(self) -> "HostStore":
@@ -166,7 +119,6 @@ class HostStore:
     def _hold(self, nbytes: int) -> None:  # under the lock
         self._held += nbytes
         self._peak = max(self._peak, self._held)
-        self._pool.limit_bytes = max(self._pool.limit_bytes, self._held)
 
     def clear(self) -> tuple[int, int]:
         """Drop whatever a step left behind; return how many arrays and bytes that was."""
@@ -176,19 +128,15 @@ class HostStore:
             self._readers.clear()
             self._on_host.clear()
             self._held = 0
+        self.arrays.clear()
         return left
 
     def _put(self, array, readers):
         handle = next(self._handles)
         # a copy: the array may alias TensorFlow's buffer, which must be freed
-        with self._lock:
-            reused = self._pool.take(array.shape, array.dtype)
 
         def copy_out():
-            if reused is None:
-                return aligned_copy(array)
-            np.copyto(reused, array)
-            return reused
+            return self.arrays.copy(array)
 
         if self._engines:  # the op goes on; the swapped tensor is kept until its transfer ends
             copy, done, seconds = self._engines.send(array.nbytes, copy_out, reads=array)
@@ -218,7 +166,7 @@ class HostStore:
                 del self._arrays[key], self._readers[key]
                 self._on_host.pop(key, None)
                 self._held -= array.nbytes
-                self._pool.give(array)
+                self.arrays.free(array)
         return array, done
 
     def _count_in(self, nbytes: int, after: float) -> None:
@@ -264,7 +212,7 @@ class HostStore:
         with self._lock:
             if key < 0:
                 key = next(self._handles)
-                self._arrays[key] = aligned_empty(tuple(int(n) for n in shape), piece.dtype)
+                self._arrays[key] = self.arrays.empty(shape, piece.dtype)
                 self._readers[key] = int(readers)
                 self._hold(self._arrays[key].nbytes)
             array = self._arrays[key]

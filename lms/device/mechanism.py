@@ -59,15 +59,21 @@ class Mechanism(SwapNodes, Protocol):
         and stored, its output assembled; `finish` once the graph is split)."""
 
 
-def mechanism_for(target: Target, link=None) -> Mechanism:
+def mechanism_for(target: Target, link=None, disk=None) -> Mechanism:
     """The mechanism of `target`'s device kind. `link` (an `lms.Link`) slows the emulated
-    device's host store to a link's speed; with TensorFlow's copies it is refused: they move at
-    the real link's."""
+    device's host store to a link's speed, and `disk` (a directory) takes the store's arrays
+    beyond the host's memory; with TensorFlow's copies both are refused: they move at the real
+    link's, into TensorFlow's pinned host memory."""
     if target.device_copies:
         if link is not None:
             raise ParameterError(
                 "link emulates a link on the emulated device; this LMS copies through "
                 f"TensorFlow's own copies ({target.kind})"
             )
+        if disk is not None:
+            raise ParameterError(
+                "host_disk keeps the emulated device's host arrays on a disk; this LMS keeps "
+                f"them in TensorFlow's pinned host memory ({target.kind}), which has no disk tier"
+            )
         return DeviceCopy(target.host_device, target.compute_device)
-    return HostStore(link, target.host_device, target.compute_device)
+    return HostStore(link, target.host_device, target.compute_device, disk)

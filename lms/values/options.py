@@ -66,6 +66,10 @@ class Options:
         simulated peak) against what is available then (lms/device/host_memory.py), and raises
         HostMemoryError if not, instead of the kernel's OOM killer ending the process later;
         bytes or "64GiB" check against that; None does not check.
+    host_disk: a directory on a local disk (emulated device only) where the host store keeps,
+        in memory-mapped files, the swapped tensors and split ops' host arrays that do not fit
+        the host memory beside the device's: host_memory then bounds the RAM, the disk's free
+        space the rest (lms/device/host_arrays.py). None (the default): RAM only.
     """
 
     device_memory: int | str | None = None  # None: the GPU's, read when the LMS object is made
@@ -89,6 +93,7 @@ class Options:
     calibration_cache: str | os.PathLike | None = None
     split: str | dict = "auto"
     host_memory: int | str | None = "auto"
+    host_disk: str | os.PathLike | None = None
 
     def __post_init__(self):
         serialization = self.serialization
@@ -128,6 +133,13 @@ class Options:
         check_split(self.split)
         if self.host_memory not in ("auto", None):
             object.__setattr__(self, "host_memory", parse_size(self.host_memory, "host_memory"))
+        disk = self.host_disk
+        if disk is not None and not (isinstance(disk, str | os.PathLike) and os.path.isdir(disk)):
+            raise ParameterError(
+                f"host_disk must be an existing directory or None; received {disk!r}"
+            )
+        if disk is not None and not os.access(disk, os.W_OK):
+            raise ParameterError(f"host_disk {str(disk)!r} is not writable")
         cache = self.calibration_cache
         if cache is not None and not isinstance(cache, str | os.PathLike):
             raise ParameterError(

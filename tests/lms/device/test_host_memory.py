@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from lms_cases import Case, small_cnn
 
@@ -122,3 +123,52 @@ def test_a_process_in_a_memory_limited_cgroup_sees_the_room_its_limit_leaves(tmp
     assert 1 * 2**30 < int(available) <= 2 * 2**30  # the limit less what the process uses
     assert message.startswith("host memory: the plan holds 2.00 GiB on the host")
     assert "available now (MemAvailable, or the cgroup's limit)" in message
+
+
+def test_with_a_disk_the_check_gives_the_store_the_ram_beside_the_device(tmp_path):
+    device, host = 100 * 2**20, 2**30
+    ram = check_host_memory(host, device, emulated=True, limit=2 * device, disk=tmp_path)
+    assert ram == int(2 * device / 1.3) - device  # the rest of the 1 GiB goes to the disk
+    assert check_host_memory(host, device, emulated=False, limit=2**31, disk=tmp_path) == int(
+        2**31 / 1.3
+    )
+    with pytest.raises(HostMemoryError, match=r"free on the disk of .*host_memory, host_disk"):
+        check_host_memory(2**62, device, emulated=True, limit=2 * device, disk=tmp_path)
+    with pytest.raises(HostMemoryError, match="a disk \\(host_disk\\) holds only the host's"):
+        check_host_memory(host, device, emulated=True, limit=device, disk=tmp_path)
+
+
+@pytest.mark.parametrize("bad", ["/no/such/directory", 5])
+def test_a_wrong_host_disk_names_the_option(bad):
+    with pytest.raises(ParameterError, match="host_disk must be an existing directory"):
+        lms.LMS(device_memory="1GiB", host_disk=bad)
+
+
+def test_a_split_step_whose_host_arrays_pass_the_host_memory_trains_the_same_on_the_disk(
+    tmp_path,
+):
+    """The host memory given leaves room for a quarter of the plan's host arrays beside the
+    device: without a disk the plan is refused; with one the store keeps the rest there, and
+    the step makes the same updates as with every array in RAM."""
+    case = _case()
+    options = {"device_memory": "1TiB", "calibration_steps": 0, "split": SPLIT}
+    planned = lms.LMS(**options).plan_only(case.step, case.images, case.labels)
+    ram = planned.host_peak_bytes // 4
+    limit = int(1.3 * (planned.peak_bytes_with_lms + ram)) + 1
+    with pytest.raises(HostMemoryError):
+        lms.LMS(**options, host_memory=limit).wrap(case.step)(case.images, case.labels)
+    in_ram = lms.LMS(**options, host_memory=None)
+    on_disk = lms.LMS(**options, host_memory=limit, host_disk=tmp_path)
+    updated = []
+    for planner in (in_ram, on_disk):
+        case.reset()
+        step = planner.wrap(case.step)
+        for _ in range(2):
+            step(case.images, case.labels)
+        updated.append([v.numpy() for v in case.model.trainable_variables])
+    assert 0 < on_disk.store.arrays.ram_limit_bytes <= ram + 1
+    assert on_disk.store.arrays.take_disk_peak() > 0
+    assert in_ram.store.arrays.take_disk_peak() == 0
+    assert on_disk.store.held_bytes == 0 and os.listdir(tmp_path) == []
+    for a, b in zip(*updated, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)

@@ -49,5 +49,5 @@ def test_the_pool_holds_no_more_than_the_store_held_at_once():
     handles = [store._put(np.ones((32, 32), np.float32), 1) for _ in range(3)]
     for handle in handles:
         store._get(handle)
-    assert store._pool.bytes <= 3 * 32 * 32 * 4
+    assert store.arrays.pooled_bytes <= 3 * 32 * 32 * 4
     assert store.held_bytes == 0

@@ -1,7 +1,7 @@
 """lms/device/mechanism.py: `mechanism_for` chooses the device kind's mechanism in one place
 (the emulated device's host store, else TensorFlow's copies), each has every member `Mechanism`
-names and hands out a fresh piece tracker per graph; a link is refused with TensorFlow's
-copies."""
+names and hands out a fresh piece tracker per graph; a link and a disk are refused with
+TensorFlow's copies."""
 
 import pytest
 
@@ -55,6 +55,8 @@ def test_a_gpu_and_two_devices_take_tensorflows_copies(target):
     assert mechanism.transfer_cost == LINKS["pcie3"][1]
     with pytest.raises(ParameterError, match="link emulates"):
         mechanism_for(target, lms.Link(1e9))
+    with pytest.raises(ParameterError, match="host_disk keeps the emulated device's"):
+        mechanism_for(target, disk="/tmp")
 
 
 def test_both_mechanisms_have_every_member_of_the_interface():

@@ -1,0 +1,150 @@
+"""Where the emulated device's host store keeps its arrays: 64-byte aligned host memory, freed
+arrays pooled for the next ones of their shape, and, with a disk directory (the `host_disk`
+option), memory-mapped files beyond the RAM the plan may take, so that what a step holds on the
+host is bounded by the disk and not by RAM (issue 44).
+
+Why memory-mapped files and not reads and writes: an array on disk is still an array, so the
+store's slice reads, piece writes and swap-ins work on it unchanged, and the kernel's page cache
+keeps what fits in memory while writing the rest back. Each file is unlinked as soon as it is
+mapped (`tempfile.TemporaryFile`): nothing is left on the disk when the array is freed or the
+process ends, however it ends."""
+
+import math
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+import numpy as np
+
+ALIGNMENT = 64  # TensorFlow's buffers are 64-byte aligned (EIGEN_MAX_ALIGN_BYTES)
+
+
+def aligned_copy(array: np.ndarray) -> np.ndarray:
+    """A copy of `array` in 64-byte aligned memory: TensorFlow wraps such an array returned by a
+    numpy_function without copying it, and copies any other into a buffer of its allocator (an
+    allocation no op is named for, beside the swap-in's own copy)."""
+    copy = aligned_empty(array.shape, array.dtype)
+    np.copyto(copy, array)
+    return copy
+
+
+def aligned_empty(shape, dtype) -> np.ndarray:
+    """An uninitialised array in 64-byte aligned memory (see `aligned_copy`)."""
+    dtype = np.dtype(dtype)
+    nbytes = math.prod(shape) * dtype.itemsize
+    raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
+    offset = -raw.ctypes.data % ALIGNMENT
+    return raw[offset : offset + nbytes].view(dtype).reshape(shape)
+
+
+class ArrayPool:
+    """Host arrays the store has freed, kept to hold the next swap-outs of their shape and type.
+
+    Copying into fresh memory costs the page faults of every new page: a swap-out's copy ran at
+    1.4-1.7 GB/s into a new array, 12 GB/s into one used before (benchmarks/swap_overhead.py),
+    and a step swaps out the same shapes every time. An array is reused only once nothing else
+    refers to it (a swapped-in array is wrapped by TensorFlow until its DeepCopy has read it).
+    Holds at most `limit_bytes` (the most the store held at once so far: a step's own need)."""
+
+    def __init__(self):
+        self._free, self.bytes, self.limit_bytes = {}, 0, 0
+
+    def give(self, array: np.ndarray) -> None:
+        if self.bytes + array.nbytes <= self.limit_bytes:
+            self._free.setdefault((array.shape, array.dtype.str), []).append(array)
+            self.bytes += array.nbytes
+
+    def take(self, shape, dtype) -> np.ndarray | None:
+        """A freed array of `shape` and `dtype` nothing else refers to, or None."""
+        arrays = self._free.get((tuple(shape), np.dtype(dtype).str), [])
+        for k in range(len(arrays)):
+            # referenced by the list and getrefcount's argument alone: free
+            if sys.getrefcount(arrays[k]) <= 2:
+                array = arrays.pop(k)
+                self.bytes -= array.nbytes
+                return array
+        return None
+
+
+class HostArrays:
+    """The store's arrays: in RAM (pooled) while the RAM ones stay within `ram_limit_bytes`,
+    beyond it in memory-mapped files in `disk` (None: no disk, everything in RAM).
+
+    `ram_limit_bytes` is set for each plan from the host's memory (lms/device/host_memory.py
+    `store_ram_limit`); None: no limit. Counts the bytes each tier holds and the most the disk
+    held (`take_disk_peak`)."""
+
+    def __init__(self, disk: str | Path | None = None):
+        self.disk = Path(disk) if disk is not None else None
+        self.ram_limit_bytes = None
+        self.ram_bytes = self.disk_bytes = self._disk_peak = 0
+        self._pool = ArrayPool()
+        self._lock = threading.Lock()
+
+    @property
+    def pooled_bytes(self) -> int:
+        """Bytes of freed RAM arrays kept for reuse."""
+        return self._pool.bytes
+
+    def _place(self, nbytes: int) -> bool:
+        """Count `nbytes` on the tier it goes to: True for the disk."""
+        with self._lock:
+            limit = self.ram_limit_bytes
+            to_disk = (
+                self.disk is not None
+                and nbytes > 0
+                and limit is not None
+                and self.ram_bytes + nbytes > limit
+            )
+            if to_disk:
+                self.disk_bytes += nbytes
+                self._disk_peak = max(self._disk_peak, self.disk_bytes)
+            else:
+                self.ram_bytes += nbytes
+                self._pool.limit_bytes = max(self._pool.limit_bytes, self.ram_bytes)
+            return to_disk
+
+    def empty(self, shape, dtype) -> np.ndarray:
+        """A new uninitialised array of `shape` and `dtype`, on the tier its bytes fit."""
+        dtype = np.dtype(dtype)
+        shape = tuple(int(n) for n in shape)
+        if self._place(math.prod(shape) * dtype.itemsize):
+            with tempfile.TemporaryFile(dir=self.disk) as file:  # unlinked: freed with the map
+                return np.memmap(file, dtype=dtype, mode="w+", shape=shape)
+        return aligned_empty(shape, dtype)
+
+    def copy(self, array: np.ndarray) -> np.ndarray:
+        """A copy of `array` the store keeps: into a pooled RAM array of its shape when one is
+        free and the RAM has room, else into a new one (`empty`)."""
+        reused = None
+        with self._lock:
+            limit = self.ram_limit_bytes
+            if limit is None or self.ram_bytes + array.nbytes <= limit:
+                reused = self._pool.take(array.shape, array.dtype)
+                if reused is not None:
+                    self.ram_bytes += reused.nbytes
+        copy = reused if reused is not None else self.empty(array.shape, array.dtype)
+        np.copyto(copy, array)
+        return copy
+
+    def free(self, array: np.ndarray) -> None:
+        """The store no longer keeps `array`: a RAM array goes to the pool, a mapped file is
+        dropped (unmapped, and so deleted, once TensorFlow's last reference to it goes)."""
+        with self._lock:
+            if isinstance(array, np.memmap):
+                self.disk_bytes -= array.nbytes
+            else:
+                self.ram_bytes -= array.nbytes
+                self._pool.give(array)
+
+    def clear(self) -> None:
+        """The store dropped every array it held (`HostStore.clear`)."""
+        with self._lock:
+            self.ram_bytes = self.disk_bytes = 0
+
+    def take_disk_peak(self) -> int:
+        """The most bytes the disk held at once since the last call."""
+        with self._lock:
+            peak, self._disk_peak = self._disk_peak, self.disk_bytes
+        return peak

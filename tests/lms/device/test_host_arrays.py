@@ -1,0 +1,75 @@
+"""lms/device/host_arrays.py: the host store's arrays stay in RAM up to the limit the plan's host
+memory allows and go to memory-mapped files on the disk beyond it, each file gone from the
+directory as soon as it is mapped; freed RAM arrays are pooled, disk ones are not; the store's
+swaps and pieces keep their bytes on either tier. Marked compat: also run on TensorFlow 2.14.1."""
+
+import os
+
+import numpy as np
+import pytest
+
+from lms.device.host_arrays import ALIGNMENT, HostArrays
+from lms.device.host_store import HostStore
+
+pytestmark = pytest.mark.compat
+MIB = 2**20
+
+
+def _block(value: float) -> np.ndarray:
+    return np.full((256, 1024), value, dtype=np.float32)  # 1 MiB
+
+
+def test_arrays_stay_in_ram_up_to_the_limit_and_go_to_the_disk_beyond_it(tmp_path):
+    arrays = HostArrays(tmp_path)
+    arrays.ram_limit_bytes = 2 * MIB
+    kept = [arrays.copy(_block(k)) for k in range(5)]
+    on_disk = [isinstance(a, np.memmap) for a in kept]
+    assert on_disk == [False, False, True, True, True]
+    assert (arrays.ram_bytes, arrays.disk_bytes) == (2 * MIB, 3 * MIB)
+    assert [float(a[7, 9]) for a in kept] == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert os.listdir(tmp_path) == []  # unlinked once mapped: nothing to clean up, ever
+    assert all(a.ctypes.data % ALIGNMENT == 0 for a in kept)
+    arrays.free(kept.pop())
+    assert arrays.disk_bytes == 2 * MIB and arrays.take_disk_peak() == 3 * MIB
+    assert arrays.take_disk_peak() == 2 * MIB  # the peak starts again from what is held
+
+
+def test_freed_ram_arrays_are_reused_but_never_past_the_limit(tmp_path):
+    arrays = HostArrays(tmp_path)
+    arrays.ram_limit_bytes = 1 * MIB
+    first = arrays.copy(_block(1))
+    address = first.ctypes.data
+    arrays.free(first)
+    del first
+    again = arrays.copy(_block(2))  # the pooled array, the RAM has room again
+    assert again.ctypes.data == address and not isinstance(again, np.memmap)
+    beyond = arrays.copy(_block(3))  # RAM full: a pooled array would pass the limit
+    assert isinstance(beyond, np.memmap) and arrays.ram_bytes == 1 * MIB
+    arrays.free(beyond)
+    assert arrays.disk_bytes == 0 and arrays.ram_bytes == 1 * MIB
+
+
+def test_without_a_disk_or_a_limit_everything_stays_in_ram(tmp_path):
+    for arrays in (HostArrays(), HostArrays(tmp_path)):
+        arrays.ram_limit_bytes = None if arrays.disk else 0
+        kept = [arrays.copy(_block(k)) for k in range(3)]
+        assert not any(isinstance(a, np.memmap) for a in kept) and arrays.disk_bytes == 0
+
+
+def test_the_stores_swaps_and_pieces_read_back_what_they_kept_on_the_disk(tmp_path):
+    store = HostStore(disk=tmp_path)
+    store.arrays.ram_limit_bytes = 0  # everything on the disk
+    swapped = _block(5)
+    handle = store._put(swapped, 1)
+    assert store.arrays.disk_bytes == MIB and store.held_bytes == MIB
+    back = store._get(handle)
+    assert isinstance(back, np.memmap) and np.array_equal(back, swapped)
+    assert store.arrays.disk_bytes == 0 and store.held_bytes == 0
+    # a split op's output written in two slices, then read whole
+    key = store.put_slice(np.array([-1]), _block(6)[:128], 0, 0, (256, 1024), 1)
+    store.put_slice(key, _block(7)[128:], 0, 128, (256, 1024), 1)
+    whole = store.get_whole(key)
+    assert float(whole[0, 0]) == 6.0 and float(whole[255, 0]) == 7.0
+    assert store.arrays.take_disk_peak() == MIB
+    store.clear()
+    assert store.arrays.disk_bytes == 0 and os.listdir(tmp_path) == []
