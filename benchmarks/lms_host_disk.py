@@ -17,6 +17,7 @@ test_host_memory.py's cgroup test; elsewhere the limited runs say why they did n
 import argparse
 import contextlib
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -39,6 +40,8 @@ def child(case_args: list, steps: int, group: str | None, disk: str | None) -> d
     """One run (module docstring), in this process, joining the cgroup `group` first."""
     if group:
         (Path(group) / "cgroup.procs").write_text(str(os.getpid()))
+    logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("lms").setLevel(logging.INFO)  # says how much of the plan goes to the disk
     sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "support")]
     from lms_cases import named_case
 

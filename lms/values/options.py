@@ -67,9 +67,9 @@ class Options:
         HostMemoryError if not, instead of the kernel's OOM killer ending the process later;
         bytes or "64GiB" check against that; None does not check.
     host_disk: a directory on a local disk (emulated device only) where the host store keeps,
-        in memory-mapped files, the swapped tensors and split ops' host arrays that do not fit
-        the host memory beside the device's: host_memory then bounds the RAM, the disk's free
-        space the rest (lms/device/host_arrays.py). None (the default): RAM only.
+        in memory-mapped files, the swapped tensors and split ops' host arrays beyond half the
+        RAM host_memory leaves beside the device's buffers; the disk's free space bounds the
+        rest (lms/device/host_memory.py DISK_RAM_SHARE). None (the default): RAM only.
     """
 
     device_memory: int | str | None = None  # None: the GPU's, read when the LMS object is made
