@@ -103,6 +103,7 @@ def failure_cause(error: str) -> str:
         ("alone fill the budget", "resident bytes fill the budget"),
         ("no op left above", "every large op split, plan still over"),
         ("OOM killer", "host memory: killed by the OOM killer"),
+        ("free on the disk of", "host disk: the plan needs more than the disk has"),
         ("host memory: the plan holds", "host memory: the plan needs more than the host has"),
         ("MemoryError", "host memory"),
         ("the largest operation, ", "largest op {}"),

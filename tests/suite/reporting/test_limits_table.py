@@ -2,9 +2,11 @@
 LMS table asks for `split` gets its own columns beside swapping's, and every limit says what set
 it, from the failed trial's error."""
 
+import pytest
 from report_cases import HOST, LMS_EVERYTHING, record, search_record, write_record
 
 from suite.records import store_host
+from suite.reporting.limits_table import failure_cause
 from suite.reporting.report import render_report
 
 FLOOR_ERROR = (
@@ -74,3 +76,21 @@ def test_without_searches_with_splitting_the_table_keeps_its_columns(tmp_path):
     cells = _cells(tmp_path)
     assert "with splitting" not in cells and cells["LMS on"] == "256"
     assert cells["what set the limits"].startswith("off: out of memory at 192 (boom); on: ")
+
+
+def test_a_plan_refused_for_the_disk_says_so_and_one_for_the_host_memory_too(tmp_path):
+    """lms's own refusals (lms.check_host_memory) as the table names them: with `host_disk` the
+    disk's free space set the limit, without it the host's memory."""
+    import lms
+
+    device, host = 100 * 2**20, 2**30
+    causes = []
+    for disk in (tmp_path, None):
+        with pytest.raises(lms.HostMemoryError) as refused:
+            lms.check_host_memory(2**62, device, True, 2 * device, disk=disk)
+        causes.append(failure_cause(str(refused.value)))
+    assert causes == [
+        "host disk: the plan needs more than the disk has",
+        "host memory: the plan needs more than the host has",
+    ]
+    assert lms.check_host_memory(host, device, True, 2 * device, disk=tmp_path) > 0  # it fits
