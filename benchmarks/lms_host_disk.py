@@ -77,6 +77,12 @@ def child(case_args: list, steps: int, group: str | None, disk: str | None) -> d
         "disk_written_mib_per_step": (written_after - written) / MiB / steps,
         "splits": len(report.splits or ()),
     }
+    if arrays.disk is not None:  # the disk as a link (measured when the plan spilled)
+        disk = arrays.disk_link
+        result["disk_write_gb_s"], result["disk_read_gb_s"] = (
+            disk.out_bandwidth / 1e9,
+            disk.bandwidth / 1e9,
+        )
     if group:
         result["cgroup_peak_mib"] = int((Path(group) / "memory.max_usage_in_bytes").read_text())
         result["cgroup_peak_mib"] /= MiB
@@ -139,6 +145,17 @@ def main() -> None:
             f"{' '.join(args.case)} in {args.memory}: step on the disk / in RAM "
             f"{disk_run['step_s'] / ram['step_s']:.2f} ({disk_run['step_s']:.1f} s against "
             f"{ram['step_s']:.1f} s)"
+        )
+        # the model's floor (lms/device/host_arrays.py `HostArrays.allow`): the disk peak written
+        # once and read back once at the disk's measured speed, against what the disk added
+        peak = disk_run["disk_peak_mib"] * MiB
+        floor = peak / (disk_run["disk_write_gb_s"] * 1e9) + peak / (
+            disk_run["disk_read_gb_s"] * 1e9
+        )
+        write, read = disk_run["disk_write_gb_s"], disk_run["disk_read_gb_s"]
+        print(
+            f"  the disk added {disk_run['step_s'] - ram['step_s']:.1f} s a step; moving its peak "
+            f"once each way at {write:.2f} / {read:.2f} GB/s takes {floor:.1f} s"
         )
 
 

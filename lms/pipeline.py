@@ -139,14 +139,7 @@ class Pipeline:
             disk=self.options.host_disk,
         )
         if self.mechanism.store is not None:  # with a disk: the RAM its arrays may fill
-            self.mechanism.store.arrays.ram_limit_bytes = ram
-        if ram is not None and simulation.host_peak_bytes > ram:
-            log.info(
-                "LMS: the host store keeps up to %s of the plan's %s host arrays on the disk %s",
-                format_size(simulation.host_peak_bytes - ram),
-                format_size(simulation.host_peak_bytes),
-                self.options.host_disk,
-            )
+            self.mechanism.store.arrays.allow(ram, simulation.host_peak_bytes)
         started = time.perf_counter()
         concrete = planned.concrete
         if planned.splits:

@@ -9,15 +9,50 @@ keeps what fits in memory while writing the rest back. Each file is unlinked as 
 mapped (`tempfile.TemporaryFile`): nothing is left on the disk when the array is freed or the
 process ends, however it ends."""
 
+import logging
 import math
+import os
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
 
+from lms.values.budget import format_size
+from lms.values.link import Link
+
+log = logging.getLogger("lms")
+
 ALIGNMENT = 64  # TensorFlow's buffers are 64-byte aligned (EIGEN_MAX_ALIGN_BYTES)
+DISK_PROBE_BYTES = 256 * 2**20  # what `measure_disk` writes and reads back
+
+
+def measure_disk(directory, nbytes: int = DISK_PROBE_BYTES) -> Link:
+    """The disk under `directory` as a link: `out_bandwidth` its write speed through a mapped
+    file to the disk (msync and fsync: the swap-outs' direction once the page cache is full),
+    `bandwidth` its read speed with the file's pages dropped from the page cache first (the
+    swap-ins' direction). Incompressible bytes, one file, unlinked once opened."""
+    data = np.random.default_rng(0).integers(0, 256, nbytes, dtype=np.uint8)
+    back = np.empty_like(data)
+    with tempfile.TemporaryFile(dir=directory) as file:
+        mapped = np.memmap(file, dtype=np.uint8, mode="w+", shape=(nbytes,))
+        started = time.perf_counter()
+        np.copyto(mapped, data)
+        mapped.flush()
+        os.fsync(file.fileno())
+        written = time.perf_counter() - started
+        del mapped
+        os.posix_fadvise(file.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+        mapped = np.memmap(file, dtype=np.uint8, mode="r", shape=(nbytes,))
+        started = time.perf_counter()
+        np.copyto(back, mapped)
+        read = time.perf_counter() - started
+        del mapped
+    if not np.array_equal(back, data):
+        raise OSError(f"the disk under {directory} did not give back the bytes written")
+    return Link(nbytes / read, 0.0, nbytes / written)
 
 
 def aligned_copy(array: np.ndarray) -> np.ndarray:
@@ -79,8 +114,39 @@ class HostArrays:
         self.disk = Path(disk) if disk is not None else None
         self.ram_limit_bytes = None
         self.ram_bytes = self.disk_bytes = self._disk_peak = 0
+        self._disk_link = None
         self._pool = ArrayPool()
         self._lock = threading.Lock()
+
+    @property
+    def disk_link(self) -> Link | None:
+        """The disk's speed (`measure_disk`), measured the first time it is asked; None: no
+        disk."""
+        if self.disk is not None and self._disk_link is None:
+            self._disk_link = measure_disk(self.disk)
+        return self._disk_link
+
+    def allow(self, ram_limit_bytes: int | None, host_peak_bytes: int) -> None:
+        """A new plan: its arrays may fill `ram_limit_bytes` of RAM (None: no limit). When its
+        simulated host peak is over that, say how much goes to the disk and what moving it
+        costs: each byte written once and read back once at the disk's measured speed (an
+        estimate: the page cache keeps some, and writes back while the step computes; ResNet50
+        1024² split, 1.5 GiB on the disk: 9.7 s estimated, 7.1 s measured a step,
+        benchmarks/lms_host_disk.py)."""
+        self.ram_limit_bytes = ram_limit_bytes
+        if ram_limit_bytes is None or host_peak_bytes <= ram_limit_bytes or self.disk is None:
+            return
+        spilled, disk = host_peak_bytes - ram_limit_bytes, self.disk_link
+        log.info(
+            "LMS: the host store keeps up to %s of the plan's %s host arrays on the disk %s "
+            "(%.2f GB/s written, %.2f read: about %.1f s a step to write and read them)",
+            format_size(spilled),
+            format_size(host_peak_bytes),
+            self.disk,
+            disk.out_bandwidth / 1e9,
+            disk.bandwidth / 1e9,
+            spilled / disk.out_bandwidth + spilled / disk.bandwidth,
+        )
 
     @property
     def pooled_bytes(self) -> int:

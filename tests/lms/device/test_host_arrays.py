@@ -1,14 +1,17 @@
 """lms/device/host_arrays.py: the host store's arrays stay in RAM up to the limit the plan's host
 memory allows and go to memory-mapped files on the disk beyond it, each file gone from the
 directory as soon as it is mapped; freed RAM arrays are pooled, disk ones are not; the store's
-swaps and pieces keep their bytes on either tier. Marked compat: also run on TensorFlow 2.14.1."""
+swaps and pieces keep their bytes on either tier; the disk is measured as a link, and a plan
+that spills says what moving its bytes costs. Marked compat: also run on TensorFlow 2.14.1."""
 
+import logging
 import os
 
 import numpy as np
 import pytest
 
-from lms.device.host_arrays import ALIGNMENT, HostArrays
+import lms
+from lms.device.host_arrays import ALIGNMENT, HostArrays, measure_disk
 from lms.device.host_store import HostStore
 
 pytestmark = pytest.mark.compat
@@ -73,3 +76,21 @@ def test_the_stores_swaps_and_pieces_read_back_what_they_kept_on_the_disk(tmp_pa
     assert store.arrays.take_disk_peak() == MIB
     store.clear()
     assert store.arrays.disk_bytes == 0 and os.listdir(tmp_path) == []
+
+
+def test_the_disk_is_measured_as_a_link_and_a_plan_that_spills_says_what_it_costs(tmp_path, caplog):
+    link = measure_disk(tmp_path, nbytes=8 * MIB)
+    assert link.out_bandwidth > 0 and link.bandwidth > 0 and link.latency == 0
+    assert os.listdir(tmp_path) == []
+    arrays = HostArrays(tmp_path)
+    arrays._disk_link = lms.Link(2e9, 0, 1e9)  # a known disk: the cost below is exact
+    with caplog.at_level(logging.INFO, logger="lms"):
+        arrays.allow(1000 * MIB, 1000 * MIB)  # fits the RAM: nothing said
+        assert not caplog.records
+        arrays.allow(1000 * MIB, 3000 * MIB)
+    assert arrays.ram_limit_bytes == 1000 * MIB
+    message = caplog.records[-1].getMessage()
+    assert "keeps up to 1.95 GiB of the plan's 2.93 GiB host arrays on the disk" in message
+    seconds = 2000 * MIB / 1e9 + 2000 * MIB / 2e9
+    assert f"(1.00 GB/s written, 2.00 read: about {seconds:.1f} s a step" in message
+    assert HostArrays().disk_link is None
