@@ -175,10 +175,23 @@ class HostArrays:
         """A new uninitialised array of `shape` and `dtype`, on the tier its bytes fit."""
         dtype = np.dtype(dtype)
         shape = tuple(int(n) for n in shape)
-        if self._place(math.prod(shape) * dtype.itemsize):
+        nbytes = math.prod(shape) * dtype.itemsize
+        if not self._place(nbytes):
+            return aligned_empty(shape, dtype)
+        try:
             with tempfile.TemporaryFile(dir=self.disk) as file:  # unlinked: freed with the map
+                # the blocks reserved now: a full disk is this OSError (ENOSPC), not a SIGBUS
+                # that kills the process when a write into the mapping finds no block
+                os.posix_fallocate(file.fileno(), 0, nbytes)
                 return np.memmap(file, dtype=dtype, mode="w+", shape=shape)
-        return aligned_empty(shape, dtype)
+        except OSError as error:
+            with self._lock:
+                self.disk_bytes -= nbytes
+            raise OSError(
+                error.errno,
+                f"LMS's host disk {self.disk} could not take {nbytes} bytes more "
+                f"({error.strerror}); it held {self.disk_bytes} of this step's bytes",
+            ) from error
 
     def copy(self, array: np.ndarray) -> np.ndarray:
         """A copy of `array` the store keeps: into a pooled RAM array of its shape when one is

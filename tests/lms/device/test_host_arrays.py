@@ -6,6 +6,7 @@ that spills says what moving its bytes costs. Marked compat: also run on TensorF
 
 import logging
 import os
+import subprocess
 
 import numpy as np
 import pytest
@@ -94,3 +95,27 @@ def test_the_disk_is_measured_as_a_link_and_a_plan_that_spills_says_what_it_cost
     seconds = 2000 * MIB / 1e9 + 2000 * MIB / 2e9
     assert f"(1.00 GB/s written, 2.00 read: about {seconds:.1f} s a step" in message
     assert HostArrays().disk_link is None
+
+
+def test_a_full_disk_is_an_error_naming_it_not_a_crash(tmp_path):
+    """A 1 MiB tmpfs (mounted as root; skipped elsewhere) as the disk: a 2 MiB array does not
+    fit. Without its blocks reserved, the write into the mapping would kill the process with
+    SIGBUS; here it is an OSError, and the disk's count is as before."""
+    small = tmp_path / "small"
+    small.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(small)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        arrays = HostArrays(small)
+        arrays.ram_limit_bytes = 0
+        with pytest.raises(OSError, match=f"host disk {small} could not take 2097152 bytes"):
+            arrays.copy(np.ones((512, 1024), np.float32))
+        assert arrays.disk_bytes == 0
+        kept = arrays.copy(np.ones((128, 1024), np.float32))  # 0.5 MiB still fits
+        assert isinstance(kept, np.memmap) and arrays.disk_bytes == 2**19
+        del kept
+    finally:
+        subprocess.run(["umount", str(small)], check=False)
