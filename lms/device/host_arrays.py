@@ -27,19 +27,25 @@ log = logging.getLogger("lms")
 
 ALIGNMENT = 64  # TensorFlow's buffers are 64-byte aligned (EIGEN_MAX_ALIGN_BYTES)
 DISK_PROBE_BYTES = 256 * 2**20  # what `measure_disk` writes and reads back
+DISK_PROBE_CHUNK = 16 * 2**20  # ... through one buffer of this size
 
 
 def measure_disk(directory, nbytes: int = DISK_PROBE_BYTES) -> Link:
     """The disk under `directory` as a link: `out_bandwidth` its write speed through a mapped
     file to the disk (msync and fsync: the swap-outs' direction once the page cache is full),
     `bandwidth` its read speed with the file's pages dropped from the page cache first (the
-    swap-ins' direction). Incompressible bytes, one file, unlinked once opened."""
-    data = np.random.default_rng(0).integers(0, 256, nbytes, dtype=np.uint8)
+    swap-ins' direction). Incompressible bytes, one file, unlinked once opened, moved through
+    one buffer of DISK_PROBE_CHUNK (a plan spills where RAM is short)."""
+    chunk = min(nbytes, DISK_PROBE_CHUNK)
+    nbytes -= nbytes % chunk
+    data = np.random.default_rng(0).integers(0, 256, chunk, dtype=np.uint8)
     back = np.empty_like(data)
     with tempfile.TemporaryFile(dir=directory) as file:
-        mapped = np.memmap(file, dtype=np.uint8, mode="w+", shape=(nbytes,))
+        os.posix_fallocate(file.fileno(), 0, nbytes)
+        mapped = np.memmap(file, dtype=np.uint8, mode="r+", shape=(nbytes,))
         started = time.perf_counter()
-        np.copyto(mapped, data)
+        for start in range(0, nbytes, chunk):
+            np.copyto(mapped[start : start + chunk], data)
         mapped.flush()
         os.fsync(file.fileno())
         written = time.perf_counter() - started
@@ -47,10 +53,13 @@ def measure_disk(directory, nbytes: int = DISK_PROBE_BYTES) -> Link:
         os.posix_fadvise(file.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
         mapped = np.memmap(file, dtype=np.uint8, mode="r", shape=(nbytes,))
         started = time.perf_counter()
-        np.copyto(back, mapped)
+        same = True
+        for start in range(0, nbytes, chunk):
+            np.copyto(back, mapped[start : start + chunk])
+            same = same and np.array_equal(back, data)
         read = time.perf_counter() - started
         del mapped
-    if not np.array_equal(back, data):
+    if not same:
         raise OSError(f"the disk under {directory} did not give back the bytes written")
     return Link(nbytes / read, 0.0, nbytes / written)
 
