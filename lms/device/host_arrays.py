@@ -52,12 +52,12 @@ def measure_disk(directory, nbytes: int = DISK_PROBE_BYTES) -> Link:
         del mapped
         os.posix_fadvise(file.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
         mapped = np.memmap(file, dtype=np.uint8, mode="r", shape=(nbytes,))
-        started = time.perf_counter()
-        same = True
+        read, same = 0.0, True
         for start in range(0, nbytes, chunk):
+            started = time.perf_counter()
             np.copyto(back, mapped[start : start + chunk])
+            read += time.perf_counter() - started
             same = same and np.array_equal(back, data)
-        read = time.perf_counter() - started
         del mapped
     if not same:
         raise OSError(f"the disk under {directory} did not give back the bytes written")
@@ -115,9 +115,9 @@ class HostArrays:
     """The store's arrays: in RAM (pooled) while the RAM ones stay within `ram_limit_bytes`,
     beyond it in memory-mapped files in `disk` (None: no disk, everything in RAM).
 
-    `ram_limit_bytes` is set for each plan from the host's memory (lms/device/host_memory.py
-    `store_ram_limit`); None: no limit. Counts the bytes each tier holds and the most the disk
-    held (`take_disk_peak`)."""
+    `ram_limit_bytes` is set for each plan (`allow`) from the host's memory
+    (lms/device/host_memory.py `check_host_memory` with a disk); None: no limit. Counts the
+    bytes each tier holds and the most the disk held (`take_disk_peak`)."""
 
     def __init__(self, disk: str | Path | None = None):
         self.disk = Path(disk) if disk is not None else None
@@ -162,16 +162,14 @@ class HostArrays:
         """Bytes of freed RAM arrays kept for reuse."""
         return self._pool.bytes
 
+    def _fits_ram(self, nbytes: int) -> bool:  # under the lock
+        limit = self.ram_limit_bytes
+        return self.disk is None or limit is None or self.ram_bytes + nbytes <= limit
+
     def _place(self, nbytes: int) -> bool:
         """Count `nbytes` on the tier it goes to: True for the disk."""
         with self._lock:
-            limit = self.ram_limit_bytes
-            to_disk = (
-                self.disk is not None
-                and nbytes > 0
-                and limit is not None
-                and self.ram_bytes + nbytes > limit
-            )
+            to_disk = nbytes > 0 and not self._fits_ram(nbytes)
             if to_disk:
                 self.disk_bytes += nbytes
                 self._disk_peak = max(self._disk_peak, self.disk_bytes)
@@ -207,8 +205,7 @@ class HostArrays:
         free and the RAM has room, else into a new one (`empty`)."""
         reused = None
         with self._lock:
-            limit = self.ram_limit_bytes
-            if limit is None or self.ram_bytes + array.nbytes <= limit:
+            if self._fits_ram(array.nbytes):
                 reused = self._pool.take(array.shape, array.dtype)
                 if reused is not None:
                     self.ram_bytes += reused.nbytes

@@ -112,6 +112,11 @@ def pinned_hint() -> str:
     )
 
 
+def _available(limit) -> int | None:
+    """The host memory `limit` stands for: its bytes, or what is available now ("auto", None)."""
+    return available_bytes() if limit in ("auto", None) else int(limit)
+
+
 def host_need(host_peak: int, device_peak: int, emulated: bool) -> int:
     """What the step adds to the host's memory at its peak: OVERHEAD times the host's simulated
     peak and, on the emulated device, the device's simulated peak (its buffers are host memory;
@@ -139,7 +144,7 @@ def check_host_memory(
         return _disk_check(host_peak, device_peak, emulated, limit, disk)
     if limit is None:
         return None
-    available = available_bytes() if limit == "auto" else int(limit)
+    available = _available(limit)
     capped = pinned is not None and (available is None or pinned < available)
     if capped:
         available = pinned
@@ -169,7 +174,7 @@ def _disk_check(host_peak: int, device_peak: int, emulated: bool, limit, disk) -
     """`check_host_memory` with a disk: the store's RAM is DISK_RAM_SHARE of what the memory
     leaves beside the emulated device's buffers (both with the process's OVERHEAD); the rest of
     the host peak must fit the disk's free space."""
-    available = available_bytes() if limit in ("auto", None) else int(limit)
+    available = _available(limit)
     if available is None:
         return None  # nothing to bound the RAM by: the store keeps its arrays in memory
     device = device_peak if emulated else 0

@@ -133,9 +133,8 @@ class HostStore:
 
     def _put(self, array, readers):
         handle = next(self._handles)
-        # a copy: the array may alias TensorFlow's buffer, which must be freed
 
-        def copy_out():
+        def copy_out():  # a copy: the array may alias TensorFlow's buffer, which must be freed
             return self.arrays.copy(array)
 
         if self._engines:  # the op goes on; the swapped tensor is kept until its transfer ends
