@@ -179,10 +179,19 @@ class HostArrays:
             return to_disk
 
     def empty(self, shape, dtype) -> np.ndarray:
-        """A new uninitialised array of `shape` and `dtype`, on the tier its bytes fit."""
+        """An uninitialised array of `shape` and `dtype` the store keeps: a pooled RAM array of
+        that shape when one is free and the RAM has room, else a new one on the tier its bytes
+        fit. (A split op's assembled outputs come back in the same shapes every step: taking
+        only swap-outs from the pool left those arrays to pile up in it, and the process grew
+        by 7-10 MiB per 1,000 steps, benchmarks/lms_host_memory.py.)"""
         dtype = np.dtype(dtype)
         shape = tuple(int(n) for n in shape)
         nbytes = math.prod(shape) * dtype.itemsize
+        with self._lock:
+            reused = self._pool.take(shape, dtype) if self._fits_ram(nbytes) else None
+            if reused is not None:
+                self.ram_bytes += nbytes
+                return reused
         if not self._place(nbytes):
             return aligned_empty(shape, dtype)
         try:
@@ -201,15 +210,8 @@ class HostArrays:
             ) from error
 
     def copy(self, array: np.ndarray) -> np.ndarray:
-        """A copy of `array` the store keeps: into a pooled RAM array of its shape when one is
-        free and the RAM has room, else into a new one (`empty`)."""
-        reused = None
-        with self._lock:
-            if self._fits_ram(array.nbytes):
-                reused = self._pool.take(array.shape, array.dtype)
-                if reused is not None:
-                    self.ram_bytes += reused.nbytes
-        copy = reused if reused is not None else self.empty(array.shape, array.dtype)
+        """A copy of `array` the store keeps (into `empty`'s array)."""
+        copy = self.empty(array.shape, array.dtype)
         np.copyto(copy, array)
         return copy
 
