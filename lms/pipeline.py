@@ -31,7 +31,7 @@ from lms.memory.simulator import simulate
 from lms.plan_report import build_report
 from lms.plan_request import Planned, Prepared, Request
 from lms.planning.planner import log_plan, plan
-from lms.split.fit import forced_splits, split_to_fit
+from lms.split.fit import chain_to_fit, forced_splits, split_to_fit
 from lms.tuning.analysis import analyze, cpu_paired_reads
 from lms.tuning.prune import prune
 from lms.tuning.tuner import Tuned, tune
@@ -88,7 +88,8 @@ class Pipeline:
         pieces = self.mechanism.pieces()  # one per graph: it tracks the graph's pieces
         splits = []
         if isinstance(self.options.split, dict):  # asked for: split before anything is planned
-            splits = forced_splits(concrete.graph, self.options.split, pieces)
+            chained = self.options.split_chains
+            splits = forced_splits(concrete.graph, self.options.split, pieces, chained)
         paired = cpu_paired_reads() if target.on_cpu else frozenset()
         analysis = self._analyse(concrete, paired)
         if analysis.loops:
@@ -115,6 +116,9 @@ class Pipeline:
             tuned, shortfall = error.closest, str(error)
         else:
             splits += made
+            chained = self._chain(function, args, made, analysis, tuned, parameters, budget)
+            if chained is not None:
+                concrete, analysis, tuned, splits, pieces = chained
         timings = {
             "trace_s": traced - started,
             "analysis_s": analysed - traced,
@@ -273,6 +277,20 @@ class Pipeline:
             error.analysis = error.analysis or analysis  # (the lists' streaming is an edit too)
             raise
         return split_analysis, tuned, splits
+
+    def _chain(self, function, args, made, analysis, tuned, parameters, budget):
+        """The splits `made` in rounds made again in chains on a fresh trace
+        (lms/split/fit.py `chain_to_fit`): (concrete, analysis, tuned, splits, pieces), or None
+        when the unchained plan stays. Not for a step whose loops' lists were streamed."""
+        if not made or not self.options.split_chains or analysis.loops:
+            return None
+        concrete = tf.function(function.python_function).get_concrete_function(*args)
+        pieces = self.mechanism.pieces()
+
+        analyse = functools.partial(self._analyse, concrete, frozenset())
+        tune_chained = functools.partial(self._tune_or_apply, parameters=parameters, budget=budget)
+        found = chain_to_fit(concrete.graph, made, pieces, analyse, tune_chained, budget, tuned)
+        return None if found is None else (concrete, *found, pieces)
 
     def _tune_swaps(self, concrete, analysis, parameters, budget, pruned_for=None):
         """Tune (`_tune_paired_first`); when no plan fits, or only the bytes asked, stream the

@@ -13,9 +13,11 @@ swapping parameter: a plan that fits by swapping never pays for pieces (their ex
 and smaller kernels)."""
 
 import logging
+import time
 
 from lms.errors import NothingFitsError
 from lms.memory.lifetimes import footprints, largest_footprint
+from lms.split.chain import split_decided
 from lms.split.layouts import layout, splittable
 from lms.split.pieces import PieceCopies
 from lms.split.rewrite import SCOPE, Split, piece_scope, pieces_for, running_ops, split_op
@@ -32,9 +34,10 @@ ROUNDS = (1.0, 0.75, 0.5, 1 / 3, 1 / 4, 1 / 6)
 MAX_PIECES = 16384
 
 
-def forced_splits(graph, wanted: dict, io: PieceCopies) -> list[Split]:
-    """Split every op whose type or name `wanted` lists, into that many pieces."""
-    splits, running = [], running_ops(graph)
+def forced_splits(graph, wanted: dict, io: PieceCopies, chained: bool = True) -> list[Split]:
+    """Split every op whose type or name `wanted` lists, into that many pieces (in chains where
+    consecutive ones can run piece by piece: lms/split/chain.py, when `chained`)."""
+    decided, running = [], running_ops(graph)
     for op in list(graph.get_operations()):
         pieces = wanted.get(op.name, wanted.get(op.type))
         if pieces is None:
@@ -43,8 +46,8 @@ def forced_splits(graph, wanted: dict, io: PieceCopies) -> list[Split]:
         if reason:
             log.info("not splitting %s as asked: %s", op.name, reason)
             continue
-        splits.append(split_op(op, pieces, io, "asked for (split option)"))
-    return splits
+        decided.append((op.name, pieces, "asked for (split option)"))
+    return split_decided(graph, decided, io, chained)
 
 
 def _closest_peak(error: NothingFitsError) -> float:
@@ -162,3 +165,37 @@ def split_to_fit(
         log.info("Splitting stopped (%s): keeping the closest plan", why)
         return analysis, closest, splits
     raise error.stopped(why, analysis, splits)
+
+
+def chain_to_fit(graph, made: list, io: PieceCopies, analyse, tune, budget: int, unchained):
+    """The ops `made` (Splits, decided in rounds, each op alone) split again in `graph` (a fresh
+    trace of the step) in chains (lms/split/chain.py), analysed (`analyse()`) and tuned
+    (`tune(analysis)`, raising NothingFitsError) once: (analysis, tuned, splits) when that plan
+    fits `budget` or comes closer than `unchained` (the plan of the ops alone), else None.
+    Rounds split one op at a time, so a chain is made once, when the splits are known."""
+    started = time.perf_counter()
+    splits = split_decided(graph, [(s.op, s.pieces, s.why) for s in made], io)
+    linked = sum(1 for split in splits if split.chained_after)
+    if not linked:
+        return None
+    analysis = analyse()
+    try:
+        tuned = tune(analysis)
+    except NothingFitsError as error:
+        tuned = error.closest
+    peak = tuned.simulation.peak_bytes if tuned is not None else float("inf")
+    alone, took = unchained.simulation.peak_bytes, time.perf_counter() - started
+    if peak > max(budget, alone):
+        log.info(
+            "Chained %d of %d split ops: simulated peak %s, over the budget of %s; each op stays "
+            "split alone (%.1f s)",
+            *(linked, len(splits), format_size(peak), format_size(budget), took),
+        )
+        return None
+    tuned.baseline = unchained.baseline  # "without LMS" stays the step as traced
+    log.info(
+        "Chained %d of %d split ops (their pieces pass on the device): simulated peak %s (each "
+        "alone: %s; %.1f s)",
+        *(linked, len(splits), format_size(peak), format_size(alone), took),
+    )
+    return analysis, tuned, splits

@@ -49,6 +49,7 @@ class Split:
     axis: int
     bytes: int  # the op's inputs and outputs, whole
     why: str = ""
+    chained_after: str = ""  # the split op whose pieces it reads on the device (lms/split/chain.py)
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -81,7 +82,7 @@ def running_ops(graph) -> set:
 SHAPE_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank"})
 
 
-def _constant_shapes(tensor) -> set:
+def constant_shapes(tensor) -> set:
     """The readers of `tensor` that read only its (static) shape are read as constants instead:
     else they would keep its assembled whole alive for nothing (Grappler folds them later, and an
     assemble it prunes would leave its host copy unread). Returns those readers."""
@@ -122,12 +123,12 @@ def split_op(op, pieces: int, io: PieceCopies, why: str = "") -> Split:
     scope = piece_scope(op.name)
     if isinstance(found, NormLayout):  # several outputs, and passes (lms/split/norm.py)
         with graph.as_default(), tf.control_dependencies(None), tf.name_scope(scope):
-            replaced = split_norm(op, found, bounds, io, _constant_shapes)
+            replaced = split_norm(op, found, bounds, io, constant_shapes)
         for old, whole, last in replaced:
             _tf_private.move_control_outputs(old, last)
             io.replaced(old, whole)
         return Split(op.name, op.type, len(bounds), axis, size, why)
-    shapes = _constant_shapes(out)  # they go on reading `out`: pruned with it
+    shapes = constant_shapes(out)  # they go on reading `out`: pruned with it
     readers = [(c, i) for c in out.consumers() for i, x in enumerate(c.inputs) if x is out]
     readers = [(c, i) for c, i in readers if c not in shapes]
     with graph.as_default(), tf.control_dependencies(None), tf.name_scope(scope):

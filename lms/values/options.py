@@ -61,6 +61,10 @@ class Options:
         step that fits never pays for pieces. "off" never splits (swapping alone: its reach is
         bounded by the largest op); a dict {op type or op name: pieces} splits those ops always
         (to check equivalence).
+    split_chains: True (the default) runs consecutive split ops piece by piece through the
+        chain they make, so that what passes between them stays on the device and only what
+        something else reads goes to the host (lms/split/chain.py); False splits each op alone
+        (every split op reads its input from the host and writes its output back).
     host_memory: "auto" (the default) checks, before a step runs, that the host has the memory
         the plan needs (its simulated host peak; on the emulated device plus the device's
         simulated peak) against what is available then (lms/device/host_memory.py), and raises
@@ -92,6 +96,7 @@ class Options:
     max_corrections: int = MAX_CORRECTIONS
     calibration_cache: str | os.PathLike | None = None
     split: str | dict = "auto"
+    split_chains: bool = True
     host_memory: int | str | None = "auto"
     host_disk: str | os.PathLike | None = None
 
@@ -131,6 +136,10 @@ class Options:
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ParameterError(f"{name} must be an integer >= 0; received {value!r}")
         check_split(self.split)
+        if not isinstance(self.split_chains, bool):
+            raise ParameterError(
+                f"split_chains must be True or False; received {self.split_chains!r}"
+            )
         if self.host_memory not in ("auto", None):
             object.__setattr__(self, "host_memory", parse_size(self.host_memory, "host_memory"))
         disk = self.host_disk

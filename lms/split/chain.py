@@ -1,0 +1,324 @@
+"""Consecutive split ops run as one chain, piece by piece (docs/lms.md, "Splitting"), so that a
+chain's intermediate tensors stay on the device: only the chain's first inputs come from the
+host and only the outputs something else reads go back to it.
+
+Split one by one (lms/split/rewrite.py `split_op`), every split op reads its input slices from
+the host and writes its pieces back, so a chain A -> B crosses the host between the two ops: A's
+pieces are stored and B's read them back (on a GPU, a PCIe round trip per piece per op). Chained,
+piece p of the chain is B's piece p, whose read of A's output is A's piece over the rows it asks
+for (with the halo B's window needs: a piece of A computed again for the rows two of B's pieces
+share, as streaming or tiled training does), recursively down the chain. A member's output goes
+to the host only when something outside the chain reads it (a backward op, an op not split):
+then each piece also stores the rows it owns, the next rows not stored yet, so that the stored
+pieces tile the whole output once.
+
+A chain is the ops a plan decided to split, linked A -> B where B reads A's output through one
+of its sliced inputs, along the axis A is split on, and A's pieces are rows of its output
+(`combine` "assemble", one stored row per row). Each op has at most one successor (its first
+reader in the graph's order) and one predecessor. A link is made only when the chain stays one
+step of the graph: none of B's other inputs may depend on the chain's first op (a backward op
+whose incoming gradient depends on the forward op would wait for itself; recomputing a forward
+op in its own gradient is not what a chain is for). The pieces are ordinary ops, so the
+simulator, the tuner and the closed loop see a chain as they see every op.
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import tensorflow as tf
+
+from lms import _tf_private
+from lms.graph.names import REWRITTEN_MARK
+from lms.split.layouts import layout
+from lms.split.norm import NormLayout
+from lms.split.pieces import PieceCopies
+from lms.split.rewrite import Split, constant_shapes, piece_scope, split_op
+
+
+def _linkable(before, after, position: int) -> bool:
+    """Whether `after` (a layout) can read input `position` from `before`'s pieces on the
+    device: `before` makes rows of its output along the axis `after` reads it along."""
+    if isinstance(before, (str, NormLayout)) or isinstance(after, (str, NormLayout)):
+        return False
+    if before.combine != "assemble" or before.store_rows != 1 or position not in after.kept:
+        return False
+    read_axis = after.axis if after.read_axis is None else after.read_axis
+    return read_axis == before.axis
+
+
+def chains(graph, decided: list) -> list[list]:
+    """The ops `decided` ((op name, pieces, why) each) grouped into chains (module docstring),
+    each a list of those entries in the order its pieces run them; ops in no chain alone. The
+    chains come in the graph's order of their first op, so that a split op's producer is split
+    before it (its readers then read its host array in place)."""
+    ops = {name: graph.get_operation_by_name(name) for name, *_ in decided}
+    entries = {name: entry for entry in decided for name in [entry[0]]}
+    index = {op: k for k, op in enumerate(graph.get_operations())}
+    layouts = {name: layout(op) for name, op in ops.items()}
+    head, successor, clear = {}, {}, {}  # op name -> its chain's first op; head -> ops clear
+    for name in sorted(ops, key=lambda n: index[ops[n]]):
+        op = ops[name]
+        head[name] = name
+        for position, tensor in enumerate(op.inputs):
+            before = tensor.op.name
+            if before not in ops or before in successor or before == name:
+                continue
+            if sum(x is tensor for x in op.inputs) != 1:  # read whole as well: needs it whole
+                continue
+            if not _linkable(layouts[before], layouts[name], position):
+                continue
+            first = ops[head[before]]
+            others = [x.op for k, x in enumerate(op.inputs) if k != position]
+            others += list(op.control_inputs)
+            known = clear.setdefault(first, set())
+            if any(_reaches(other, first, index, known) for other in others):
+                continue
+            successor[before], head[name] = name, head[before]
+            break
+    _break_cycles(graph, ops, successor)
+    found = []
+    for name in sorted(ops, key=lambda n: index[ops[n]]):
+        if any(successor.get(before) == name for before in successor):
+            continue  # not a chain's first op
+        chain = [entries[name]]
+        while chain[-1][0] in successor:
+            chain.append(entries[successor[chain[-1][0]]])
+        found.append(chain)
+    return found
+
+
+def _break_cycles(graph, ops: dict, successor: dict) -> None:
+    """Unlink until the graph with each chain as one node has no cycle: a chain reads every
+    input from outside it before its first piece and gives its outputs after its last, so two
+    chains that each read the other's output would wait for each other (a forward chain whose
+    last op reads the loss gradient's Tile, whose chain reads the forward's output). Each pass
+    cuts, in every chain left in a cycle, its last link."""
+    while True:
+        chain_of = {}
+        for first in [n for n in ops if n not in successor.values()]:
+            name = first
+            while True:
+                chain_of[ops[name]] = first
+                if name not in successor:
+                    break
+                name = successor[name]
+        stuck = _in_cycles(graph, chain_of)
+        if not stuck:
+            return
+        for first in stuck:
+            name, last_link = first, None
+            while name in successor:
+                last_link, name = name, successor[name]
+            if last_link is not None:
+                del successor[last_link]
+
+
+def _in_cycles(graph, chain_of: dict) -> set:
+    """The chains (by their first op's name) left in a cycle of the graph whose nodes are its
+    ops with each chain's ops as one (Kahn's topological sort: what it cannot take)."""
+    node = {op: chain_of.get(op, op) for op in graph.get_operations()}
+    inputs = {}  # node -> the nodes it reads (with repeats: one per op's edge)
+    for op in graph.get_operations():
+        me = node[op]
+        before = {node[t.op] for t in op.inputs} | {node[c] for c in op.control_inputs}
+        inputs.setdefault(me, []).extend(b for b in before if b != me)
+    left = _unsorted(inputs)
+    # what is left lies on a cycle or after one: keep only what also leads back to one
+    outputs = {n: [] for n in left}
+    for n in left:
+        for before in inputs[n]:
+            if before in left:
+                outputs[before].append(n)
+    left = _unsorted(outputs)
+    return {n for n in left if isinstance(n, str)}
+
+
+def _unsorted(inputs: dict) -> set:
+    """The nodes of `inputs` (node -> the nodes it waits for) a topological sort cannot take
+    (Kahn's algorithm)."""
+    needs = {n: len(before) for n, before in inputs.items()}
+    readers = {}
+    for n, before in inputs.items():
+        for b in before:
+            readers.setdefault(b, []).append(n)
+    ready = [n for n, count in needs.items() if count == 0]
+    while ready:
+        for after in readers.get(ready.pop(), ()):
+            needs[after] -= 1
+            if needs[after] == 0:
+                ready.append(after)
+    return {n for n, count in needs.items() if count > 0}
+
+
+def _reaches(op, first, index: dict, known: set) -> bool:
+    """Whether `op` is `first` or depends on it (ops made before `first` cannot). `known`:
+    ops found not to, kept across calls for the same `first`."""
+    stack, seen = [op], set()
+    while stack:
+        x = stack.pop()
+        if x is first:
+            return True
+        if x in known or x in seen or index.get(x, -1) < index[first]:
+            continue
+        seen.add(x)
+        stack.extend(t.op for t in x.inputs)
+        stack.extend(x.control_inputs)
+    known |= seen
+    return False
+
+
+@dataclass
+class _Member:
+    """One op of a chain as its pieces are made."""
+
+    op: object
+    layout: object
+    link: int | None  # the input read from the previous member's pieces (None: the first)
+    kept: dict  # input position -> its host copy, for the inputs read from the host
+    readers: list  # (reader, position) outside the chain: its output is stored if any
+    stored: object = None  # what its last store returned (PieceCopies.store_piece)
+    owned: int = 0  # rows stored so far
+    total: object = None  # a "sum" member's running sum (the chain's last only)
+    tokens: list = field(default_factory=list)  # the stores of the piece being made
+
+
+def split_chain(chain: list, io: PieceCopies) -> list[Split]:
+    """Replace the ops of `chain` ((op, pieces, why) each, from `chains`) by the chain's pieces
+    (module docstring): as many as the most any of its ops was given, along the last op's
+    rows. One op alone is `split_op`'s."""
+    if len(chain) == 1:
+        op, pieces, why = chain[0]
+        return [split_op(op, pieces, io, why)]
+    ops = [op for op, *_ in chain]
+    graph = ops[0].graph
+    setattr(graph, REWRITTEN_MARK, True)  # the next plan of this step traces it afresh
+    members = []
+    for k, op in enumerate(ops):
+        out, found = op.outputs[0], layout(op)
+        link = None if k == 0 else _position(op, ops[k - 1].outputs[0])
+        shapes = constant_shapes(out)
+        readers = [(c, i) for c in out.consumers() for i, x in enumerate(c.inputs) if x is out]
+        readers = [(c, i) for c, i in readers if c not in shapes]
+        if k + 1 < len(ops):
+            readers = [(c, i) for c, i in readers if c is not ops[k + 1]]
+        members.append(_Member(op, found, link, {}, readers))
+    driver = members[-1].layout
+    count = max(2, min(max(pieces for _, pieces, _ in chain), driver.length))
+    bounds = [(int(r[0]), int(r[-1]) + 1) for r in np.array_split(np.arange(driver.length), count)]
+    with (
+        graph.as_default(),
+        tf.control_dependencies(None),
+        tf.name_scope(piece_scope(ops[-1].name)),
+    ):
+        for member in members:
+            for i in member.layout.kept:
+                if i != member.link:
+                    member.kept[i] = io.keep(member.op.inputs[i], len(bounds))
+        previous = [h.op for m in members for h in m.kept.values()]
+        for p, (start, stop) in enumerate(bounds):
+            with tf.control_dependencies(previous):
+                piece = _rows(members, len(members) - 1, start, stop, p + 1 == len(bounds), io)
+            last = members[-1]
+            if driver.combine == "sum":
+                last.total = piece if last.total is None else last.total + piece
+                previous = [last.total.op]
+            else:
+                rows = driver.store_rows
+                shape = last.op.outputs[0].shape.as_list()
+                last.stored = io.store_piece(last.stored, piece, driver.axis, start * rows, shape)
+                previous = [io.token(last.stored)]
+            previous += [t for m in members[:-1] for t in m.tokens]
+            for member in members:
+                member.tokens = []
+        made, ending = [], previous[0] if driver.combine == "assemble" else last.total.op
+        for member in members:
+            made.append(_finish(member, io, last=member is members[-1]))
+    for member in members:
+        _tf_private.move_control_outputs(member.op, getattr(ending, "op", ending))
+    names = [m.op.name for m in members]
+    splits = []
+    for k, ((op, _, why), member) in enumerate(zip(chain, members, strict=True)):
+        size = sum((t.shape.num_elements() or 0) * t.dtype.size for t in (*op.inputs, *op.outputs))
+        after = names[k - 1] if k else ""
+        splits.append(Split(op.name, op.type, len(bounds), member.layout.axis, size, why, after))
+    return splits
+
+
+def _position(op, tensor) -> int:
+    return next(i for i, x in enumerate(op.inputs) if x is tensor)
+
+
+def _finish(member: _Member, io: PieceCopies, last: bool):
+    """`member`'s readers outside the chain read its combined output; `io` told it is
+    replaced. Returns that output."""
+    op = member.op
+    if last and member.layout.combine == "sum":
+        whole = member.total
+    elif member.stored is not None:
+        whole = io.assemble(member.stored, op.outputs[0], member.layout.axis)
+    else:  # nothing outside the chain reads it: it never leaves the device
+        whole = op.outputs[0]
+    for reader, position in member.readers:
+        _tf_private.update_input(reader, position, whole)
+    io.replaced(op, whole)
+    return whole
+
+
+def _rows(members: list, k: int, start: int, stop: int, last_piece: bool, io: PieceCopies):
+    """Rows [start, stop) of member k's output on the device, for the chain's piece being made:
+    member k's piece over those rows (and over the rows it owns, stored on the host when
+    something outside the chain reads them), its chained input read from member k - 1's."""
+    member = members[k]
+    axis = member.layout.axis
+    length = member.layout.length
+    stores = bool(member.readers) and k + 1 < len(members)
+    lo, hi = start, stop
+    if stores:  # the rows it owns: the next ones not stored yet, to its end on the last piece
+        own_lo, own_hi = member.owned, length if last_piece else max(stop, member.owned)
+        lo, hi = (min(lo, own_lo), max(hi, own_hi)) if start < stop else (own_lo, own_hi)
+
+    def read(i, a, b):
+        if i == member.link:
+            return _rows(members, k - 1, a, b, last_piece, io)
+        read_axis = axis if member.layout.read_axis is None else member.layout.read_axis
+        return io.read(member.kept[i], member.op.inputs[i], read_axis, a, b)
+
+    if lo >= hi:  # no rows: each input read emptily (each host copy is read once per piece)
+        with tf.control_dependencies([read(i, 0, 0) for i in member.layout.kept]):
+            shape = member.op.outputs[0].shape.as_list()
+            shape[axis] = 0
+            return tf.zeros(shape, member.op.outputs[0].dtype)
+    rows = member.layout.piece(member.op, lo, hi, read)
+    if k + 1 == len(members):
+        return rows
+    if stores and own_lo < own_hi:
+        owned = _cut(rows, axis, own_lo - lo, own_hi - lo)
+        shape = member.op.outputs[0].shape.as_list()
+        member.stored = io.store_piece(member.stored, owned, axis, own_lo, shape)
+        member.tokens.append(io.token(member.stored))
+        member.owned = own_hi
+    return _cut(rows, axis, start - lo, max(stop, start) - lo)
+
+
+def _cut(rows, axis: int, begin: int, end: int):
+    """Rows [begin, end) of `rows` along `axis` (`rows` itself when that is all of it)."""
+    if begin == 0 and end == rows.shape[axis]:
+        return rows
+    index = [slice(None)] * rows.shape.rank
+    index[axis] = slice(begin, end)
+    return rows[tuple(index)]
+
+
+def split_decided(graph, decided: list, io: PieceCopies, chained: bool = True) -> list[Split]:
+    """Split the ops `decided` ((op name, pieces, why) each) of `graph`, in chains
+    (`chains`) when `chained`, else each alone; producers before their readers."""
+    if chained:
+        groups = chains(graph, decided)
+    else:
+        index = {op.name: k for k, op in enumerate(graph.get_operations())}
+        groups = [[entry] for entry in sorted(decided, key=lambda e: index[e[0]])]
+    splits = []
+    for group in groups:
+        entries = [(graph.get_operation_by_name(name), *rest) for name, *rest in group]
+        splits += split_chain(entries, io)
+    return splits
