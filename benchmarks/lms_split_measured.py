@@ -6,6 +6,7 @@ for, simulated, measured). Needs TF_CPU_ALLOCATOR_USE_BFC=true.
 
     TF_CPU_ALLOCATOR_USE_BFC=true .venv/bin/python benchmarks/lms_split_measured.py \\
         googlenet 2048 1 400MiB auto          # or "off", or "plain" (no LMS)
+        googlenet 2048 1 400MiB auto alone    # split ops not chained (split_chains=False)
 
 The workload is one of the suite's, or a Keras application's name (MobileNetV2, DenseNet121):
 models outside the suite.
@@ -39,19 +40,20 @@ def measured(function, case, steps: int) -> tuple[int, float]:
     return tf.config.experimental.get_memory_info("CPU:0")["peak"], seconds
 
 
-def main(workload: str, resolution: str, batch: str, memory: str, split: str) -> None:
+def main(workload: str, resolution: str, batch: str, memory: str, split: str, chains="") -> None:
     case = named_case(workload, int(resolution), int(batch))
     if split == "plain":
         float(case.step(case.images, case.labels))
         peak, seconds = measured(case.step, case, 2)
         print(json.dumps({"plain_peak_bytes": peak, "step_s": seconds}))
         return
-    planner = lms.LMS(device_memory=memory, split=split)
+    planner = lms.LMS(device_memory=memory, split=split, split_chains=chains != "alone")
     step = planner.wrap(case.step)
     for _ in range(SETTLE):
         float(step(case.images, case.labels))
+    step.reset_traffic()
     peak, seconds = measured(step, case, 3)
-    report = planner.report
+    report, traffic = planner.report, step.traffic()
     print(
         json.dumps(
             {
@@ -60,6 +62,9 @@ def main(workload: str, resolution: str, batch: str, memory: str, split: str) ->
                 "budget_bytes": report.budget_bytes,
                 "simulated_peak_bytes": report.peak_bytes_with_lms,
                 "splits": len(report.splits or ()),
+                "chained": sum(1 for s in report.splits or () if s.get("chained_after")),
+                "host_in_bytes_per_step": traffic.in_bytes_per_step,
+                "host_out_bytes_per_step": traffic.out_bytes_per_step,
                 "step_s": seconds,
                 "calibration": report.calibration,
             },
