@@ -29,10 +29,10 @@ import tensorflow as tf
 
 from lms import _tf_private
 from lms.graph.names import REWRITTEN_MARK
-from lms.split.layouts import layout
+from lms.split.layouts import layout, splittable
 from lms.split.norm import NormLayout
 from lms.split.pieces import PieceCopies
-from lms.split.rewrite import Split, constant_shapes, piece_scope, split_op
+from lms.split.rewrite import SHAPE_OPS, Split, constant_shapes, piece_scope, running_ops, split_op
 
 
 def _linkable(before, after, position: int) -> bool:
@@ -55,26 +55,31 @@ def chains(graph, decided: list) -> list[list]:
     entries = {name: entry for entry in decided for name in [entry[0]]}
     index = {op: k for k, op in enumerate(graph.get_operations())}
     layouts = {name: layout(op) for name, op in ops.items()}
-    head, successor, clear = {}, {}, {}  # op name -> its chain's first op; head -> ops clear
-    for name in sorted(ops, key=lambda n: index[ops[n]]):
-        op = ops[name]
-        head[name] = name
-        for position, tensor in enumerate(op.inputs):
-            before = tensor.op.name
-            if before not in ops or before in successor or before == name:
+    head, successor, clear = {name: name for name in ops}, {}, {}  # head: the chain's first
+    ordered = sorted(ops, key=lambda n: index[ops[n]])
+    # readers whose pieces are rows first (the chain can go on after them), then sums (a
+    # filter's or bias's gradient: the chain ends there)
+    for combine in ("assemble", "sum"):
+        for name in ordered:
+            if getattr(layouts[name], "combine", None) != combine or head[name] != name:
                 continue
-            if sum(x is tensor for x in op.inputs) != 1:  # read whole as well: needs it whole
-                continue
-            if not _linkable(layouts[before], layouts[name], position):
-                continue
-            first = ops[head[before]]
-            others = [x.op for k, x in enumerate(op.inputs) if k != position]
-            others += list(op.control_inputs)
-            known = clear.setdefault(first, set())
-            if any(_reaches(other, first, index, known) for other in others):
-                continue
-            successor[before], head[name] = name, head[before]
-            break
+            op = ops[name]
+            for position, tensor in enumerate(op.inputs):
+                before = tensor.op.name
+                if before not in ops or before in successor or before == name:
+                    continue
+                if sum(x is tensor for x in op.inputs) != 1:  # read whole too: needs it whole
+                    continue
+                if not _linkable(layouts[before], layouts[name], position):
+                    continue
+                first = ops[head[before]]
+                others = [x.op for k, x in enumerate(op.inputs) if k != position]
+                others += list(op.control_inputs)
+                known = clear.setdefault(first, set())
+                if any(_reaches(other, first, index, known) for other in others):
+                    continue
+                successor[before], head[name] = name, head[before]
+                break
     _break_cycles(graph, ops, successor)
     found = []
     for name in sorted(ops, key=lambda n: index[ops[n]]):
@@ -309,11 +314,32 @@ def _cut(rows, axis: int, begin: int, end: int):
     return rows[tuple(index)]
 
 
+def only_readers(graph, decided: list) -> list:
+    """For each op of `decided` whose output one op alone reads (shape reads aside), that reads
+    it as a chain would and is not split: that reader, in as many pieces, to chain after it.
+    Else the whole output would be put together on the device for it (its host copy read back
+    whole): a convolution's BiasAdd, an input gradient's ReluGrad. One reader each, not the
+    reader's own reader: the plan was tuned for the ops decided."""
+    names, running, added = {name for name, *_ in decided}, running_ops(graph), []
+    for name, pieces, _ in decided:
+        op = graph.get_operation_by_name(name)
+        readers = {c for c in op.outputs[0].consumers() if c in running}
+        readers = [c for c in readers if c.type not in SHAPE_OPS]
+        if len(readers) != 1 or readers[0].name in names or splittable(readers[0]):
+            continue
+        reader = readers[0]
+        position = _position(reader, op.outputs[0])
+        if _linkable(layout(op), layout(reader), position):
+            names.add(reader.name)
+            added.append((reader.name, pieces, f"its input {name} is split: chained after it"))
+    return added
+
+
 def split_decided(graph, decided: list, io: PieceCopies, chained: bool = True) -> list[Split]:
     """Split the ops `decided` ((op name, pieces, why) each) of `graph`, in chains
     (`chains`) when `chained`, else each alone; producers before their readers."""
     if chained:
-        groups = chains(graph, decided)
+        groups = chains(graph, decided + only_readers(graph, decided))
     else:
         index = {op.name: k for k, op in enumerate(graph.get_operations())}
         groups = [[entry] for entry in sorted(decided, key=lambda e: index[e[0]])]
