@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from lms.device import rewriter
 from lms.device.nodes import node, type_attr
-from lms.graph.names import SWAP_IN, SWAP_IN_COPY, SWAP_OUT
+from lms.graph.names import PIECE_IN, PIECE_OUT, SWAP_IN, SWAP_IN_COPY, SWAP_OUT
 from lms.split.rewrite import running_ops
 from lms.values.link import LINKS
 
@@ -93,7 +93,7 @@ class DevicePieces:
         if tensor.ref() in self._outputs:  # another split op's output: read on the host
             return self._outputs[tensor.ref()]
         with tf.device(self.host_device):
-            return self._made(tf.identity(tensor))
+            return self._made(tf.identity(tensor, name=PIECE_OUT))
 
     def read(self, kept, like, axis: int, start: int, stop: int):
         with tf.device(self.host_device):
@@ -101,11 +101,11 @@ class DevicePieces:
             index[axis] = slice(start, stop)
             piece = self._made(kept[tuple(index)])
         with tf.device(self.compute_device):
-            return self._made(tf.identity(piece))
+            return self._made(tf.identity(piece, name=PIECE_IN))
 
     def store_piece(self, stored, piece, axis: int, start: int, shape: list):
         with tf.device(self.host_device):
-            return [*(stored or []), self._made(tf.identity(piece))]
+            return [*(stored or []), self._made(tf.identity(piece, name=PIECE_OUT))]
 
     def token(self, stored):
         return stored[-1]
@@ -114,7 +114,7 @@ class DevicePieces:
         with tf.device(self.host_device):
             host = self._made(tf.concat(stored, axis=axis))
         with tf.device(self.compute_device):
-            whole = self._made(tf.identity(host))
+            whole = self._made(tf.identity(host, name=PIECE_IN))
         self._outputs[whole.ref()] = host
         return whole
 

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import tensorflow as tf
 
 from lms import _tf_private
-from lms.graph.names import HOST_ARRAYS
+from lms.graph.names import HOST_ARRAYS, PIECE_IN, PIECE_OUT
 from lms.split.rewrite import running_ops
 
 
@@ -78,7 +78,11 @@ class HostPieces:
         count = [readers]  # read at run time, once every split op that reads it is counted
         handle = _handle(
             tf.numpy_function(
-                lambda a: self.store.put_whole(a, count[0]), [tensor], tf.int64, stateful=True
+                lambda a: self.store.put_whole(a, count[0]),
+                [tensor],
+                tf.int64,
+                stateful=True,
+                name=PIECE_OUT,
             )
         )
         kept = HostArray(handle, count, name=handle.op.name)
@@ -89,7 +93,11 @@ class HostPieces:
     def read(self, kept, like, axis: int, start: int, stop: int):
         where = tf.constant([axis, start, stop], tf.int64)
         piece = tf.numpy_function(
-            lambda h, w: self.store.get_slice(h, *w), [kept, where], like.dtype, stateful=True
+            lambda h, w: self.store.get_slice(h, *w),
+            [kept, where],
+            like.dtype,
+            stateful=True,
+            name=PIECE_IN,
         )
         shape = like.shape.as_list()
         shape[axis] = stop - start
@@ -105,6 +113,7 @@ class HostPieces:
                 [host.handle, piece, where],
                 tf.int64,
                 stateful=True,
+                name=PIECE_OUT,
             )
         )
         host.name = host.name or host.handle.op.name  # the first piece's store creates it
@@ -116,7 +125,9 @@ class HostPieces:
         return stored.handle
 
     def assemble(self, stored, like, axis: int):
-        whole = tf.numpy_function(self.store.get_whole, [stored.handle], like.dtype, stateful=True)
+        whole = tf.numpy_function(
+            self.store.get_whole, [stored.handle], like.dtype, stateful=True, name=PIECE_IN
+        )
         whole = _on_device(whole, like.shape.as_list())  # (get_whole: the assemble's read)
         self._outputs[whole.ref()] = stored
         return whole

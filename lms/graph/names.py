@@ -2,6 +2,8 @@
 ops name their ops with them, and the layers above (the placement check, the copy match, the
 profile and the step-time model) recognise LMS's ops by them."""
 
+import re
+
 SWAP_SCOPE = "lms"  # the rewriter's name scope: lms/s<k>/... per swapped tensor
 SPLIT_SCOPE = "lms_split"  # where lms/split/rewrite.py adds a split op's pieces
 # the op that moves a swap's bytes each way, and the swap-in's device-side copy (device copies)
@@ -11,6 +13,22 @@ REWRITTEN_MARK = "_lms_rewritten"
 # a graph's host arrays of split ops: {array: [bytes, [names of the ops that create it or store
 # a piece in it]]} (lms/device/host_pieces.py)
 HOST_ARRAYS = "_lms_host_arrays"
+
+
+# the ops that move a split op's bytes (lms/split/rewrite.py, lms/split/chain.py, through the
+# mechanism's PieceCopies): a slice or a whole to the device, a kept input or a piece to the host;
+# several per piece scope, so TensorFlow numbers them (lms_piece_in_1, ...)
+PIECE_IN, PIECE_OUT = "lms_piece_in", "lms_piece_out"
+_PIECE = re.compile(rf"({PIECE_IN}|{PIECE_OUT})(_\d+)?")
+
+
+def transfer_kind(name: str) -> str | None:
+    """ "out" or "in" for an op that moves bytes between host and device: a swap's (`swap_kind`)
+    or a split op's piece's, else None."""
+    found = _PIECE.fullmatch(name.rsplit("/", 1)[-1])
+    if found:
+        return "in" if found.group(1) == PIECE_IN else "out"
+    return swap_kind(name)
 
 
 def swap_kind(name: str) -> str | None:

@@ -8,10 +8,12 @@ a GPU, the device plane's kernel and copy events as well. The XSpace proto ships
 TensorFlow (`tsl.profiler.protobuf.xplane_pb2`; lms/_tf_private.py finds it).
 """
 
+import math
 from dataclasses import dataclass
 
-from lms.graph.names import SWAP_IN, swap_kind
+from lms.graph.names import SWAP_IN, swap_kind, transfer_kind
 from lms.observe.xspace import op_events, profiled_space
+from lms.split.rewrite import running_ops
 from lms.timing.steptime import SwapGraph
 
 
@@ -133,18 +135,31 @@ def swap_graph(graph, batch_size: int | None = None) -> SwapGraph:
     Identity of `DeviceCopy`, the host store's DeepCopy and EnsureShape) pass the transfer on:
     they and the ops that read them wait for it. With device copies the swap-in's readers read
     `lms_swapin_copy`, an Identity that leaves no event in a profile (no kernel on a GPU, run
-    inline on the CPU): its readers are the ops the transfer holds back."""
+    inline on the CPU): its readers are the ops the transfer holds back.
+
+    A split op's piece copies (`lms_piece_in`, `lms_piece_out`: each slice or whole brought to
+    the device, each kept input or piece taken to the host) are transfers too, with the bytes
+    they move: a split plan's projection counts what its pieces (and chains) really move."""
     transfers, gates, via = {}, {}, {}
     ops = graph.get_operations()
+
+    def size(tensor) -> int:
+        if tensor.shape.rank is None:
+            return 0
+        dims = [(batch_size or 1) if d is None else d for d in tensor.shape.as_list()]
+        return math.prod(dims) * tensor.dtype.size
+
+    running = None  # the ops that run: a pruned piece copy (an assemble no reader runs) moves none
     for op in ops:
         kind = swap_kind(op.name)
         if kind == "out":
-            tensor = op.inputs[0]
-            dims = [(batch_size or 1) if d is None else d for d in tensor.shape.as_list()]
-            count = 1
-            for d in dims:
-                count *= d
-            transfers[op.name] = ("out", count * tensor.dtype.size, None)
+            transfers[op.name] = ("out", size(op.inputs[0]), None)
+        elif kind is None and transfer_kind(op.name):  # a split op's piece, kept input, whole
+            running = running_ops(graph) if running is None else running
+            if op not in running:
+                continue
+            moved = op.outputs if transfer_kind(op.name) == "in" else op.inputs  # (a handle: 8 B)
+            transfers[op.name] = (transfer_kind(op.name), max(map(size, moved), default=0), None)
     for op in ops:
         if swap_kind(op.name) == "in":
             source = op.inputs[0].op.name

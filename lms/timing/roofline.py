@@ -16,7 +16,7 @@ import heapq
 import math
 from dataclasses import dataclass
 
-from lms.graph.names import swap_kind
+from lms.graph.names import transfer_kind
 from lms.timing.profile import OpEvent, StepProfile
 
 
@@ -106,7 +106,7 @@ def _priorities(ops, index) -> dict:
             readers.setdefault(source, []).append(index[op.name])
     priority = {}
     for op in ops:
-        if swap_kind(op.name):
+        if transfer_kind(op.name):
             priority[op.name] = -1.0
         elif "/lms_swapin_" in op.name or op.name.endswith("lms_readers"):
             priority[op.name] = min(readers.get(op.name, [index[op.name]])) - 0.5
@@ -136,7 +136,7 @@ def roofline_profile(graph, device: RooflineDevice, batch_size: int | None = Non
     while ready:
         _, name = heapq.heappop(ready)
         op = by_name[name]
-        if swap_kind(name):  # asked for as soon as its inputs are done
+        if transfer_kind(name):  # asked for as soon as its inputs are done
             start = max((ends[s] for s in inputs[name]), default=0.0)
             duration = 0.0
         else:

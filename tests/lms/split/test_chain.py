@@ -137,3 +137,18 @@ def test_split_chains_option_plans_the_same_splits_chained_or_alone():
         assert bool(links) == chained, planner.report.splits
     with pytest.raises(lms.ParameterError, match="split_chains"):
         lms.LMS(device_memory="1GiB", split_chains="yes")
+
+
+def test_the_step_time_model_counts_the_bytes_the_pieces_move():
+    """`lms.swap_graph` (what `inv project` replays on a link) counts each piece copy that runs
+    with the bytes it moves: the host store's own count of a step, chained or alone."""
+    for chained in (False, True):
+        store = HostStore()
+        args = _inputs(1)
+        concrete = _step(*args)
+        decided = _every_splittable(concrete.graph, 4)
+        split_decided(concrete.graph, decided, store.pieces(), chained)
+        moved = lms.swap_graph(concrete.graph).bytes_per_direction
+        _tf_private.concrete_function_from_graph(concrete, concrete.graph)(*args)
+        traffic = store.take_traffic()
+        assert (moved["in"], moved["out"]) == (traffic.in_bytes, traffic.out_bytes), chained
