@@ -193,6 +193,8 @@ def split_chain(chain: list, io: PieceCopies) -> list[Split]:
     rows. One op alone is `split_op`'s."""
     if len(chain) == 1:
         op, pieces, why = chain[0]
+        if isinstance(layout(op), str):  # a fused batch norm's gradient, split with its forward
+            return []
         return [split_op(op, pieces, io, why)]
     ops = [op for op, *_ in chain]
     graph = ops[0].graph
