@@ -8,6 +8,7 @@ here). Marked compat: also run on TensorFlow 2.14.1 (Keras 2)."""
 import numpy as np
 import pytest
 import tensorflow as tf
+from lms_cases import workload_case
 
 import lms
 from lms import _tf_private
@@ -152,3 +153,20 @@ def test_the_step_time_model_counts_the_bytes_the_pieces_move():
         _tf_private.concrete_function_from_graph(concrete, concrete.graph)(*args)
         traffic = store.take_traffic()
         assert (moved["in"], moved["out"]) == (traffic.in_bytes, traffic.out_bytes), chained
+
+
+def test_auto_split_makes_its_splits_again_in_chains_when_that_plan_fits():
+    """split="auto" decides the splits in rounds with each op alone, then makes them again in
+    chains on a fresh trace and keeps that plan when it fits: GoogLeNet 1024² b1 in 150 MiB
+    plans a chained step that fits, splitting what the plan with each op alone
+    (`split_chains=False`) splits and the only readers it chains to."""
+    case = workload_case("googlenet", 1024, 1)
+    args = (case.step, case.images, case.labels)
+    reports = {}
+    for chained in (True, False):
+        planner = lms.LMS(device_memory="150MiB", calibration_steps=0, split_chains=chained)
+        reports[chained] = planner.plan_only(*args)
+    assert reports[True].fits and reports[True].peak_bytes_with_lms <= reports[True].budget_bytes
+    links = [s for s in reports[True].splits if s.get("chained_after")]
+    assert links and not [s for s in reports[False].splits if s.get("chained_after")]
+    assert {s["op"] for s in reports[False].splits} <= {s["op"] for s in reports[True].splits}
