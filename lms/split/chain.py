@@ -341,7 +341,7 @@ def split_decided(graph, decided: list, io: PieceCopies, chained: bool = True) -
     """Split the ops `decided` ((op name, pieces, why) each) of `graph`, in chains
     (`chains`) when `chained`, else each alone; producers before their readers."""
     if chained:
-        groups = chains(graph, decided + only_readers(graph, decided))
+        groups = chains(graph, decided)
     else:
         index = {op.name: k for k, op in enumerate(graph.get_operations())}
         groups = [[entry] for entry in sorted(decided, key=lambda e: index[e[0]])]

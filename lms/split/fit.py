@@ -17,7 +17,7 @@ import time
 
 from lms.errors import NothingFitsError
 from lms.memory.lifetimes import footprints, largest_footprint
-from lms.split.chain import split_decided
+from lms.split.chain import only_readers, split_decided
 from lms.split.layouts import layout, splittable
 from lms.split.pieces import PieceCopies
 from lms.split.rewrite import SCOPE, Split, piece_scope, pieces_for, running_ops, split_op
@@ -174,7 +174,8 @@ def chain_to_fit(graph, made: list, io: PieceCopies, analyse, tune, budget: int,
     fits `budget` or comes closer than `unchained` (the plan of the ops alone), else None.
     Rounds split one op at a time, so a chain is made once, when the splits are known."""
     started = time.perf_counter()
-    splits = split_decided(graph, [(s.op, s.pieces, s.why) for s in made], io)
+    decided = [(s.op, s.pieces, s.why) for s in made]
+    splits = split_decided(graph, decided + only_readers(graph, decided), io)
     linked = sum(1 for split in splits if split.chained_after)
     if not linked:
         return None

@@ -334,6 +334,7 @@ def check(case, item: dict, plain: dict) -> dict:
         control=control,
         first_loss=first,
         splits=len(planned.splits or ()),
+        chained=sum(1 for s in planned.splits or () if s.get("chained_after")),
         split_types=sorted({s["op_type"] for s in planned.splits or ()}),
         swapped_tensors=planned.swapped_tensors,
     )

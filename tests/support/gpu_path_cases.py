@@ -101,7 +101,8 @@ MODELS = {
 }
 SUITE_WORKLOADS = ("googlenet", "deeplabv3plus", "resnet50", "unet3d")
 
-# the op type each model's split plan splits (one the model has, in two pieces)
+# the op types each model's split plan splits (one the model has, in two pieces; the conv3d
+# model's convolutions with their bias and ReLU, which chain: lms/split/chain.py on the GPU path)
 SPLIT_OPS = {
     "googlenet": "MaxPool",
     "deeplabv3plus": "DepthwiseConv2dNative",
@@ -112,7 +113,7 @@ SPLIT_OPS = {
     "dilated-audio": "Conv2D",
     "recurrent": "Relu",
     "transformer": "Relu",
-    "conv3d": "Conv3D",
+    "conv3d": ("Conv3D", "BiasAdd", "Relu"),
 }
 
 
@@ -124,7 +125,9 @@ def build(name: str) -> Case:
 
 def lms_options(kind: str, model: str) -> dict:
     """The LMS options of a plan kind ("swap" or "split") for `model`."""
-    split = {SPLIT_OPS[model]: 2} if kind == "split" else "off"
+    types = SPLIT_OPS[model]
+    types = (types,) if isinstance(types, str) else types
+    split = dict.fromkeys(types, 2) if kind == "split" else "off"
     return dict(
         device_memory=DEVICE_MEMORY,
         mechanism="two-device",

@@ -171,6 +171,13 @@ def test_every_piece_read_waits_for_the_piece_before(ran):
     assert ran["piece_reads_waiting_gated"] == ran["piece_reads_waiting"]
 
 
+@pytest.mark.parametrize("key", _params([("conv3d", "split", None)]))
+def test_chained_pieces_run_on_the_gpu_path(ran):
+    """The conv3d model's convolutions, biases and ReLUs split chain (lms/split/chain.py): the
+    checks above and below hold for a chain's pieces too, through TensorFlow's copies."""
+    assert ran["chained"] >= 4, ran["chained"]
+
+
 @pytest.mark.parametrize("key", _params(PLANS))
 def test_grappler_on_a_gpu_keeps_the_plan(ran):
     """Replayed on a virtual GPU of 64 MiB with LMS's configuration: no LMS op removed, no
