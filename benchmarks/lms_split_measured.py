@@ -7,6 +7,8 @@ for, simulated, measured). Needs TF_CPU_ALLOCATOR_USE_BFC=true.
     TF_CPU_ALLOCATOR_USE_BFC=true .venv/bin/python benchmarks/lms_split_measured.py \\
         googlenet 2048 1 400MiB auto          # or "off", or "plain" (no LMS)
         googlenet 2048 1 400MiB auto alone    # split ops not chained (split_chains=False)
+        googlenet 2048 1 400MiB auto alone fixed   # the first plan kept (no closed loop): chained
+                                                  # and alone then split the same ops
 
 The workload is one of the suite's, or a Keras application's name (MobileNetV2, DenseNet121):
 models outside the suite.
@@ -40,14 +42,19 @@ def measured(function, case, steps: int) -> tuple[int, float]:
     return tf.config.experimental.get_memory_info("CPU:0")["peak"], seconds
 
 
-def main(workload: str, resolution: str, batch: str, memory: str, split: str, chains="") -> None:
+def main(
+    workload: str, resolution: str, batch: str, memory: str, split: str, chains="", loop=""
+) -> None:
     case = named_case(workload, int(resolution), int(batch))
     if split == "plain":
         float(case.step(case.images, case.labels))
         peak, seconds = measured(case.step, case, 2)
         print(json.dumps({"plain_peak_bytes": peak, "step_s": seconds}))
         return
-    planner = lms.LMS(device_memory=memory, split=split, split_chains=chains != "alone")
+    calibration = {"calibration_steps": 0} if loop == "fixed" else {}
+    planner = lms.LMS(
+        device_memory=memory, split=split, split_chains=chains != "alone", **calibration
+    )
     step = planner.wrap(case.step)
     for _ in range(SETTLE):
         float(step(case.images, case.labels))
