@@ -48,8 +48,12 @@ def project(name: str, resolution: int, batch: int, memory: str, chained: bool) 
     )
     function = planner.wrap(case.step)
     specs = [tf.TensorSpec.from_tensor(t) for t in (case.images, case.labels)]
+    mode = "chained" if chained else "alone"
     started = time.perf_counter()
-    callable_, tuned = function.prepare(*specs)
+    try:
+        callable_, _ = function.prepare(*specs)
+    except lms.NothingFitsError as error:
+        return f"{name} {resolution} b{batch} {memory} {mode}: refused ({error})"
     planning = time.perf_counter() - started
     report = planner.report
     splits = report.splits or ()
@@ -63,7 +67,7 @@ def project(name: str, resolution: int, batch: int, memory: str, chained: bool) 
         rates.append(f"{link_name} {batch / step:.3f}")
     compute = lms.project(profile, swaps, None).compute_seconds
     return (
-        f"{name} {resolution} b{batch} {memory} {'chained' if chained else 'alone'}: "
+        f"{name} {resolution} b{batch} {memory} {mode}: "
         f"fits {report.fits}, simulated {report.peak_bytes_with_lms / 2**20:.1f} MiB, "
         f"{len(splits)} split, {sum(1 for s in splits if s.get('chained_after'))} chained; "
         f"host {moved['in'] / GB:.2f} GB in, {moved['out'] / GB:.2f} GB out per step; "
