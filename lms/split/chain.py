@@ -237,9 +237,9 @@ def split_chain(chain: list, io: PieceCopies) -> list[Split]:
             previous += [t for m in members[:-1] for t in m.tokens]
             for member in members:
                 member.tokens = []
-        made, ending = [], previous[0] if driver.combine == "assemble" else last.total.op
+        ending = previous[0] if driver.combine == "assemble" else last.total.op
         for member in members:
-            made.append(_finish(member, io, last=member is members[-1]))
+            _finish(member, io, last=member is members[-1])
     for member in members:
         _tf_private.move_control_outputs(member.op, getattr(ending, "op", ending))
     names = [m.op.name for m in members]
@@ -255,9 +255,9 @@ def _position(op, tensor) -> int:
     return next(i for i, x in enumerate(op.inputs) if x is tensor)
 
 
-def _finish(member: _Member, io: PieceCopies, last: bool):
+def _finish(member: _Member, io: PieceCopies, last: bool) -> None:
     """`member`'s readers outside the chain read its combined output; `io` told it is
-    replaced. Returns that output."""
+    replaced."""
     op = member.op
     if last and member.layout.combine == "sum":
         whole = member.total
@@ -268,7 +268,6 @@ def _finish(member: _Member, io: PieceCopies, last: bool):
     for reader, position in member.readers:
         _tf_private.update_input(reader, position, whole)
     io.replaced(op, whole)
-    return whole
 
 
 def _rows(members: list, k: int, start: int, stop: int, last_piece: bool, io: PieceCopies):

@@ -79,7 +79,8 @@ class PieceCopies(Protocol):
         """The stored pieces as one tensor like `like` on the device (for readers not split)."""
 
     def replaced(self, op, whole) -> None:
-        """`op` is now its pieces and `whole` their combined output (its readers rerouted)."""
+        """`op` is now its pieces and `whole` their combined output (its readers rerouted); in a
+        chain whose pieces nothing outside reads, `whole` is `op`'s own output, read by none."""
 
     def finish(self, graph) -> None:
         """Once the graph is split: what the mechanism needs before the step is rewritten and
