@@ -57,3 +57,49 @@ def test_a_named_gpus_projection_is_checked_against_the_host_memory_given(tmp_pa
     (fits,) = project_spec(spec, tmp_path, ["pcie3"], "v100", "googlenet", 2**39)
     assert fits.swaps > 0
     assert HOST_NOT_CHECKED not in capsys.readouterr().err
+
+
+SPLIT_SPEC = """name = "split-projection"
+description = "GoogLeNet 64² b2 with its convolutions, biases and ReLUs in two pieces, or not."
+
+[defaults]
+precision = "fp32"
+steps = 2
+
+[[study]]
+name = "pieces"
+kind = "throughput"
+lms_mode = "fixed"
+workload = "googlenet"
+resolution = 64
+batch = 2
+[study.lms]
+swapout_threshold = 1
+swapin_ahead = 1
+swapin_groupby = 0
+split = { Conv2D = 2, BiasAdd = 2, Relu = 2 }
+
+[[study]]
+name = "whole"
+kind = "throughput"
+lms_mode = "fixed"
+workload = "googlenet"
+resolution = 64
+batch = 2
+lms = { swapout_threshold = 1, swapin_ahead = 1, swapin_groupby = 0, split = "off" }
+"""
+
+
+def test_a_split_plans_projection_counts_the_bytes_its_pieces_move(tmp_path):
+    """`inv project` replays a split plan with its pieces' host copies (issue 44): the same
+    swaps with the convolutions, biases and ReLUs split move more bytes each way, and each
+    link's rate is lower, than with none split (before, a split plan projected its swaps
+    only)."""
+    from suite.running.projection import project_spec
+
+    path = tmp_path / "split-projection.toml"
+    path.write_text(SPLIT_SPEC)
+    pieces, whole = project_spec(load_spec(str(path)), tmp_path, ["pcie3"], "v100")
+    assert pieces.in_bytes_per_step > whole.in_bytes_per_step > 0
+    assert pieces.out_bytes_per_step > whole.out_bytes_per_step > 0
+    assert pieces.links[0].images_per_sec < whole.links[0].images_per_sec
