@@ -279,14 +279,12 @@ class Pipeline:
         return split_analysis, tuned, splits
 
     def _chain(self, function, args, made, analysis, tuned, parameters, budget):
-        """The splits `made` in rounds made again in chains on a fresh trace
-        (lms/split/fit.py `chain_to_fit`): (concrete, analysis, tuned, splits, pieces), or None
-        when the unchained plan stays. Not for a step whose loops' lists were streamed."""
+        """`chain_to_fit` (lms/split/fit.py) on a fresh trace: (concrete, analysis, tuned, splits,
+        pieces), or None (the unchained plan stays; a step whose loops' lists were streamed)."""
         if not made or not self.options.split_chains or analysis.loops:
             return None
-        concrete = tf.function(function.python_function).get_concrete_function(*args)
+        concrete = _retrace(function, args)
         pieces = self.mechanism.pieces()
-
         analyse = functools.partial(self._analyse, concrete, frozenset())
         tune_chained = functools.partial(self._tune_or_apply, parameters=parameters, budget=budget)
         found = chain_to_fit(concrete.graph, made, pieces, analyse, tune_chained, budget, tuned)
@@ -393,6 +391,9 @@ def _trace(function, args):
     """The concrete function of `function` for `args`. A trace another LMS object rewrote in
     place (one step wrapped twice, e.g. at two budgets) is not planned on top of: traced afresh."""
     concrete = function.get_concrete_function(*args)
-    if getattr(concrete.graph, REWRITTEN_MARK, False):
-        concrete = tf.function(function.python_function).get_concrete_function(*args)
-    return concrete
+    return _retrace(function, args) if getattr(concrete.graph, REWRITTEN_MARK, False) else concrete
+
+
+def _retrace(function, args):
+    """A fresh trace of `function` for `args`: a graph of its own, not the one it caches."""
+    return tf.function(function.python_function).get_concrete_function(*args)

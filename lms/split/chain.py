@@ -24,7 +24,6 @@ simulator, the tuner and the closed loop see a chain as they see every op.
 
 from dataclasses import dataclass, field
 
-import numpy as np
 import tensorflow as tf
 
 from lms import _tf_private
@@ -32,7 +31,16 @@ from lms.graph.names import REWRITTEN_MARK
 from lms.split.layouts import layout, splittable
 from lms.split.norm import NormLayout
 from lms.split.pieces import PieceCopies
-from lms.split.rewrite import SHAPE_OPS, Split, constant_shapes, piece_scope, running_ops, split_op
+from lms.split.rewrite import (
+    SHAPE_OPS,
+    Split,
+    op_bytes,
+    piece_bounds,
+    piece_scope,
+    running_ops,
+    split_op,
+    value_readers,
+)
 
 
 def _linkable(before, after, position: int) -> bool:
@@ -52,7 +60,7 @@ def chains(graph, decided: list) -> list[list]:
     chains come in the graph's order of their first op, so that a split op's producer is split
     before it (its readers then read its host array in place)."""
     ops = {name: graph.get_operation_by_name(name) for name, *_ in decided}
-    entries = {name: entry for entry in decided for name in [entry[0]]}
+    entries = {entry[0]: entry for entry in decided}
     index = {op: k for k, op in enumerate(graph.get_operations())}
     layouts = {name: layout(op) for name, op in ops.items()}
     head, successor, clear = {name: name for name in ops}, {}, {}  # head: the chain's first
@@ -201,17 +209,13 @@ def split_chain(chain: list, io: PieceCopies) -> list[Split]:
     setattr(graph, REWRITTEN_MARK, True)  # the next plan of this step traces it afresh
     members = []
     for k, op in enumerate(ops):
-        out, found = op.outputs[0], layout(op)
         link = None if k == 0 else _position(op, ops[k - 1].outputs[0])
-        shapes = constant_shapes(out)
-        readers = [(c, i) for c in out.consumers() for i, x in enumerate(c.inputs) if x is out]
-        readers = [(c, i) for c, i in readers if c not in shapes]
+        readers = value_readers(op.outputs[0])
         if k + 1 < len(ops):
             readers = [(c, i) for c, i in readers if c is not ops[k + 1]]
-        members.append(_Member(op, found, link, {}, readers))
+        members.append(_Member(op, layout(op), link, {}, readers))
     driver = members[-1].layout
-    count = max(2, min(max(pieces for _, pieces, _ in chain), driver.length))
-    bounds = [(int(r[0]), int(r[-1]) + 1) for r in np.array_split(np.arange(driver.length), count)]
+    bounds = piece_bounds(driver.length, max(pieces for _, pieces, _ in chain))
     with (
         graph.as_default(),
         tf.control_dependencies(None),
@@ -245,9 +249,9 @@ def split_chain(chain: list, io: PieceCopies) -> list[Split]:
     names = [m.op.name for m in members]
     splits = []
     for k, ((op, _, why), member) in enumerate(zip(chain, members, strict=True)):
-        size = sum((t.shape.num_elements() or 0) * t.dtype.size for t in (*op.inputs, *op.outputs))
         after = names[k - 1] if k else ""
-        splits.append(Split(op.name, op.type, len(bounds), member.layout.axis, size, why, after))
+        axis = member.layout.axis
+        splits.append(Split(op.name, op.type, len(bounds), axis, op_bytes(op), why, after))
     return splits
 
 

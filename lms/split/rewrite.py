@@ -105,6 +105,26 @@ def constant_shapes(tensor) -> set:
     return replaced
 
 
+def piece_bounds(length: int, pieces: int) -> list[tuple[int, int]]:
+    """[start, stop) of each of `pieces` pieces (at least 2, at most `length`) of [0, length)."""
+    cuts = np.array_split(np.arange(length), max(2, min(pieces, length)))
+    return [(int(r[0]), int(r[-1]) + 1) for r in cuts]
+
+
+def op_bytes(op) -> int:
+    """`op`'s inputs and outputs, whole (a batch norm's saved statistics for its gradient: no
+    static shape, nothing on a CPU)."""
+    return sum((t.shape.num_elements() or 0) * t.dtype.size for t in (*op.inputs, *op.outputs))
+
+
+def value_readers(out) -> list:
+    """(reader, input position) of each op that reads `out`'s values, once its shape readers
+    read constants (`constant_shapes`: they go on reading `out`, pruned with it)."""
+    shapes = constant_shapes(out)
+    readers = [(c, i) for c in out.consumers() for i, x in enumerate(c.inputs) if x is out]
+    return [(c, i) for c, i in readers if c not in shapes]
+
+
 def split_op(op, pieces: int, io: PieceCopies, why: str = "") -> Split:
     """Replace `op` in its graph by `pieces` pieces computed in sequence (module docstring); its
     readers and the ops that wait for it read and wait for the combined output. `op` must be one
@@ -115,11 +135,8 @@ def split_op(op, pieces: int, io: PieceCopies, why: str = "") -> Split:
     graph, out = op.graph, op.outputs[0]
     setattr(graph, REWRITTEN_MARK, True)  # the next plan of this step traces it afresh
     axis = found.axis
-    bounds = np.array_split(np.arange(found.length), max(2, min(pieces, found.length)))
-    bounds = [(int(r[0]), int(r[-1]) + 1) for r in bounds]
-    size = sum(
-        (t.shape.num_elements() or 0) * t.dtype.size for t in (*op.inputs, *op.outputs)
-    )  # (a batch norm's saved statistics for its gradient: no static shape, nothing on a CPU)
+    bounds = piece_bounds(found.length, pieces)
+    size = op_bytes(op)
     scope = piece_scope(op.name)
     if isinstance(found, NormLayout):  # several outputs, and passes (lms/split/norm.py)
         with graph.as_default(), tf.control_dependencies(None), tf.name_scope(scope):
@@ -128,9 +145,7 @@ def split_op(op, pieces: int, io: PieceCopies, why: str = "") -> Split:
             _tf_private.move_control_outputs(old, last)
             io.replaced(old, whole)
         return Split(op.name, op.type, len(bounds), axis, size, why)
-    shapes = constant_shapes(out)  # they go on reading `out`: pruned with it
-    readers = [(c, i) for c in out.consumers() for i, x in enumerate(c.inputs) if x is out]
-    readers = [(c, i) for c, i in readers if c not in shapes]
+    readers = value_readers(out)
     with graph.as_default(), tf.control_dependencies(None), tf.name_scope(scope):
         kept = {i: io.keep(op.inputs[i], len(bounds)) for i in found.kept}
 

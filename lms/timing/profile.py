@@ -154,12 +154,11 @@ def swap_graph(graph, batch_size: int | None = None) -> SwapGraph:
         kind = swap_kind(op.name)
         if kind == "out":
             transfers[op.name] = ("out", size(op.inputs[0]), None)
-        elif kind is None and transfer_kind(op.name):  # a split op's piece, kept input, whole
+        elif kind is None and (piece := transfer_kind(op.name)):  # a piece's, a kept input's
             running = running_ops(graph) if running is None else running
-            if op not in running:
-                continue
-            moved = op.outputs if transfer_kind(op.name) == "in" else op.inputs  # (a handle: 8 B)
-            transfers[op.name] = (transfer_kind(op.name), max(map(size, moved), default=0), None)
+            if op in running:
+                moved = op.outputs if piece == "in" else op.inputs  # (the largest: not a handle)
+                transfers[op.name] = (piece, max(map(size, moved), default=0), None)
     for op in ops:
         if swap_kind(op.name) == "in":
             source = op.inputs[0].op.name
