@@ -31,7 +31,7 @@ import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2
 
 from lms import _tf_private
-from lms.split.pieces import ReadAlongAxis
+from lms.split.pieces import ReadAlongAxis, max_pooled
 
 CONVOLUTIONS = {
     "Conv2D": "forward", "Conv3D": "forward", "DepthwiseConv2dNative": "forward",
@@ -198,8 +198,8 @@ class RowLayout(ReadAlongAxis):
         lo, hi = rows.rows_in(first, last)
         region = [(lo, hi)] + [(-w.before, w.size_in + w.after) for w in self.windows[1:]]
         if op.type in MAX_POOLS:
-            orig_input = self._padded_rows(op, read, 0, lo, hi)
-            inputs = [orig_input, read(1, first, last), read(2, first, last)]
+            orig_input = self._padded_rows(op, read, 0, lo, hi)  # its output: recomputed
+            inputs = [orig_input, max_pooled(op, orig_input, "VALID"), read(2, first, last)]
         elif op.type in AVG_POOLS:
             sizes = [1, *(b - a for a, b in region), shape[-1]]
             scaled = self._to_same(read(1, first, last), first, last)
@@ -244,7 +244,7 @@ def row_layout(op) -> RowLayout | str:
         return windows
     kept = {"forward": (0,), "input_grad": (2,), "filter_grad": (0, 2)}[kind]
     if op.type in MAX_POOLS and kind == "input_grad":
-        kept = (0, 1, 2)
+        kept = (0, 2)  # the forward output is recomputed from input 0 (pieces.max_pooled)
     if op.type in AVG_POOLS and kind == "input_grad":
         kept = (1,)
     layout = RowLayout(kind, tuple(windows), kept, "sum" if kind == "filter_grad" else "assemble")

@@ -126,3 +126,40 @@ def test_a_batch_of_one_splits_average_pools_along_the_rows(case, pieces, split_
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g.numpy(), w, rtol=1e-5, atol=1e-5 * np.abs(w).max())
     assert io.store.held_bytes == 0
+
+
+@pytest.mark.parametrize("batch", [1, 3], ids=["rows", "batch"])
+def test_a_max_pool_gradient_recomputes_its_forward_output_per_piece(batch):
+    """A split MaxPoolGrad's pieces read their forward output from a MaxPool over the input they
+    read (lms/split/pieces.py max_pooled), never from a host copy of the whole pool's output:
+    oneDNN pairs such a read with its fast kernel (5x on GoogLeNet 2048²'s pools), and on a GPU
+    the output's bytes stay off the link. The gradient is the same to the bit (ties included:
+    the pool reads a ReLU's zeros)."""
+
+    @tf.function
+    def step(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = tf.nn.max_pool2d(tf.nn.relu(x), 3, 2, "SAME")
+            loss = tf.reduce_sum(y * y)
+        return tape.gradient(loss, x)
+
+    x = tf.random.stateless_normal([batch, 23, 17, 3], seed=(7, 8))
+    want = step(x).numpy()
+    concrete = step.get_concrete_function(x)
+    store = HostStore()
+    grad = next(op for op in concrete.graph.get_operations() if op.type == "MaxPoolGrad")
+    pooled = grad.inputs[1]
+    split = split_op(grad, 4, store.pieces())
+    assert split.axis == (1 if batch == 1 else 0)
+    pieces = [op for op in concrete.graph.get_operations() if op.type == "MaxPoolGrad"]
+    pieces.remove(grad)
+    assert len(pieces) == (4 if batch == 1 else 3)
+    for piece in pieces:
+        forward = piece.inputs[1].op
+        assert forward.type == "MaxPool" and forward.inputs[0] is piece.inputs[0]
+    kept = [r for r in pooled.consumers() if r is not grad and r.type != "Mul"]  # y * y: the loss
+    assert kept == [], "the pool's output is kept on the host for the pieces"
+    got = _tf_private.concrete_function_from_graph(concrete, concrete.graph)(x)
+    np.testing.assert_array_equal(got.numpy(), want)
+    assert store.held_bytes == 0
