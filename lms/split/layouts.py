@@ -35,12 +35,14 @@ ELEMENTWISE_OPS = frozenset(
 
 
 # Windowed ops split along the batch; with a batch of 1, along the rows with halos
-# (lms/split/halo.py). How each input is read per piece ("slice": its batch slice, "whole", "sizes":
-# a shape vector whose batch becomes the piece's, "pooled": a max pool's output recomputed from
-# the piece's input, lms/split/pieces.py max_pooled) and how the pieces' outputs combine ("assemble" on
-# the host, "sum": a filter's gradient, summed on the device as the batch's contributions are).
+# (lms/split/halo.py). How each input is read per piece ("slice": its batch slice, "whole",
+# "sizes": a shape vector whose batch becomes the piece's, "pooled": a max pool's output
+# recomputed from the piece's input, lms/split/pieces.py max_pooled) and how the pieces' outputs
+# combine ("assemble" on the host, "sum": a filter's gradient, summed on the device as the
+# batch's contributions are).
 _FORWARD, _POOL = (("slice", "whole"), "assemble"), (("slice",), "assemble")
-_POOL_GRAD, _AVG_POOL_GRAD = (("slice", "pooled", "slice"), "assemble"), (("sizes", "slice"), "assemble")
+_POOL_GRAD = (("slice", "pooled", "slice"), "assemble")
+_AVG_POOL_GRAD = (("sizes", "slice"), "assemble")
 _INPUT_GRAD = (("sizes", "whole", "slice"), "assemble")
 _FILTER_GRAD = (("slice", "whole", "slice"), "sum")
 BATCH_OPS = {
