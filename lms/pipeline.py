@@ -25,6 +25,7 @@ from lms.device.target import describe_device
 from lms.errors import NothingFitsError
 from lms.graph.cpu_host import EIGEN_KERNELS_WARNING
 from lms.graph.names import REWRITTEN_MARK, STREAMED_LISTS
+from lms.graph.pool_reads import recompute_pool_reads
 from lms.loop_lists import loops_warning, stream_loop_lists
 from lms.memory.allocator import BestFitAllocator, cpu_allocator_limit
 from lms.memory.simulator import simulate
@@ -73,7 +74,8 @@ class Pipeline:
                     parameters = Parameters(**entry["parameters"])
                     pruned_for = entry.get("pruned_for_bytes")
                 if entry.get("streamed_lists"):  # its plan streamed the loops' largest lists
-                    self._stream_lists(concrete, entry["streamed_lists"])
+                    streams = self.mechanism.swaps, concrete, self.options.batch_size
+                    stream_loop_lists(*streams, count=entry["streamed_lists"])
                 log.info(
                     "LMS: planning for %s with the parameters that held last time (calibration "
                     "cache %s)",
@@ -252,8 +254,7 @@ class Pipeline:
         # "without LMS" stays the step as traced, not as split
         plain = failed.closest.baseline if failed.closest is not None else None
 
-        def analyse():  # unpaired: splitting comes after the paired reads were given up
-            return self._analyse(concrete, frozenset())
+        analyse = self._recomputing_pools(concrete)  # (the pools' outputs kept were given up)
 
         def tune_split(split_analysis):
             try:
@@ -284,8 +285,7 @@ class Pipeline:
         if not made or not self.options.split_chains or analysis.loops:
             return None
         concrete = _retrace(function, args)
-        pieces = self.mechanism.pieces()
-        analyse = functools.partial(self._analyse, concrete, frozenset())
+        pieces, analyse = self.mechanism.pieces(), self._recomputing_pools(concrete)
         tune_chained = functools.partial(self._tune_or_apply, parameters=parameters, budget=budget)
         found = chain_to_fit(concrete.graph, made, pieces, analyse, tune_chained, budget, tuned)
         return None if found is None else (concrete, *found, pieces)
@@ -334,19 +334,12 @@ class Pipeline:
             tuned.baseline = plain
         return analysis, tuned
 
-    def _stream_lists(self, concrete, count=None) -> list:
-        return stream_loop_lists(
-            self.mechanism.swaps, concrete, self.options.batch_size, count=count
-        )
-
     def _tune_paired_first(self, concrete, analysis, parameters, budget, pruned_for=None):
-        """Tune with the reads oneDNN pairs kept direct (speed: `lms.internal.cpu_paired_reads`);
-        when nothing fits that way, tune again with them swappable (reach: their gradients take
-        TensorFlow's slower kernel). Returns (analysis, tuned) of the plan kept.
-
-        Only then: a plan that merely misses the budget after the allocator's padding stays
-        paired. GoogLeNet 224² b4 replanned with them swapped measured up to 1.02x its device
-        memory, 11 % over the simulated peak, which fell in pool1's gradient (paired: 0.97x)."""
+        """Tune with the reads oneDNN pairs kept direct (`lms.internal.cpu_paired_reads`); when
+        nothing fits so, with each max pool gradient reading its pool recomputed
+        (`_recomputing_pools`). Returns (analysis, tuned) of the plan kept. A plan that merely
+        misses the budget after the allocator's padding stays paired (GoogLeNet 224² b4
+        replanned with those outputs swapped measured up to 1.02x its device memory; 0.97x)."""
         try:
             return analysis, self._tune_or_apply(analysis, parameters, budget, pruned_for)
         except NothingFitsError:
@@ -354,10 +347,18 @@ class Pipeline:
                 raise
         log.info(
             "Nothing fits with the max pool outputs oneDNN pairs with their gradients kept on "
-            "the device; planning again with them swappable"
+            "the device; planning again with each gradient reading its pool recomputed"
         )
-        unpaired = self._analyse(concrete, frozenset())
-        return unpaired, self._tune_or_apply(unpaired, parameters, budget, pruned_for)
+        recomputed = self._recomputing_pools(concrete)()
+        return recomputed, self._tune_or_apply(recomputed, parameters, budget, pruned_for)
+
+    def _recomputing_pools(self, concrete):
+        """`analyse()` of `concrete` once its max pool gradients read their pools recomputed
+        where oneDNN pairs them (lms/graph/pool_reads.py): the fast kernel, no bytes moved."""
+        paired = cpu_paired_reads() if self.device.target.on_cpu else frozenset()
+        if paired:
+            recompute_pool_reads(concrete.graph)
+        return functools.partial(self._analyse, concrete, paired)
 
     def _tune_or_apply(self, analysis, parameters, budget, pruned_for=None):
         """Auto-tune for `budget` when any parameter is -1; parameters all given are applied as

@@ -9,7 +9,7 @@ import logging
 import tensorflow as tf
 
 from lms.graph.loops import IF_OPS, WHILE_OPS, accumulated_lists, passed_lists
-from lms.graph.names import HOST_ARRAYS
+from lms.graph.names import HOST_ARRAYS, RECOMPUTE_SCOPE
 from lms.graph.passes import (
     bypass_identity_n,
     drop_dead_reads,
@@ -23,6 +23,7 @@ from lms.graph.step import (
     HOST_STORE_SCOPES,
     NEVER_SWAP_OPS,
     NO_BUFFER_OPS,
+    ONEDNN_PAIRED_READS,
     PY_FUNC_OPS,
     SHAPE_OPS,
     VIEW_OPS,
@@ -36,6 +37,7 @@ from lms.graph.step import (
 )
 
 log = logging.getLogger("lms")
+RECOMPUTED_SCOPES = (*HOST_STORE_SCOPES, f"{RECOMPUTE_SCOPE}/")
 
 
 def _variable_bytes(variables) -> int:
@@ -137,9 +139,17 @@ def read_graph(
         never = op.type in NEVER_SWAP_OPS - VIEW_OPS and info.producer not in copies
         stackable = rank >= 2 or info.list_element is not None  # (a list: stacked, rank >= 2)
         info.swappable = not never and info.bytes > 0 and not on_host and stackable
+        # a max pool's output recomputed for its gradient, whole or a piece's, to read at once
+        # (lms/graph/pool_reads.py): never swapped (GoogLeNet 1024² in 150 MiB: every piece
+        # then took TensorFlow's slow kernel), and not a paired read planning could give up
+        recomputed = op.name.startswith(RECOMPUTED_SCOPES) and any(
+            (ops[c].type, p) in ONEDNN_PAIRED_READS for c, p in info.consumers
+        )
+        info.swappable = info.swappable and not recomputed
         for consumer, position in info.consumers if paired_reads else ():
             if (ops[consumer].type, position) in paired_reads and not info.paired_with:
-                info.swappable, info.paired_with = False, ops[consumer].type
+                info.swappable = False
+                info.paired_with = "" if recomputed else ops[consumer].type
                 # the workspace lives as long as the output (both read by the gradient)
                 info.bytes += info.bytes // itemsize * WORKSPACE_BYTES_PER_ELEMENT
     _fix_alias_buffers(ops, tensors, copies, passed)

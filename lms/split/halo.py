@@ -31,7 +31,8 @@ import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2
 
 from lms import _tf_private
-from lms.split.pieces import ReadAlongAxis, max_pooled
+from lms.graph.pool_reads import max_pooled
+from lms.split.pieces import ReadAlongAxis
 
 CONVOLUTIONS = {
     "Conv2D": "forward", "Conv3D": "forward", "DepthwiseConv2dNative": "forward",

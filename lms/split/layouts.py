@@ -37,7 +37,7 @@ ELEMENTWISE_OPS = frozenset(
 # Windowed ops split along the batch; with a batch of 1, along the rows with halos
 # (lms/split/halo.py). How each input is read per piece ("slice": its batch slice, "whole",
 # "sizes": a shape vector whose batch becomes the piece's, "pooled": a max pool's output
-# recomputed from the piece's input, lms/split/pieces.py max_pooled) and how the pieces' outputs
+# recomputed from the piece's input, lms/graph/pool_reads.py) and how the pieces' outputs
 # combine ("assemble" on the host, "sum": a filter's gradient, summed on the device as the
 # batch's contributions are).
 _FORWARD, _POOL = (("slice", "whole"), "assemble"), (("slice",), "assemble")

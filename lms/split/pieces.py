@@ -19,6 +19,7 @@ from typing import Protocol
 import tensorflow as tf
 
 from lms import _tf_private
+from lms.graph.pool_reads import max_pooled
 
 
 class PieceLayout(Protocol):
@@ -112,7 +113,7 @@ class Layout:
 
     axis: int
     length: int
-    rules: tuple  # per input: "slice", "whole", "sizes" or "pooled" (`max_pooled`)
+    rules: tuple  # per input: "slice", "whole", "sizes" or "pooled" (lms/graph/pool_reads.py)
     combine: str  # "assemble" or "sum"
     read_axis: int | None = None  # the inputs' axis when not `axis` (a reduction's)
     # rows per unit of [start, stop): of the inputs read (a Reshape that factors the rows into
@@ -139,26 +140,6 @@ class Layout:
             else:
                 args.append(x)
         return _tf_private.copy_op(op, args)
-
-
-# A max pool's gradient reads its forward output only to find each window's maximum. A piece
-# recomputes it from the input it reads (what it would else read from the host is as large as
-# the pool's output), and so gets oneDNN's fast kernel: a MaxPoolGrad reading its MaxPool's
-# output directly is paired with it (lms/graph/step.py ONEDNN_PAIRED_READS); fed a host copy it
-# falls back to TensorFlow's own kernel. A 130 x 1024 x 192 piece (GoogLeNet 2048²'s second
-# pool): 49-55 ms with the recompute against 272-279 ms reading the output, equal to the bit.
-# On a GPU the recompute is one pooling per piece instead of the output's bytes over the link.
-FORWARD_MAX_POOLS = {"MaxPoolGrad": tf.raw_ops.MaxPool, "MaxPool3DGrad": tf.raw_ops.MaxPool3D}
-
-
-def max_pooled(grad_op, x, padding):
-    """The forward max pool of `grad_op` (a MaxPoolGrad or MaxPool3DGrad) over `x`, with
-    `padding` ("SAME", or "VALID" for rows padded already): its gradient's orig_output."""
-    pool = FORWARD_MAX_POOLS[grad_op.type]
-    attrs = {name: grad_op.get_attr(name) for name in ("ksize", "strides", "data_format")}
-    if padding == "EXPLICIT":  # (a MaxPoolGrad's only)
-        attrs["explicit_paddings"] = grad_op.get_attr("explicit_paddings")
-    return pool(input=x, padding=padding, **attrs)
 
 
 def _piece_sizes(sizes, axis: int, rows: int):

@@ -171,9 +171,10 @@ def test_one_step_wrapped_twice_is_planned_from_its_plain_trace_both_times():
 
 
 @pytest.mark.kernels
-def test_max_pool_outputs_are_swapped_when_nothing_fits_without(caplog):
+def test_max_pool_outputs_are_recomputed_when_nothing_fits_without(caplog):
     """Kept on the device for speed, oneDNN's paired pool outputs are still a lever: a budget
-    only swapping them meets gets a plan that swaps them."""
+    only freeing them meets gets a plan whose pool gradients read their pools recomputed
+    (lms/graph/pool_reads.py), still paired (oneDNN's kernel), not a swap-in."""
     from lms.graph.step import ONEDNN_PAIRED_READS
 
     if not lms.internal.cpu_paired_reads():
@@ -195,6 +196,10 @@ def test_max_pool_outputs_are_swapped_when_nothing_fits_without(caplog):
         ordering=1,
     )
     with caplog.at_level(logging.INFO, logger="lms"):
-        planner.wrap(case.step).prepare(case.images, case.labels)
-    assert "planning again with them swappable" in caplog.text
+        callable_, _ = planner.wrap(case.step).prepare(case.images, case.labels)
+    assert "planning again with each gradient reading its pool recomputed" in caplog.text
     assert planner.report.fits
+    gradients = [op for op in callable_.graph.get_operations() if op.type == "MaxPool3DGrad"]
+    assert gradients
+    for op in gradients:
+        assert op.inputs[1].op.type == "MaxPool3D" and op.inputs[1].op.name.startswith("lms_pool/")
