@@ -10,9 +10,10 @@ the pool included, equal to the bit).
 So LMS recomputes instead: each piece of a split max pool gradient pools the input rows it reads
 (lms/split/pieces.py, halo.py), and when planning gives up keeping the pools' outputs on the
 device for their gradients (nothing fits so), every gradient reads its pool recomputed from its
-own input once its incoming gradient exists (`recompute_pool_reads`) rather than a swap-in of the output. The
-recomputed output lives only while its gradient runs, as a swap-in's would, but moves no bytes
-and keeps the fast kernel; the forward output is then free after its forward readers.
+own input once its incoming gradient exists (`recompute_pool_reads`), not a swap-in of the
+output. The recomputed output lives only while its gradient runs, as a swap-in's would, but
+moves no bytes and keeps the fast kernel; the forward output is then free after its forward
+readers.
 """
 
 import tensorflow as tf
@@ -41,11 +42,11 @@ def recompute_pool_reads(graph) -> int:
         if op.type not in FORWARD_MAX_POOLS or op.inputs[1].op.name.startswith(RECOMPUTE_SCOPE):
             continue
         name = op.name.replace("/", "_")
-        with graph.as_default(), tf.name_scope(f"{RECOMPUTE_SCOPE}/{name}/"), tf.device(op.device):
-            # after the incoming gradient, not as soon as the input exists (the forward pass):
-            # else its output would live from there to the gradient, as the kept one did
-            with tf.control_dependencies([op.inputs[2].op]):
-                pooled = max_pooled(op, op.inputs[0], op.get_attr("padding").decode())
+        # after the incoming gradient, not as soon as the input exists (the forward pass): else
+        # its output would live from there to the gradient, as the kept one did
+        after, scope = graph.control_dependencies([op.inputs[2].op]), f"{RECOMPUTE_SCOPE}/{name}/"
+        with graph.as_default(), graph.name_scope(scope), after, graph.device(op.device):
+            pooled = max_pooled(op, op.inputs[0], op.get_attr("padding").decode())
         _tf_private.update_input(op, 1, pooled)
         rerouted += 1
     return rerouted
