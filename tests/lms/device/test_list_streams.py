@@ -139,7 +139,7 @@ def test_tensorflows_copies_never_stream():
     pipeline = lms.LMS(device_memory="1GiB").pipeline
     pipeline.mechanism = DeviceCopy("/device:CPU:0", "/device:CPU:0")
     ops = len(concrete.graph.get_operations())
-    assert not pipeline._stream_lists(concrete)
+    assert not stream_loop_lists(pipeline.mechanism.swaps, concrete)
     assert len(concrete.graph.get_operations()) == ops
 
 
