@@ -16,7 +16,7 @@ the whole machine has, and "disk" the step past it (a case whose host peak is ov
 machine's RAM: the 3D U-Net 192³ b1 in 1 GiB holds 22 GiB on the host).
 
     python benchmarks/lms_host_disk.py resnet50 1024 1 400MiB --memory 2.5GiB [--steps 2]
-    python benchmarks/lms_host_disk.py unet3d 192 1 1GiB --memory none --steps 1
+    python benchmarks/lms_host_disk.py unet3d 192 1 1GiB --memory none --steps 1 --fixed
 """
 
 import argparse
@@ -41,7 +41,7 @@ def _disk_io() -> tuple[int, int]:
     return int(fields["read_bytes"]), int(fields["write_bytes"])
 
 
-def child(case_args: list, steps: int, group: str | None, disk: str | None) -> dict:
+def child(case_args: list, steps: int, group: str | None, disk: str | None, fixed=False) -> dict:
     """One run (module docstring), in this process, joining the cgroup `group` first."""
     if group:
         (Path(group) / "cgroup.procs").write_text(str(os.getpid()))
@@ -54,7 +54,8 @@ def child(case_args: list, steps: int, group: str | None, disk: str | None) -> d
 
     name, resolution, batch, device_memory = case_args
     case = named_case(name, int(resolution), int(batch))
-    planner = lms.LMS(device_memory=device_memory, host_disk=disk)
+    calibration = {"calibration_steps": 0} if fixed else {}  # --fixed: the first plan kept
+    planner = lms.LMS(device_memory=device_memory, host_disk=disk, **calibration)
     step = planner.wrap(case.step)
     try:
         step.prepare(case.images, case.labels)
@@ -94,7 +95,7 @@ def child(case_args: list, steps: int, group: str | None, disk: str | None) -> d
     return result
 
 
-def _run(case_args, steps, memory: int | None, disk: str | None) -> dict:
+def _run(case_args, steps, memory: int | None, disk: str | None, fixed=False) -> dict:
     """`child` in a fresh process, in a new memory cgroup of `memory` bytes when given."""
     group = None
     if memory is not None:
@@ -109,6 +110,8 @@ def _run(case_args, steps, memory: int | None, disk: str | None) -> dict:
         command += ["--group", str(group)]
     if disk:
         command += ["--disk", disk]
+    if fixed:
+        command.append("--fixed")
     env = {**os.environ, "TF_CPU_ALLOCATOR_USE_BFC": "true", "TF_CPP_MIN_LOG_LEVEL": "2"}
     try:
         done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
@@ -123,17 +126,20 @@ def _run(case_args, steps, memory: int | None, disk: str | None) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("case", nargs=4, metavar=("NAME", "RESOLUTION", "BATCH", "DEVICE"))
+    parser.add_argument("case", nargs=4, help="NAME RESOLUTION BATCH DEVICE_MEMORY")
     parser.add_argument(
         "--memory", default="2.5GiB", help="the cgroup's memory limit; none: no cgroup"
     )
     parser.add_argument("--steps", type=int, default=2, help="timed steps per run")
+    parser.add_argument(
+        "--fixed", action="store_true", help="the first plan kept: no closed loop's steps"
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--group", help=argparse.SUPPRESS)
     parser.add_argument("--disk", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.case, args.steps, args.group, args.disk)))
+        print(json.dumps(child(args.case, args.steps, args.group, args.disk, args.fixed)))
         return
     sys.path.insert(0, str(ROOT))
     from lms.values.budget import parse_size
@@ -146,7 +152,7 @@ def main() -> None:
             plan = (("RAM", None, None), ("disk", None, disk))
         for number, (name, limit, directory) in enumerate(plan, 1):
             print(f"run {number} of {len(plan)}: {name}", flush=True)
-            runs[name] = _run(args.case, args.steps, limit, directory)
+            runs[name] = _run(args.case, args.steps, limit, directory, args.fixed)
             print(f"  {json.dumps(runs[name])}", flush=True)
     ram, disk_run = runs["RAM"], runs[plan[-1][0]]
     if "step_s" in ram and "step_s" in disk_run:
