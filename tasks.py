@@ -16,6 +16,9 @@ ROOT = Path(__file__).resolve().parent
 # printed, from every thread and from the containers whose output is forwarded, not when the
 # process ends: Python buffers stdout in blocks unless it is a terminal.
 sys.stdout.reconfigure(line_buffering=True)
+# the overrides of a spec's sizes that planning and projecting take, as `inv run` does
+SIZE_OVERRIDES = {f: f"override the {f} (as in `inv run`)" for f in ("resolution", "batch")}
+SIZE_OVERRIDES["precision"] = "override the precision (as in `inv run`)"
 
 
 def suite_task(**options):
@@ -247,16 +250,13 @@ def models(c, resolution=None, batch=None, precision=None, workload=None):
     help={
         "spec": "spec name or path; default: smoke",
         "workload": "only this workload's trials",
-        "resolution": "override the resolution (as in `inv run`)",
-        "batch": "override the batch size",
-        "precision": "override the precision",
+        **SIZE_OVERRIDES,
         "device_memory": "a GPU's memory to plan for (on another host), e.g. 16GiB; default: "
         "the spec's lms.device_memory or memory_budget, else this host's GPU",
         "host_memory": "the planned host's memory, e.g. 512GiB, that each plan's host need is "
         "checked against; default: the spec's lms.host_memory, else this host's available "
         "memory, or with --device-memory (another host) not checked",
-        "output": "directory for the memory plots (one per plan: plan-SPEC-STUDY-WORKLOAD-"
-        "RESpx-bBATCH-lms-off|on.png)",
+        "output": "the memory plots' directory (plan-SPEC-STUDY-WORKLOAD-RESpx-bBATCH-lms-on.png)",
     },
 )
 def plan(
@@ -286,13 +286,12 @@ def plan(
         "spec": "spec to project (default: suite.spec)",
         "link": "comma-separated named links (default: all) or bandwidths (2GB/s)",
         "gpu": "host (measure here; default) or v100, a100, h100 (roofline estimate)",
-        "host_memory": "the projected host's memory, e.g. 512GiB, that each plan's host need "
-        "is checked against; default: the spec's lms.host_memory, else with --gpu host this "
-        "host's available memory, with a named GPU (another host) not checked",
+        "host_memory": "the projected host's memory (e.g. 512GiB) plans are checked against; "
+        "default: the spec's lms.host_memory, else --gpu host's available memory, else none",
+        "device_memory": "a named GPU's memory to plan for, e.g. 32GiB; default: the spec's "
+        "lms.device_memory, else the GPU's (v100 16GiB, a100 40GiB, h100 80GiB)",
         "workload": "only this workload's trials",
-        "resolution": "override the resolution (as in `inv run`)",
-        "batch": "override the batch size",
-        "precision": "override the precision",
+        **SIZE_OVERRIDES,
         "output": "directory of projection.json (default: suite.reports)",
     },
 )
@@ -302,6 +301,7 @@ def project(
     link=None,
     gpu="host",
     host_memory=None,
+    device_memory=None,
     workload=None,
     resolution=None,
     batch=None,
@@ -312,7 +312,8 @@ def project(
     from suite.running.projection import project_command
 
     overrides = {"resolution": resolution, "batch": batch, "precision": precision}
-    output, choices = Path(output or c.suite.reports), (link, gpu, workload, host_memory)
+    output = Path(output or c.suite.reports)
+    choices = link, gpu, workload, host_memory, device_memory
     # stdout is the JSON; progress: stderr
     print(project_command(spec or c.suite.spec, overrides, output, *choices))
 

@@ -31,6 +31,13 @@ from suite.specs import Spec, Trial, TrialParams, load_spec
 from suite.units import size_option
 
 GPU_MEMORY = {"v100": "16GiB", "a100": "40GiB", "h100": "80GiB"}
+
+
+class NotProjected(SuiteError):
+    """A trial whose plan cannot run where it is projected (nothing fits the device, or the
+    host cannot hold it): said, and the spec's other trials projected."""
+
+
 DEFAULT_LINKS = ("nvlink2", "pcie3", "pcie3-shared", "pcie4", "pcie5", "nvlink-c2c")
 
 
@@ -57,7 +64,7 @@ def _measured(params: TrialParams, host_memory="auto", steps: int = 3):
         for _ in range(2):  # trace, plan and rewrite; then warm up
             function(*batch)
     except lms.HostMemoryError as error:
-        raise SuiteError(f"{params.describe()} here: {error}") from None
+        raise NotProjected(f"{params.describe()} here: {error}") from None
     times = []
     for _ in range(steps):
         started = time.perf_counter()
@@ -67,16 +74,17 @@ def _measured(params: TrialParams, host_memory="auto", steps: int = 3):
     return profile, swaps, statistics.median(times)
 
 
-def _roofline(params: TrialParams, gpu: str, host_memory=None):
-    """(profile, swaps, None): the trial's step planned for `gpu` and estimated on it. The GPU's
-    host is not this machine: the plan's host need is checked against `host_memory` (bytes)
-    only, and not at all when it is None."""
+def _roofline(params: TrialParams, gpu: str, host_memory=None, device_memory=None):
+    """(profile, swaps, None): the trial's step planned for `gpu` (with `device_memory` bytes
+    when given, else the spec's lms.device_memory, else the GPU's) and estimated on it. The
+    GPU's host is not this machine: the plan's host need is checked against `host_memory`
+    (bytes) only, and not at all when it is None."""
     from suite.workloads import data
 
     options = lms_options(params)
     options.pop("link", None)
-    if not (params.lms or {}).get("device_memory"):
-        options["device_memory"] = GPU_MEMORY[gpu]
+    if device_memory or not (params.lms or {}).get("device_memory"):
+        options["device_memory"] = device_memory or GPU_MEMORY[gpu]
     options["mechanism"] = "device-copy"  # a GPU's swaps, never run here
     options["calibration_steps"] = 0  # nothing runs: no closed loop, no meter of a GPU not here
     options["host_memory"] = host_memory
@@ -85,7 +93,7 @@ def _roofline(params: TrialParams, gpu: str, host_memory=None):
     try:
         callable_, _ = function.prepare(*specs)
     except (lms.NothingFitsError, lms.HostMemoryError) as error:
-        raise SuiteError(
+        raise NotProjected(
             f"{params.workload} {params.resolution}px batch {params.batch} on {gpu}: {error}"
         ) from None
     graph = callable_.graph
@@ -94,15 +102,16 @@ def _roofline(params: TrialParams, gpu: str, host_memory=None):
 
 
 def project_trial(
-    trial: Trial, spec: Spec, links: dict, gpu: str, host_memory="auto"
+    trial: Trial, spec: Spec, links: dict, gpu: str, host_memory="auto", device_memory=None
 ) -> Projection:
     """`host_memory`: what the plan's host need is checked against (bytes; "auto": this host's
-    available memory, with --gpu host only; None: not checked)."""
+    available memory, with --gpu host only; None: not checked); `device_memory`: a named GPU's
+    memory to plan for (bytes; None: the spec's, else the GPU's). Raises NotProjected."""
     params = trial.params
     if gpu == "host":
         profile, swaps, step_seconds = _measured(params, host_memory)
     else:
-        profile, swaps, step_seconds = _roofline(params, gpu, host_memory)
+        profile, swaps, step_seconds = _roofline(params, gpu, host_memory, device_memory)
     moved = swaps.bytes_per_direction
     rows = []
     for name, (description, link) in links.items():
@@ -177,14 +186,24 @@ def project_spec(
     gpu: str = "host",
     workload: str | None = None,
     host_memory: int | None = None,
+    device_memory: int | None = None,
 ) -> list[Projection]:
     """Projections of the LMS trials of `spec`, written to output_dir/projection.json.
 
     A plan's host need is checked against `host_memory` (bytes), else the spec's
     lms.host_memory, else, with `gpu` "host", this machine's available memory; for a named GPU
-    (another host) it is then not checked (one line on stderr says so)."""
+    (another host) it is then not checked (one line on stderr says so). `device_memory`: a
+    named GPU's memory (the 32 GB V100 of the seeds' largest runs), else the spec's or the
+    GPU's. A trial whose plan does not fit is said on stderr and left out (split-gpu's
+    swapping-alone studies beside its split ones); none projected is an error saying why."""
     if gpu != "host" and gpu not in lms.ROOFLINE_GPUS:
         raise SuiteError(f"--gpu {gpu!r}: allowed: host, {', '.join(lms.ROOFLINE_GPUS)}")
+    if gpu == "host" and device_memory is not None:
+        raise SuiteError(
+            "--device-memory plans for another host's GPU: give --gpu "
+            + ", ".join(lms.ROOFLINE_GPUS)
+            + " (measured here, the trial's own device is used)"
+        )
     try:
         links = lms.named_links(link_names or DEFAULT_LINKS)
     except lms.ParameterError as error:
@@ -200,7 +219,7 @@ def project_spec(
     limits = [host_memory_limit(t.params, host_memory, here=gpu == "host") for t in trials]
     if any(limit is None for limit in limits):
         print(HOST_NOT_CHECKED, file=sys.stderr)
-    results = []
+    results, refused = [], []
     for number, (trial, limit) in enumerate(zip(trials, limits, strict=True), 1):
         p = trial.params
         # progress on stderr: stdout is the JSON (`inv project > projection.json`)
@@ -209,7 +228,13 @@ def project_spec(
             f"{p.precision} on {gpu} ({trial.study})",
             file=sys.stderr,
         )
-        results.append(project_trial(trial, spec, links, gpu, limit))
+        try:
+            results.append(project_trial(trial, spec, links, gpu, limit, device_memory))
+        except NotProjected as error:
+            refused.append(f"{trial.study}: {error}")
+            print(f"  not projected: {error}", file=sys.stderr)
+    if not results:
+        raise SuiteError("no trial projected: " + "; ".join(refused))
     write_projections(output_dir, results)
     return results
 
@@ -222,14 +247,16 @@ def project_command(
     gpu: str = "host",
     workload: str | None = None,
     host_memory: str | None = None,
+    device_memory: str | None = None,
 ) -> str:
     """`inv project`: the projections of `spec` (a name or a path; `overrides` as `inv run` takes
     them) on `links` (comma-separated names or bandwidths; None: all) as the JSON it prints (its
     stdout; progress goes to stderr). Checked first, before any work: the host memory (text,
     e.g. "512GiB": parsed here, once), the spec, the output."""
     host_memory = size_option("--host-memory", host_memory)
+    device_memory = size_option("--device-memory", device_memory)
     names = [n.strip() for n in links.split(",") if n.strip()] if links else None
     loaded = load_spec(spec, overrides)
     output_dir = writable_directory(output_dir, "--output")
-    results = project_spec(loaded, output_dir, names, gpu, workload, host_memory)
+    results = project_spec(loaded, output_dir, names, gpu, workload, host_memory, device_memory)
     return json.dumps([p.to_dict() for p in results], indent=1)

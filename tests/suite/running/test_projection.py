@@ -103,3 +103,51 @@ def test_a_split_plans_projection_counts_the_bytes_its_pieces_move(tmp_path):
     assert pieces.in_bytes_per_step > whole.in_bytes_per_step > 0
     assert pieces.out_bytes_per_step > whole.out_bytes_per_step > 0
     assert pieces.links[0].images_per_sec < whole.links[0].images_per_sec
+
+
+TWO_DEVICES_SPEC = """name = "two-devices"
+description = "GoogLeNet 64² b2 planned for a 1 MiB device, which nothing fits, and a V100."
+
+[defaults]
+precision = "fp32"
+steps = 2
+
+[[study]]
+name = "too-small"
+kind = "throughput"
+lms_mode = "fixed"
+workload = "googlenet"
+resolution = 64
+batch = 2
+lms = { device_memory = "1MiB" }
+
+[[study]]
+name = "v100"
+kind = "throughput"
+lms_mode = "fixed"
+workload = "googlenet"
+resolution = 64
+batch = 2
+lms = { swapout_threshold = 1, swapin_ahead = 1, swapin_groupby = 0 }
+"""
+
+
+def test_a_trial_that_does_not_fit_is_said_and_the_others_projected(tmp_path, capsys):
+    """split-gpu's swapping-alone studies do not fit a GPU its split ones fit: `inv project`
+    says so for each and projects the rest (before, the first one ended the projection);
+    `--device-memory` plans a named GPU of another size for every trial."""
+    from suite.running.projection import project_spec
+
+    path = tmp_path / "two-devices.toml"
+    path.write_text(TWO_DEVICES_SPEC)
+    spec = load_spec(str(path))
+    (projected,) = project_spec(spec, tmp_path, ["pcie3"], "v100")
+    assert projected.study == "v100" and projected.swaps > 0
+    assert "not projected: googlenet 64px batch 2" in capsys.readouterr().err
+    both = project_spec(spec, tmp_path, ["pcie3"], "v100", device_memory=2**40)
+    assert [p.study for p in both] == ["too-small", "v100"]
+    path.write_text(TWO_DEVICES_SPEC.split('[[study]]\nname = "v100"')[0])
+    with pytest.raises(SuiteError, match="no trial projected: too-small: googlenet 64px"):
+        project_spec(load_spec(str(path)), tmp_path, ["pcie3"], "v100")
+    with pytest.raises(SuiteError, match="--device-memory plans for another host's GPU"):
+        project_spec(spec, tmp_path, ["pcie3"], "host", device_memory=2**30)
