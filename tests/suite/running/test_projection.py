@@ -59,35 +59,25 @@ def test_a_named_gpus_projection_is_checked_against_the_host_memory_given(tmp_pa
     assert HOST_NOT_CHECKED not in capsys.readouterr().err
 
 
-SPLIT_SPEC = """name = "split-projection"
-description = "GoogLeNet 64² b2 with its convolutions, biases and ReLUs in two pieces, or not."
+def _spec(name: str, description: str, studies: dict) -> str:
+    """A spec of GoogLeNet 64² b2 throughput studies: {study name: its `lms` table (TOML)}."""
+    text = f'name = "{name}"\ndescription = "{description}"\n'
+    text += '[defaults]\nprecision = "fp32"\nsteps = 2\n'
+    for study, lms_table in studies.items():
+        text += f'[[study]]\nname = "{study}"\nkind = "throughput"\nlms_mode = "fixed"\n'
+        text += f'workload = "googlenet"\nresolution = 64\nbatch = 2\nlms = {lms_table}\n'
+    return text
 
-[defaults]
-precision = "fp32"
-steps = 2
 
-[[study]]
-name = "pieces"
-kind = "throughput"
-lms_mode = "fixed"
-workload = "googlenet"
-resolution = 64
-batch = 2
-[study.lms]
-swapout_threshold = 1
-swapin_ahead = 1
-swapin_groupby = 0
-split = { Conv2D = 2, BiasAdd = 2, Relu = 2 }
-
-[[study]]
-name = "whole"
-kind = "throughput"
-lms_mode = "fixed"
-workload = "googlenet"
-resolution = 64
-batch = 2
-lms = { swapout_threshold = 1, swapin_ahead = 1, swapin_groupby = 0, split = "off" }
-"""
+FORCED = "swapout_threshold = 1, swapin_ahead = 1, swapin_groupby = 0"
+SPLIT_SPEC = _spec(
+    "split-projection",
+    "GoogLeNet 64² b2 with its convolutions, biases and ReLUs in two pieces, or not.",
+    {
+        "pieces": f"{{ {FORCED}, split = {{ Conv2D = 2, BiasAdd = 2, Relu = 2 }} }}",
+        "whole": f'{{ {FORCED}, split = "off" }}',
+    },
+)
 
 
 def test_a_split_plans_projection_counts_the_bytes_its_pieces_move(tmp_path):
@@ -105,31 +95,12 @@ def test_a_split_plans_projection_counts_the_bytes_its_pieces_move(tmp_path):
     assert pieces.links[0].images_per_sec < whole.links[0].images_per_sec
 
 
-TWO_DEVICES_SPEC = """name = "two-devices"
-description = "GoogLeNet 64² b2 planned for a 1 MiB device, which nothing fits, and a V100."
-
-[defaults]
-precision = "fp32"
-steps = 2
-
-[[study]]
-name = "too-small"
-kind = "throughput"
-lms_mode = "fixed"
-workload = "googlenet"
-resolution = 64
-batch = 2
-lms = { device_memory = "1MiB" }
-
-[[study]]
-name = "v100"
-kind = "throughput"
-lms_mode = "fixed"
-workload = "googlenet"
-resolution = 64
-batch = 2
-lms = { swapout_threshold = 1, swapin_ahead = 1, swapin_groupby = 0 }
-"""
+TOO_SMALL = {"too-small": '{ device_memory = "1MiB" }'}
+TWO_DEVICES_SPEC = _spec(
+    "two-devices",
+    "GoogLeNet 64² b2 planned for a 1 MiB device, which nothing fits, and a V100.",
+    TOO_SMALL | {"v100": f"{{ {FORCED} }}"},
+)
 
 
 def test_a_trial_that_does_not_fit_is_said_and_the_others_projected(tmp_path, capsys):
@@ -146,7 +117,7 @@ def test_a_trial_that_does_not_fit_is_said_and_the_others_projected(tmp_path, ca
     assert "not projected: googlenet 64px batch 2" in capsys.readouterr().err
     both = project_spec(spec, tmp_path, ["pcie3"], "v100", device_memory=2**40)
     assert [p.study for p in both] == ["too-small", "v100"]
-    path.write_text(TWO_DEVICES_SPEC.split('[[study]]\nname = "v100"')[0])
+    path.write_text(_spec("too-small", "GoogLeNet 64² b2 in 1 MiB.", TOO_SMALL))
     with pytest.raises(SuiteError, match="no trial projected: too-small: googlenet 64px"):
         project_spec(load_spec(str(path)), tmp_path, ["pcie3"], "v100")
     with pytest.raises(SuiteError, match="--device-memory plans for another host's GPU"):
