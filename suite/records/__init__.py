@@ -48,6 +48,7 @@ from suite.records.fields import DamagedRecord
 from suite.records.files import (
     PROJECTION_FILE,
     check_host_name,
+    existing_writable_directory,
     log_file,
     predictions_file,
     projection_file,
@@ -177,6 +178,7 @@ __all__ = [
     "append_search",
     "append_trial",
     "check_host_name",
+    "existing_writable_directory",
     "host_ref",
     "load",
     "load_host",
