@@ -60,6 +60,8 @@ def suite_task(**options):
         "round": "only every trial's N-th process, and sweeps and searches with N = 1 (how runs "
         "that share this machine are interleaved)",
         "run_id": "the run the records belong to (rounds of one interleaved run share it)",
+        "host_disk": "a directory on a local disk lent to every LMS trial (emulated device): host "
+        "arrays beyond the RAM go there; not hashed; default: invoke.yaml suite.host_disk",
     },
 )
 def run(
@@ -76,19 +78,15 @@ def run(
     native=False,
     round=None,
     run_id=None,
+    host_disk=None,
 ):
     """Run a spec: natively here, or in the images `inv build` just built (`invoke build run`),
     or on the Docker hosts given."""
-    from suite.dispatch import SpecRun, choose_hosts, dispatch, parse_round
-    from suite.specs import load_spec
+    from suite.dispatch import run_command
 
-    s = c.suite
     overrides = {"resolution": resolution, "batch": batch, "steps": steps, "precision": precision}
-    loaded = load_spec(spec or s.spec, overrides)  # validated here, before any host
-    results = writable_directory(Path(results or s.results), "--results")
-    places = choose_hosts(hosts, s.get("hosts"), s.image, s.get("built"), native, label=host)
-    job = SpecRun(loaded, results, overrides, force, run_id)
-    failed, hosts_run = dispatch(job, places, round_=parse_round(round))
+    where = spec, results, hosts, native, host, host_disk  # checked before any host runs
+    failed, hosts_run = run_command(c.suite, overrides, *where, force, run_id, round)
     if failed:
         raise Exit(f"error: {failed} of {hosts_run} hosts failed", code=1)
 
@@ -121,15 +119,18 @@ def build(c, arch=None, base=None, extras=None):
         "results": "results directory",
         "host": "host name the records are filed under; default: this machine's hostname",
         "force": "search again (and re-run the trials) even where records exist",
+        "host_disk": "a directory on a local disk lent to every LMS trial (emulated device), as "
+        "in `inv run`; default: invoke.yaml suite.host_disk",
     },
 )
-def search(c, spec=None, study=None, results=None, host=None, force=False):
+def search(c, spec=None, study=None, results=None, host=None, force=False, host_disk=None):
     """Find the largest resolution or batch that trains, LMS off and on (limit searches)."""
     from suite.running.runner import search_command
     from suite.specs import load_spec
 
-    loaded = load_spec(spec or c.suite.spec)
-    print("\n".join(search_command(loaded, study, results or c.suite.results, host, force)))
+    s = c.suite
+    where = results or s.results, host, force, host_disk or s.get("host_disk")
+    print("\n".join(search_command(load_spec(spec or s.spec), study, *where)))
 
 
 @suite_task(

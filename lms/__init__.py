@@ -15,7 +15,8 @@ a call answers with. They are:
   `Parameters`, `AUTO`, `parse_size`, `format_size`;
 - the errors: `LMSError`, `ParameterError`, `NothingFitsError`, `HostMemoryError`;
 - what a plan and its steps report: `PlanReport` and its parts (`AnalysisSummary`, `FloorOp`,
-  `OpBytes`, `Timeline`), `SwapTraffic` (`LMSFunction.traffic()`);
+  `OpBytes`, `Timeline`), `SwapTraffic` (`LMSFunction.traffic()`), `DiskUsage`
+  (`LMS.disk_usage()`);
 - the host: `cpu_kernels()` (which kernels a CPU plan's peaks are counted for, as
   `PlanReport.kernels` names them), `check_host_memory` (LMS checks the host it runs on; a plan
   made for another host, which does not run here, is checked with this against that host's
@@ -79,6 +80,7 @@ if TYPE_CHECKING:  # `X as X`: a re-export, as type checkers read it
     from lms.values.parameters import AUTO as AUTO
     from lms.values.parameters import Parameters as Parameters
     from lms.values.report import AnalysisSummary as AnalysisSummary
+    from lms.values.report import DiskUsage as DiskUsage
     from lms.values.report import FloorOp as FloorOp
     from lms.values.report import OpBytes as OpBytes
     from lms.values.report import PlanReport as PlanReport
@@ -89,6 +91,7 @@ if TYPE_CHECKING:  # `X as X`: a re-export, as type checkers read it
 _EXPORTS = {
     "AUTO": "lms.values.parameters",
     "AnalysisSummary": "lms.values.report",
+    "DiskUsage": "lms.values.report",
     "FloorOp": "lms.values.report",
     "HostMemoryError": "lms.errors",
     "LMS": "lms.api",

@@ -19,7 +19,7 @@ from lms.closed_loop import peak_meter
 from lms.function import LMSFunction
 from lms.pipeline import Pipeline, Request
 from lms.values.options import Options
-from lms.values.report import PlanReport
+from lms.values.report import DiskUsage, PlanReport
 
 log = logging.getLogger("lms")
 
@@ -29,7 +29,8 @@ class LMS(keras.callbacks.Callback):
 
     Takes `lms.Options`' fields as keyword arguments (`device_memory` also as the first
     argument), each with its default and meaning there; they are checked before any work and
-    kept as `options`. `report` is the last plan's `lms.PlanReport`.
+    kept as `options`. `report` is the last plan's `lms.PlanReport`; `disk_usage()` what the
+    host store's disk held (the `host_disk` option).
 
     What it worked out once: `pipeline.device` (an `lms.device.target.Device`: the target, its
     memory, the budget, the kernels) and `pipeline.mechanism` (how bytes move on it); `budget`,
@@ -63,6 +64,21 @@ class LMS(keras.callbacks.Callback):
     def store(self):
         """The emulated device's host store (swapped tensors and pieces), else None."""
         return self.pipeline.mechanism.store
+
+    def disk_usage(self) -> DiskUsage | None:
+        """The host store's disk (the `host_disk` option) as the steps so far used it: the most
+        bytes it held at once and, where a plan spilled, its measured speed (`lms.DiskUsage`);
+        None without a disk."""
+        if self.options.host_disk is None:
+            return None
+        arrays = self.store.arrays  # a disk goes with the host store only (mechanism_for)
+        link = arrays.measured_link
+        return DiskUsage(
+            str(self.options.host_disk),
+            arrays.disk_peak_bytes,
+            link.out_bandwidth if link else None,
+            link.bandwidth if link else None,
+        )
 
     @functools.cached_property
     def meter(self):

@@ -76,8 +76,11 @@ def device_memory(params: LMSTrial) -> int | None:
     return settings.get("device_memory") or params.memory_budget_bytes
 
 
-def lms_options(params: LMSTrial) -> dict | None:
-    """Keyword arguments of lms.LMS for a trial, or None when the trial runs without LMS."""
+def lms_options(params: LMSTrial, host_disk=None) -> dict | None:
+    """Keyword arguments of lms.LMS for a trial, or None when the trial runs without LMS.
+    `host_disk`: the directory the host lends the host store (`inv run --host-disk`; emulated
+    device only), a place of the host and not a parameter of the trial: never in its `lms`
+    table, so never in its hash."""
     settings = params.lms
     if not settings:
         return None
@@ -86,6 +89,8 @@ def lms_options(params: LMSTrial) -> dict | None:
     options.setdefault("split", SUITE_SPLIT_DEFAULT)
     options["device_memory"] = device_memory(params)
     options["batch_size"] = params.batch
+    if host_disk is not None:
+        options["host_disk"] = str(host_disk)
     return options
 
 
@@ -107,22 +112,28 @@ def host_memory_limit(params: LMSTrial, given: int | None, here: bool):
 
 
 def host_memory_shortfall(
-    report: "lms.PlanReport", limit, emulated: bool, pinned: int | None = None
+    report: "lms.PlanReport", limit, emulated: bool, pinned: int | None = None, disk=None
 ) -> str | None:
     """Why the host cannot hold a planned trial (`report`: its plan), or None when it can or
     `limit` is None (not checked): the check lms makes before the trial's step runs
     (lms.check_host_memory: bytes, or "auto" for this host's), made on a plan that does not run.
     `emulated`: the device's buffers are host memory too; `pinned`: a GPU host's pinned
-    allocator cap (the planner's `target.pinned_host_bytes()`)."""
+    allocator cap (the planner's `target.pinned_host_bytes()`); `disk`: the directory the host
+    lends the emulated device's host store (`inv search --host-disk`), whose free space takes
+    what the memory cannot."""
+    if limit is None:
+        return None
+    disk = disk if emulated else None  # a GPU's host arrays have no disk tier
     try:
         lms.check_host_memory(
-            report.host_peak_bytes, report.peak_bytes_with_lms, emulated, limit, pinned
+            report.host_peak_bytes, report.peak_bytes_with_lms, emulated, limit, pinned, disk
         )
     except lms.HostMemoryError as error:
         return str(error)
     return None
 
 
-def make_planner(params: LMSTrial, plot=None) -> "lms.LMS | None":
-    options = lms_options(params)
+def make_planner(params: LMSTrial, plot=None, host_disk=None) -> "lms.LMS | None":
+    """The trial's lms.LMS (None: LMS off), with the disk its host lends (`lms_options`)."""
+    options = lms_options(params, host_disk)
     return None if options is None else lms.LMS(plot=plot, **options)

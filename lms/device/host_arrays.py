@@ -135,6 +135,12 @@ class HostArrays:
             self._disk_link = measure_disk(self.disk)
         return self._disk_link
 
+    @property
+    def measured_link(self) -> Link | None:
+        """The disk's speed if `disk_link` measured it already (a plan spilled); None otherwise.
+        Reading it measures nothing."""
+        return self._disk_link
+
     def allow(self, ram_limit_bytes: int | None, host_peak_bytes: int) -> None:
         """A new plan: its arrays may fill `ram_limit_bytes` of RAM (None: no limit). When its
         simulated host peak is over that, say how much goes to the disk and what moving it
@@ -229,6 +235,12 @@ class HostArrays:
         """The store dropped every array it held (`HostStore.clear`)."""
         with self._lock:
             self.ram_bytes = self.disk_bytes = 0
+
+    @property
+    def disk_peak_bytes(self) -> int:
+        """The most bytes the disk held at once since the last `take_disk_peak` (not reset)."""
+        with self._lock:
+            return self._disk_peak
 
     def take_disk_peak(self) -> int:
         """The most bytes the disk held at once since the last call."""

@@ -1,7 +1,8 @@
-"""What crosses from `lms` into a program that records it: the plan's report (`PlanReport`) and
-the swap traffic per step (`SwapTraffic`), as frozen types. `to_dict()` gives the JSON a record
-holds; `from_dict()` reads it back, also the older forms stored records hold (keys added since
-load as None). No TensorFlow here: reading a record stays light."""
+"""What crosses from `lms` into a program that records it: the plan's report (`PlanReport`), the
+swap traffic per step (`SwapTraffic`) and the host store's disk (`DiskUsage`), as frozen types.
+`to_dict()` gives the JSON a record holds; `from_dict()` reads it back, also the older forms
+stored records hold (keys added since load as None). No TensorFlow here: reading a record stays
+light."""
 
 import dataclasses
 from dataclasses import dataclass
@@ -294,4 +295,29 @@ class SwapTraffic:
             planned_out_bytes_per_step=data.get("planned_out_bytes_per_step"),
             planned_in_bytes_per_step=data.get("planned_in_bytes_per_step"),
             other_copies=data.get("other_copies"),
+        )
+
+
+@dataclass(frozen=True)
+class DiskUsage:
+    """The host store's disk (the `host_disk` option) as the steps used it (`LMS.disk_usage()`):
+    its directory, the most bytes its files held at once, and its speed in bytes/s, written
+    (the swap-outs' way) and read (the swap-ins'), where the store measured it: it does when a
+    plan spills (lms/device/host_arrays.py `measure_disk`); None where none did."""
+
+    directory: str
+    peak_bytes: int
+    write_bandwidth: float | None = None
+    read_bandwidth: float | None = None
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "DiskUsage":
+        return cls(
+            data["directory"],
+            data["peak_bytes"],
+            data.get("write_bandwidth"),
+            data.get("read_bandwidth"),
         )

@@ -14,12 +14,43 @@ import contextlib
 import threading
 import time
 from dataclasses import replace
+from pathlib import Path
 
 from suite.dispatch.base import Host, SpecRun
 from suite.dispatch.kinds import choose_hosts
 from suite.hosts.docker import STOP_SECONDS, HostOutcome, outcome_line
+from suite.records import writable_directory
 from suite.running.interrupts import RunInterrupted, interruptible
+from suite.running.runner import host_disk_option
+from suite.specs import load_spec
 from suite.units import positive_int
+
+
+def run_command(
+    settings,
+    overrides: dict,
+    spec: str | None = None,
+    results=None,
+    hosts: str | None = None,
+    native: bool = False,
+    label: str | None = None,
+    host_disk=None,
+    force: bool = False,
+    run_id: str | None = None,
+    round_=None,
+) -> tuple[int, int]:
+    """`inv run`: `spec` (a name or a path, with `overrides`) on the hosts `choose_hosts` picks,
+    recorded in `results`, with `host_disk` lent to every LMS trial; `settings` is invoke.yaml's
+    `suite` (the defaults: spec, results, hosts, image, built, host_disk). Checked first, before
+    any host runs: the spec, the results directory, the disk, the hosts, the round. Returns
+    `dispatch`'s (hosts whose run apart failed, hosts that run apart)."""
+    loaded = load_spec(spec or settings.spec, overrides)
+    results = writable_directory(Path(results or settings.results), "--results")
+    disk = host_disk_option(host_disk or settings.get("host_disk"))
+    configured, built = settings.get("hosts"), settings.get("built")
+    places = choose_hosts(hosts, configured, settings.image, built, native, label=label)
+    job = SpecRun(loaded, results, overrides, force, run_id, host_disk=disk)
+    return dispatch(job, places, round_=parse_round(round_))
 
 
 def parse_round(value) -> int | None:
@@ -37,6 +68,8 @@ def dispatch(job: SpecRun, hosts: list[Host], round_: int | None = None) -> tupl
             say(line)
 
     job = replace(job, echo=echo)  # this run's own: its run id is set below
+    for host in hosts:
+        host.check(job)
     kinds = {}  # each kind's hosts, in the order named
     for host in hosts:
         kinds.setdefault(type(host), []).append(host)
@@ -121,4 +154,4 @@ def _stopping(hosts: list[Host], kinds: dict, job: SpecRun):
             raise
 
 
-__all__ = ["SpecRun", "choose_hosts", "dispatch", "parse_round"]
+__all__ = ["SpecRun", "choose_hosts", "dispatch", "parse_round", "run_command"]

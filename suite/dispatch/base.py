@@ -31,6 +31,9 @@ class SpecRun:
     force: bool = False
     run_id: str | None = None  # None: each host that records itself continues its own run
     echo: Callable[[str], None] = print
+    # a directory of this machine lent to every LMS trial's host store (`--host-disk`, checked);
+    # a place of the host, not a parameter of the trial: not in the spec hash
+    host_disk: Path | None = None
 
 
 class Host(ABC):
@@ -58,6 +61,11 @@ class Host(ABC):
         """It may run in a thread of its own while the main thread runs others: `stop()` reaches
         it. Hosts that run the runner here need the main thread (signals reach only it)."""
         return False
+
+    def check(self, job: SpecRun) -> None:
+        """Refuse (a SuiteError), before anything runs on any host, what this host cannot run as
+        `job` asks. By default it runs whatever the spec and options allow."""
+        return None
 
     @abstractmethod
     def run(self, job: SpecRun, round_: int | None = None) -> HostOutcome | None:

@@ -72,10 +72,21 @@ class DockerHost(Host):
             return docker.from_env(timeout=120)
         return docker.DockerClient(base_url=self.url, timeout=120)
 
+    def check(self, job: SpecRun) -> None:
+        """`--host-disk` names a directory of this machine, which the container binds: an engine
+        on another machine would bind a path of its own machine, never checked here."""
+        if job.host_disk is not None and not self.on_this_machine:
+            raise SuiteError(
+                f"--host-disk {job.host_disk}: a directory of this machine; host {self.name} is "
+                f"a Docker engine on another machine ({self.url}), which cannot bind it; run "
+                "there without --host-disk, or natively on that machine with a disk of its own"
+            )
+
     def run(self, job: SpecRun, round_: int | None = None) -> HostOutcome:
+        """The spec in a container, with `--host-disk` bound into it (`check`)."""
         args = run_arguments(job.overrides, job.force, round_=round_, run_id=job.run_id)
-        spec = Path(job.spec.source)
-        (outcome,) = run_on_hosts([self], spec, args, job.results, job.echo, self.runs)
+        spec, disk = Path(job.spec.source), job.host_disk
+        (outcome,) = run_on_hosts([self], spec, args, job.results, job.echo, self.runs, disk)
         return outcome
 
     def stop(self, signal_name: str) -> None:

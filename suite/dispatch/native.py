@@ -29,5 +29,6 @@ class NativeHost(Host):
             echo=job.echo,
             run_id=job.run_id,
             round_=round_,
+            host_disk=job.host_disk,
         )
         job.echo("\n".join(summary_lines(summary)))

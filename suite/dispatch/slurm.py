@@ -53,6 +53,7 @@ from suite.running.replicas import merge
 from suite.running.runner import run_spec, summary_lines
 from suite.running.slurm_cluster import PORT_BASE, PORT_BASE_VARIABLE, PORT_SPAN
 from suite.running.trial import TrialStopped, interrupt_signal
+from suite.running.trial_worker import params_text
 from suite.specs.model import TrialParams
 
 KNOWN_KEYS = {
@@ -141,9 +142,12 @@ class SlurmHost(Host):
         return cls(name, **values)
 
     def run(self, job: SpecRun, round_: int | None = None) -> None:
-        """The spec through this process's runner, each trial process a job on the cluster."""
+        """The spec through this process's runner, each trial process a job on the cluster.
+        `--host-disk DIR` reaches the jobs as this machine's path, as it is: the nodes are
+        expected to share this filesystem (as they do here, and as `workdir` must be), and each
+        job's trial checks it again when its LMS starts (lms.Options: it exists, is writable)."""
         job.echo(f"running {job.spec.name} as Slurm jobs on {self.name}")
-        where = {"run_id": job.run_id, "round_": round_, "place": self}
+        where = {"run_id": job.run_id, "round_": round_, "place": self, "host_disk": job.host_disk}
         summary = run_spec(job.spec, job.results, self.name, job.force, job.echo, **where)
         job.echo("\n".join(summary_lines(summary)))
 
@@ -271,13 +275,19 @@ class SlurmHost(Host):
         return "#!/bin/bash\n" + watch_script(command, scratch / "heartbeat", scratch)
 
     def run_trial(
-        self, params: TrialParams, timeout_s: float, log_path: Path, extra_env: dict | None = None
+        self,
+        params: TrialParams,
+        timeout_s: float,
+        log_path: Path,
+        extra_env: dict | None = None,
+        host_disk: Path | None = None,
     ) -> TrialResult:
         """One trial process as a job; the same TrialResult a local process gives."""
         if self._stopping.is_set():  # a thread that had not submitted its job when stopped
             raise TrialStopped(self._stop_signal, "no job submitted")
         scratch = self._scratch(log_path.parents[2])
         try:
+            (scratch / "params.json").write_text(params_text(params, host_disk))
             return self._run_job(params, timeout_s, log_path, extra_env, scratch)
         finally:  # read or abandoned: parameters, result and heartbeat are no longer needed
             shutil.rmtree(scratch, ignore_errors=True)
@@ -291,8 +301,8 @@ class SlurmHost(Host):
         scratch: Path,
     ) -> TrialResult:
         started = time.perf_counter()
+        # params.json: run_trial's (the parameters, and the disk lent to LMS)
         params_file, result_file = scratch / "params.json", scratch / "result.json"
-        params_file.write_text(json.dumps(params.to_dict()))
         tasks = params.replicas
         target = shlex.quote(str(result_file))
         if tasks > 1:  # each task writes its worker's result (merged below)

@@ -28,6 +28,7 @@ from typing import Protocol
 from suite.errors import SuiteError
 from suite.hosts.description import IMAGE_DIGEST_VARIABLE
 from suite.hosts.volumes import (
+    CONTAINER_DISK,
     CONTAINER_RESULTS,
     RecordsWatch,
     copy_out,
@@ -170,13 +171,19 @@ def _connect(host: Engine):
         ) from None
 
 
-def _create_container(client, host: Engine, image, volume, run_args: list[str], labels):
+def _create_container(client, host: Engine, image, volume, run_args: list[str], labels, disk=None):
     """The suite's own `inv run` under the tether, non-root, without a network, /results on
-    `volume`."""
+    `volume`; with `disk` (a directory of the engine's machine, `inv run --host-disk`) bound at
+    CONTAINER_DISK and handed to that run as its `--host-disk` (the container's user must be
+    able to write there: that run checks it before any trial)."""
     import docker
 
     requests = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
     spec = f"{CONTAINER_RESULTS}/spec.toml"
+    volumes = {volume.name: {"bind": CONTAINER_RESULTS, "mode": "rw"}}
+    if disk is not None:
+        volumes[str(disk)] = {"bind": CONTAINER_DISK, "mode": "rw"}
+        run_args = [*run_args, f"--host-disk={CONTAINER_DISK}"]
     return client.containers.create(
         image.id,
         entrypoint=["sh", "-c", TETHER, "tether", *(image.attrs["Config"]["Entrypoint"] or [])],
@@ -185,7 +192,7 @@ def _create_container(client, host: Engine, image, volume, run_args: list[str], 
         stdin_open=True,  # the tether (the SDK adds StdinOnce: stdin closes when we are gone)
         network_mode="none",
         user=CONTAINER_USER,
-        volumes={volume.name: {"bind": CONTAINER_RESULTS, "mode": "rw"}},
+        volumes=volumes,
         # unbuffered: the container's lines reach `echo` as they are printed (a pipe would hold
         # them until the run ends: minutes under qemu)
         environment={IMAGE_DIGEST_VARIABLE: image.id, "PYTHONUNBUFFERED": "1"},
@@ -204,7 +211,7 @@ class _HostRun:
         self.tether = self.attached = None  # a client of its own, and its attach to stdin
         self.copied = False  # the final copy-out is done: the volume holds nothing more of ours
 
-    def run(self, spec_text: str, run_args: list[str]) -> None:
+    def run(self, spec_text: str, run_args: list[str], disk=None) -> None:
         host, outcome = self.host, self.outcome
         self.client, image = _connect(host)
         outcome.image_id = image.id
@@ -216,7 +223,7 @@ class _HostRun:
             name=f"lms-results-{host.name}-{uuid.uuid4().hex[:8]}", labels=labels
         )
         container = self.container = _create_container(
-            self.client, host, image, self.volume, run_args, labels
+            self.client, host, image, self.volume, run_args, labels, disk
         )
         seeds = seed_files(self.results_dir, host.name, spec_text)
         container.put_archive(CONTAINER_RESULTS, tar_files(seeds))
@@ -280,15 +287,17 @@ def run_on_host(
     results_dir: Path,
     echo,
     runs: ContainerRuns | None = None,
+    disk=None,
 ) -> HostOutcome:
     """Run the spec on one host; never raises for the host's own failures. Records are copied
-    out as they finish; the container and volume are removed once what finished is out."""
+    out as they finish; the container and volume are removed once what finished is out. `disk`:
+    a directory lent to LMS in the container (`_create_container`)."""
     runs = runs if runs is not None else ContainerRuns()
     started = time.monotonic()
     one = _HostRun(host, results_dir, runs, echo)
     with runs.hosting():
         try:
-            one.run(spec_text, run_args)
+            one.run(spec_text, run_args, disk)
         except SuiteError as error:
             one.outcome.reason = str(error)
         except Exception as error:  # the SDK's errors: API, connection, SSH
@@ -312,9 +321,11 @@ def run_on_hosts(
     results_dir: Path,
     echo=print,
     runs: ContainerRuns | None = None,
+    disk=None,
 ) -> list[HostOutcome]:
     """Run on every host concurrently; the outcomes in the order of `hosts`. If this thread is
-    interrupted meanwhile, every container is stopped and its records copied out first."""
+    interrupted meanwhile, every container is stopped and its records copied out first. `disk`:
+    a directory lent to LMS in every container (`_create_container`)."""
     runs = runs if runs is not None else ContainerRuns()
     spec_text = Path(spec_path).read_text()
     lock = threading.Lock()
@@ -327,7 +338,7 @@ def run_on_hosts(
 
     def work(index, host):
         outcomes[index] = run_on_host(
-            host, spec_text, run_args, Path(results_dir), locked_echo, runs
+            host, spec_text, run_args, Path(results_dir), locked_echo, runs, disk
         )
 
     threads = [threading.Thread(target=work, args=(i, h)) for i, h in enumerate(hosts)]

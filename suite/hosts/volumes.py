@@ -29,6 +29,8 @@ from suite.records import (
 )
 
 CONTAINER_RESULTS = "/results"
+# where the directory this machine lends LMS (`inv run --host-disk`) is bind-mounted in a container
+CONTAINER_DISK = "/lms-disk"
 HOST_LABEL = "org.lms-suite.run"  # the host's name
 RESULTS_LABEL = "org.lms-suite.results"  # which results directory the volume's records go to
 POLL_SECONDS = 3.0  # how often a running container's record files are looked at

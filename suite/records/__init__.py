@@ -10,8 +10,9 @@ Types (schema 2; a schema-1 file of any form the suite wrote is migrated on load
                     step_times_s, warmup_times_s, build_s, final_loss, peak_memory_bytes,
                     memory_budget_bytes, machine_load (MachineLoad), machine_speed
                     (MachineSpeed), replicas, nodes, workers (WorkerSummary..., each with its
-                    placement), lms_plan and lms_traffic (lms.PlanReport, lms.SwapTraffic),
-                    slurm_job, placement (Placement: hostname, node, node_id, address);
+                    placement), lms_plan, lms_traffic and lms_disk (lms.PlanReport,
+                    lms.SwapTraffic, lms.DiskUsage), slurm_job, placement (Placement:
+                    hostname, node, node_id, address);
                     None: not measured
     TrialResult     what a trial process writes: outcome, metrics, error, device (+ wall_s);
                     write_result(path, result), read_result(path)
@@ -47,6 +48,7 @@ from suite.records.fields import DamagedRecord
 from suite.records.files import (
     PROJECTION_FILE,
     check_host_name,
+    existing_writable_directory,
     log_file,
     predictions_file,
     projection_file,
@@ -176,6 +178,7 @@ __all__ = [
     "append_search",
     "append_trial",
     "check_host_name",
+    "existing_writable_directory",
     "host_ref",
     "load",
     "load_host",

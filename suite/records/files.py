@@ -74,6 +74,18 @@ def writable_directory(path: Path, option: str) -> Path:
     return path
 
 
+def existing_writable_directory(path, option: str) -> Path:
+    """`path` (absolute) as an existing directory this process can write files in, never made:
+    a place the user chose for something outside the results (`--host-disk`, the disk LMS keeps
+    host arrays on); one RecordError naming `option` and the path otherwise."""
+    path = Path(path).expanduser().absolute()
+    if not path.exists():
+        raise RecordError(f"{option} {path}: no such directory; give an existing directory")
+    if not path.is_dir():
+        raise RecordError(f"{option} {path}: a file, not a directory; give a directory")
+    return writable_directory(path, option)
+
+
 def writable_file(path: Path, option: str) -> Path:
     """`path` as a file this process can write (replace atomically); RecordError naming
     `option` otherwise."""

@@ -1,8 +1,9 @@
 """A trial record's metrics: what one trial process measured, each a typed field (None: not
 measured). Stored as the sparse table schema 1 had: only what was measured, `lms` on disk for
-`lms_plan`. lms's plan report and swap traffic are lms's own types (lms.PlanReport,
-lms.SwapTraffic), read with their `from_dict`, which knows every form lms ever wrote, and checked
-against their annotations here, where the file is read: the report trusts their types."""
+`lms_plan`. lms's plan report, swap traffic and disk usage are lms's own types (lms.PlanReport,
+lms.SwapTraffic, lms.DiskUsage), read with their `from_dict`, which knows every form lms ever
+wrote, and checked against their annotations here, where the file is read: the report trusts
+their types."""
 
 import dataclasses
 from dataclasses import dataclass, field
@@ -122,8 +123,9 @@ RATE_KEYS = ("images_per_sec", "images_per_sec_per_replica", "pixels_per_sec", "
 @dataclass(frozen=True)
 class Metrics:
     """What a trial measured; None where it was not (a trial that did not train has memory and
-    load only, a Slurm job that never started its job id). `lms_plan` and `lms_traffic` are
-    lms's plan report and swap traffic, as lms gives them (its types)."""
+    load only, a Slurm job that never started its job id). `lms_plan`, `lms_traffic` and
+    `lms_disk` are lms's plan report, swap traffic and disk usage, as lms gives them (its
+    types)."""
 
     SPARSE = True
     images_per_sec: Rate | None = None
@@ -148,6 +150,11 @@ class Metrics:
     lms_traffic: lms.SwapTraffic | None = field(
         default=None, metadata={"read": _lms_type(lms.SwapTraffic)}
     )  # lms.LMSFunction.traffic()
+    # lms.LMS.disk_usage(): the disk the host lent LMS's host store (inv run --host-disk), the
+    # most it held and its measured speed; absent from records before it, and without a disk
+    lms_disk: lms.DiskUsage | None = field(
+        default=None, metadata={"read": _lms_type(lms.DiskUsage)}
+    )
     slurm_job: str | None = None  # the Slurm job that ran it
     placement: Placement | None = None  # where it ran (a replica: worker 0's place)
 

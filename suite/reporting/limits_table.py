@@ -3,6 +3,8 @@ LMS off and with LMS on, and the factor LMS gained (in pixels or voxels for reso
 for batch), with splitting too where a search ran with `lms.split`, and beside the gain the
 swap-only bound (`suite.reporting.swap_bound`): how far swapping alone could go, and the op that
 sets it; last, what set each limit (the search's stop, or the first size that failed and why).
+A limit LMS reached with a disk lent to its host store (`inv search --host-disk`) says what the
+disk held there and how fast it was, so a disk-backed limit reads apart from a RAM-bound one.
 Each limit's margin follows (`suite.running.boundary`): its verdict, then the measured peak over
 the budget at the limit and at the first size that failed; a gain from an uncertain limit says
 so."""
@@ -18,13 +20,38 @@ from suite.running.boundary import is_uncertain, margin_text
 from suite.units import format_bytes
 
 
-def _limit_text(record: SearchRecord | None) -> str:
+def _limit_text(record: SearchRecord | None, disks: dict | None = None) -> str:
     if record is None:
         return "not searched"
     largest = record.largest_ok
     if largest is None:
         return f"none (< {record.range[0]})"
-    return f"≥ {largest} (stop)" if record.stop_reached else str(largest)
+    text = f"≥ {largest} (stop)" if record.stop_reached else str(largest)
+    used = _disk_at_limit(record, disks or {})
+    return f"{text} ({disk_text(used)})" if used else text
+
+
+def disk_text(usage) -> str:
+    """ "disk: 3.2 GiB peak, 0.3 GB/s write, 1.2 read": what a trial's host store kept on the
+    disk its host lent it (`Metrics.lms_disk`, an lms.DiskUsage), and the disk's speed where
+    the store measured it (a plan spilled)."""
+    text = f"disk: {format_bytes(usage.peak_bytes)} peak"
+    if usage.write_bandwidth and usage.read_bandwidth:
+        write, read = usage.write_bandwidth / 1e9, usage.read_bandwidth / 1e9
+        text += f", {write:.2g} GB/s write, {read:.2g} read"
+    return text
+
+
+def _disk_at_limit(record: SearchRecord, disks: dict):
+    """The disk the trials at a search's limit were lent (the one that held the most), None
+    when they ran with RAM only: what tells a disk-backed limit from a RAM-bound one."""
+    found = [
+        usage
+        for trial in record.trials
+        if trial.value == record.largest_ok and trial.outcome == "ok"
+        for usage in disks.get((record.host, trial.spec_hash), ())
+    ]
+    return max(found, key=lambda usage: usage.peak_bytes, default=None)
 
 
 def _rate_at_limit(record: SearchRecord | None) -> float | None:
@@ -137,6 +164,10 @@ def limits_table(
     reports the swap-only bound is estimated from, and the errors that say what set a limit."""
     reports = lms_reports(trial_records)
     errors = {(t.host, t.spec_hash): t.error for t in trial_records if t.error}
+    disks = defaultdict(list)  # the disks lent to LMS, by trial
+    for t in trial_records:
+        if t.metrics is not None and t.metrics.lms_disk is not None:
+            disks[(t.host, t.spec_hash)].append(t.metrics.lms_disk)
     pairs = defaultdict(dict)
     for record in search_records:  # newest record of each variant wins
         pairs[(record.limit_key, record.host)][_variant(record)] = record
@@ -156,7 +187,7 @@ def limits_table(
             host,
             format_bytes(p.memory_budget_bytes) if p.memory_budget_bytes else "device",
             _limit_text(off),
-            _limit_text(on),
+            _limit_text(on, disks),
             gain_text(off, on),
             bound_text(off, on, reports),
             margin_cell(off),
@@ -166,7 +197,7 @@ def limits_table(
             trials,
         ]
         if splitting:
-            row += [_limit_text(split), gain_text(off, split), rate_at_limit_text(split)]
+            row += [_limit_text(split, disks), gain_text(off, split), rate_at_limit_text(split)]
         causes = [(name, stopped_by(m, errors)) for name, m in modes.items()]
         order = {"off": 0, "on": 1, "split": 2}
         row.append("; ".join(f"{n}: {c}" for n, c in sorted(causes, key=lambda x: order[x[0]])))

@@ -65,10 +65,12 @@ class TrialExecutor:
         extra_env: dict | None = None,
         run_id: str | None = None,
         place=None,
+        host_disk: Path | None = None,
     ):
         """`place`: where trials run other than in a process here, e.g. a Slurm host
-        (suite.dispatch.slurm): its run_trial() and describe(results_dir)."""
-        self.place = place
+        (suite.dispatch.slurm): its run_trial() and describe(results_dir). `host_disk`: the
+        directory the host lends every LMS trial's host store (`inv run --host-disk`)."""
+        self.place, self.host_disk = place, host_disk
         self.results_dir = Path(results_dir)
         self.host = host or default_host_name()
         self.path = results_file(self.results_dir, self.host)
@@ -116,7 +118,7 @@ class TrialExecutor:
         log_path = log_file(self.results_dir, self.host, f"{trial.hash}-{repeat}")
         launch = self.place.run_trial if self.place else run_trial
         try:
-            result = launch(trial.params, trial.timeout_s, log_path, self.extra_env)
+            result = launch(trial.params, trial.timeout_s, log_path, self.extra_env, self.host_disk)
         except (RunInterrupted, KeyboardInterrupt) as error:  # no record: a rerun redoes it
             detail = getattr(error, "detail", None)
             with self._lock:

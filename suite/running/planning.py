@@ -109,7 +109,11 @@ class SpecPlan:
 
 
 def plan_trial(
-    params: TrialParams, device_memory=None, plot: Path | None = None, host_memory="auto"
+    params: TrialParams,
+    device_memory=None,
+    plot: Path | None = None,
+    host_memory="auto",
+    host_disk=None,
 ) -> TrialPlan:
     """The plan of a trial, as lms makes it before the trial's first step, without running it.
 
@@ -117,7 +121,9 @@ def plan_trial(
         host: `inv plan --device-memory`); None: the device the trial runs on here (its spec's
         lms.device_memory or memory budget, else TensorFlow's pool of this host's GPU).
     host_memory: what the plan's host need is checked against (lms.check_host_memory): bytes,
-        "auto" (this host's available memory) or None (not checked)."""
+        "auto" (this host's available memory) or None (not checked).
+    host_disk: the directory the trial's host lends LMS (emulated device): what the memory
+        cannot hold is checked against its free space."""
     from suite.workloads import build_workload, data, training
 
     info = params.info
@@ -145,7 +151,7 @@ def plan_trial(
         ) from None
     target = planner.target
     shortfall = lms_seam.host_memory_shortfall(
-        report, host_memory, target.emulated, target.pinned_host_bytes()
+        report, host_memory, target.emulated, target.pinned_host_bytes(), host_disk
     )
     check = HostCheck(host_memory, shortfall)
     return TrialPlan(params, plot, target.kind, planner.device_bytes, report, check)

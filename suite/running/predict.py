@@ -8,7 +8,8 @@ fits:
   or the trial's memory budget, else TensorFlow's memory pool of this host's GPU, which lms reads:
   not NVML's total);
 - LMS on: the auto-tuner (or the given parameters) finds a plan within LMS's budget, and this
-  host has the host memory the plan needs (lms.check_host_memory, as before a trial's step).
+  host has the host memory the plan needs (lms.check_host_memory, as before a trial's step;
+  with the disk the search's trials are lent, `inv search --host-disk`, its free space too).
 A child process because tracing many sizes grows the process, and the parent stays TensorFlow-free.
 With `--parent`, it ends itself (and removes the request's directory) when that process is gone.
 """
@@ -24,7 +25,7 @@ from suite.running.orphan_guard import child_arguments
 from suite.specs.model import TrialParams
 
 
-def _fits(params: "TrialParams", mode: str) -> Probe:
+def _fits(params: "TrialParams", mode: str, disk: str | None = None) -> Probe:
     import keras
 
     from suite.errors import SuiteError
@@ -37,7 +38,7 @@ def _fits(params: "TrialParams", mode: str) -> Probe:
     # where its trials run (or the spec's lms.host_memory)
     limit = host_memory_limit(params, None, here=True) if mode != "off" else None
     try:
-        plan = plan_trial(params, host_memory=limit)
+        plan = plan_trial(params, host_memory=limit, host_disk=disk)
     except NoPlan as error:  # not even the closest plan: nothing LMS can do
         return Probe(False, error.device_bytes)
     except SuiteError as error:  # no device memory to plan for
@@ -51,12 +52,14 @@ def _fits(params: "TrialParams", mode: str) -> Probe:
     return Probe(fits, budget, report.budget_bytes, *peaks)
 
 
-def predict(candidates: list[dict], mode: str, search_hash: str) -> PredictionRecord:
+def predict(
+    candidates: list[dict], mode: str, search_hash: str, disk: str | None = None
+) -> PredictionRecord:
     started = time.perf_counter()
     probes = {}
 
     def probe(index: int) -> bool:
-        probes[index] = _fits(TrialParams.from_dict(candidates[index]), mode)
+        probes[index] = _fits(TrialParams.from_dict(candidates[index]), mode, disk)
         return probes[index].fits
 
     bracket = bracket_search(len(candidates), probe, predicted=len(candidates) // 4)
@@ -70,7 +73,9 @@ def main(argv: list[str]) -> int:
         argv, "python -m suite.running.predict", "request_path", "answer_path"
     )
     request = json.loads(Path(request_path).read_text())
-    answer = predict(request["candidates"], request["mode"], request["search_hash"])
+    answer = predict(
+        request["candidates"], request["mode"], request["search_hash"], request.get("disk")
+    )
     write_prediction(answer_path, answer)
     return 0
 

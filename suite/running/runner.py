@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from suite.errors import SuiteError
-from suite.records import SearchRecord, writable_directory
+from suite.records import SearchRecord, existing_writable_directory, writable_directory
 from suite.running.boundary import margin_text
 from suite.running.executor import TrialExecutor, default_host_name, format_eta
 from suite.running.interrupts import RunInterrupted, interruptible
@@ -65,12 +65,25 @@ def search_studies(spec: Spec, study: str | None) -> tuple:
     return (study,)
 
 
-def search_command(spec: Spec, study: str | None, results_dir, host=None, force=False) -> list:
+def search_command(
+    spec: Spec, study: str | None, results_dir, host=None, force=False, host_disk=None
+) -> list:
     """`inv search`: the spec's limit searches (`study`, or all of them) run here, recorded in
-    `results_dir` (a path or its text, checked after the study); what it prints."""
+    `results_dir` (a path or its text, checked after the study), with `host_disk` lent to LMS
+    (checked last, before any trial); what it prints."""
     studies = search_studies(spec, study)
     results_dir = writable_directory(Path(results_dir), "--results")
-    return summary_lines(run_spec(spec, results_dir, host, force, studies=studies))
+    disk = host_disk_option(host_disk)
+    return summary_lines(run_spec(spec, results_dir, host, force, studies=studies, host_disk=disk))
+
+
+def host_disk_option(value) -> Path | None:
+    """`--host-disk DIR` (or invoke.yaml suite.host_disk): the directory this host lends LMS's
+    host store, checked once before any trial (it exists, is a directory, can be written);
+    None when not given."""
+    if value in (None, ""):
+        return None
+    return existing_writable_directory(value, "--host-disk")
 
 
 def run_trials(spec: Spec, executor: TrialExecutor, summary: RunSummary, round_=None) -> None:
@@ -122,11 +135,13 @@ def run_spec(
     round_: int | None = None,
     run_id: str | None = None,
     place=None,
+    host_disk: Path | None = None,
 ) -> RunSummary:
     """Run `spec` (only `studies` if given): trials, then switch sweeps, then limit searches.
     `round_` r: only every trial's r-th process, and the sweeps and searches in round 1 (a
     dispatcher interleaving places that share this machine runs the rounds in turn). `place`:
-    where the trial processes run when not here (a Slurm host: each one a job).
+    where the trial processes run when not here (a Slurm host: each one a job). `host_disk`:
+    a directory (checked: `host_disk_option`) lent to every LMS trial's host store.
 
     `run_id`: the run the records belong to (rounds of an interleaved run share one). Without
     it, the run of `spec` this host left unfinished in `results_dir` is continued, if any
@@ -139,7 +154,7 @@ def run_spec(
         run_id, resumed = marker.begin(fresh=force)
         if resumed:
             echo(f"spec {spec.name}: resuming run {run_id}, which did not complete")
-    executor = TrialExecutor(results_dir, host, force, echo, extra_env, run_id, place)
+    executor = TrialExecutor(results_dir, host, force, echo, extra_env, run_id, place, host_disk)
     with interruptible():
         try:
             summary = _run(spec, executor, round_)
@@ -184,4 +199,4 @@ def select_studies(spec: Spec, studies: tuple) -> Spec:
     )
 
 
-__all__ = ["RunSummary", "run_spec", "select_studies"]
+__all__ = ["RunSummary", "host_disk_option", "run_spec", "select_studies"]

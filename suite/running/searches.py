@@ -65,8 +65,11 @@ def predict_boundary(search: Search, mode: str, executor: TrialExecutor) -> Pred
     env = child_environment(executor.extra_env)
     with tempfile.TemporaryDirectory(prefix="suite-predict-") as tmp:
         request, answer = Path(tmp) / "request.json", Path(tmp) / "answer.json"
+        disk = executor.host_disk and str(executor.host_disk)  # where the trials' host arrays go
         request.write_text(
-            json.dumps({"candidates": candidates, "mode": mode, "search_hash": search_hash})
+            json.dumps(
+                {"candidates": candidates, "mode": mode, "search_hash": search_hash, "disk": disk}
+            )
         )
         with open(log_path, "w") as log:
             try:

@@ -15,7 +15,6 @@ suite/running/orphan_guard.py), removes the scratch directory and ends.
 
 import contextlib
 import dataclasses
-import json
 import os
 import signal
 import subprocess
@@ -27,6 +26,7 @@ from pathlib import Path
 from suite.environment import child_environment
 from suite.records import TrialResult, read_result
 from suite.running.interrupts import RunInterrupted
+from suite.running.trial_worker import params_text
 from suite.specs.model import TrialParams
 
 
@@ -88,12 +88,18 @@ def _kill_group(process: subprocess.Popen) -> None:
 
 
 def run_trial(
-    params: TrialParams, timeout_s: float, log_path: Path, extra_env: dict[str, str] | None = None
+    params: TrialParams,
+    timeout_s: float,
+    log_path: Path,
+    extra_env: dict[str, str] | None = None,
+    host_disk: Path | None = None,
 ) -> TrialResult:
     """Run the trial `params` in a fresh Python process; never raises for the trial's failures,
     only `TrialStopped` when the run is interrupted (the process is gone by then).
 
-    `extra_env` is added to the child's environment (the container runner and tests use it).
+    `extra_env` is added to the child's environment (the container runner and tests use it);
+    `host_disk` is the directory this host lends LMS (`inv run --host-disk`), handed to the
+    process beside the parameters, not among them (suite/running/trial_worker.py).
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     env = child_environment(extra_env)
@@ -101,7 +107,7 @@ def run_trial(
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="trial-") as scratch, open(log_path, "wb") as log:
         params_file, result_file = Path(scratch, "params.json"), Path(scratch, "result.json")
-        params_file.write_text(json.dumps(params.to_dict()))
+        params_file.write_text(params_text(params, host_disk))
         process = subprocess.Popen(
             [
                 sys.executable,

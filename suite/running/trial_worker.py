@@ -1,6 +1,13 @@
 """One trial's process: `python -m suite.running.trial_worker PARAMS.json RESULT.json
 [--parent PID]`.
 
+PARAMS.json holds the trial's canonical parameters (`TrialParams.to_dict`) and, when the host
+lends LMS a disk (`inv run --host-disk`), `host_disk`: a directory of the host, not a parameter
+of the trial, so never part of its hash (`params_text`). An LMS trial on the emulated device
+keeps there the host arrays RAM cannot hold; its record's metrics say what the disk held
+(`lms_disk`). On a GPU the host arrays are TensorFlow's pinned memory, which has no disk tier:
+the disk is not used.
+
 Builds the workload, measures it, writes the result as JSON (atomically), exits 0. An out-of-memory
 (a real one from the allocator, or a measured peak above the trial's memory budget on the emulated
 device) is a result; any other exception is written as a crashed result and exits 1. A process
@@ -24,6 +31,17 @@ from suite.records import MachineSpeed, Metrics, Rate, StepTimes, TrialResult, w
 
 if TYPE_CHECKING:
     from suite.specs.model import TrialParams
+
+
+HOST_DISK = "host_disk"  # PARAMS.json's one key that is not a trial parameter
+
+
+def params_text(params: "TrialParams", host_disk=None) -> str:
+    """PARAMS.json for a trial process: its parameters, and the disk its host lends LMS."""
+    values = params.to_dict()
+    if host_disk is not None:
+        values[HOST_DISK] = str(host_disk)
+    return json.dumps(values)
 
 
 def _log(message: str) -> None:
@@ -57,7 +75,7 @@ def _replica_strategy(tf, params: "TrialParams", index: int):
     return tf.distribute.MultiWorkerMirroredStrategy()
 
 
-def run(params: "TrialParams") -> TrialResult:
+def run(params: "TrialParams", host_disk: str | None = None) -> TrialResult:
     import keras
     import tensorflow as tf
 
@@ -81,7 +99,10 @@ def run(params: "TrialParams") -> TrialResult:
             info.name, resolution, batch, params.precision, params.classes
         )
         optimizer = training.make_optimizer()
-    planner = lms_seam.make_planner(params)
+    if host_disk is not None and params.lms and device != "CPU:0":
+        _log(f"host disk {host_disk} not used: LMS on {device} keeps host arrays in pinned memory")
+        host_disk = None
+    planner = lms_seam.make_planner(params, host_disk=host_disk)
     train_step = training.make_train_step(
         model, loss_fn, optimizer, params.precision, strategy, params.global_batch
     )
@@ -128,11 +149,13 @@ def run(params: "TrialParams") -> TrialResult:
     load = LoadMonitor()  # what other processes took of the cores while the steps ran
 
     def ended(outcome: str, error: str | None = None, **measured) -> TrialResult:
-        """The one place a result is built: the memory budget and the machine's load always."""
+        """The one place a result is built: the memory budget and the machine's load always,
+        and what the host's disk held when LMS was lent one."""
         metrics = Metrics(
             memory_budget_bytes=budget,
             machine_load=load.summary(),
             placement=placement(),
+            lms_disk=planner.disk_usage() if planner is not None else None,
             **measured,
         )
         return TrialResult(outcome, metrics, error, device)
@@ -203,6 +226,7 @@ def main(argv: list[str]) -> int:
     with open(params_path) as handle:
         raw = json.load(handle)
     try:
+        host_disk = raw.pop(HOST_DISK, None) if isinstance(raw, dict) else None
         params = TrialParams.from_dict(raw)
         from suite.running.replicas import launch, missing_devices, worker_index
 
@@ -213,7 +237,7 @@ def main(argv: list[str]) -> int:
             else:
                 result = launch(params_path, result_path, params.replicas)
         else:
-            result = run(params)
+            result = run(params, host_disk)
         code = 0
     except Exception as error:  # any failure of the workload is a recorded result
         traceback.print_exc()

@@ -143,6 +143,9 @@ class Checker:
             value = {}
         if not isinstance(value, dict):
             self.fail(name, value, "false, true, or a table of LMS parameters")
+        if "host_disk" in value:  # lms's option, but a place of the host, not of the trial
+            allowed = "nothing here: a disk is the host's, given to inv run --host-disk DIR"
+            self.fail(f"{name}.host_disk", value["host_disk"], allowed)
         self.known_keys(name, value, set(LMS_FIELDS) | set(OPTIONAL_LMS_FIELDS))
         try:
             return check_lms_table(value)

@@ -316,6 +316,35 @@ def test_help_and_defaults_name_the_statistics_the_gate_uses():
     assert "Welch's t on logs" in defaults and "Mann" not in defaults
 
 
+def test_a_host_disk_that_is_not_a_writable_directory_is_one_line_before_any_trial(tmp_path):
+    """`inv run --host-disk`, `inv search --host-disk` and invoke.yaml's suite.host_disk (here
+    through INVOKE_SUITE_HOST_DISK): one line naming the option and the path, nothing run."""
+    spec, missing, a_file = tmp_path / "tiny.toml", tmp_path / "no-disk", tmp_path / "disk.img"
+    spec.write_text(TINY)
+    a_file.write_text("")
+    results = tmp_path / "results"
+    wrong = inv("run", "--spec", str(spec), "--results", str(results), "--host-disk", str(missing))
+    assert wrong.returncode == 2
+    assert wrong.stderr.strip() == (
+        f"error: --host-disk {missing}: no such directory; give an existing directory"
+    )
+    wrong = inv("search", "--results", str(results), "--host-disk", str(a_file))
+    assert wrong.stderr.strip() == (
+        f"error: --host-disk {a_file}: a file, not a directory; give a directory"
+    )
+    env = {**os.environ, "INVOKE_SUITE_HOST_DISK": str(missing)}
+    wrong = subprocess.run(
+        [sys.executable, "-m", "invoke", "run", "--spec", str(spec), "--results", str(results)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert wrong.returncode == 2 and f"--host-disk {missing}: no such" in wrong.stderr
+    assert not list(results.glob("*.jsonl"))
+
+
 def test_search_takes_the_default_spec_like_the_other_tasks(tmp_path):
     completed = inv("search", "--study", "nope", "--results", str(tmp_path / "r"))
     assert completed.returncode == 2

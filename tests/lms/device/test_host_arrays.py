@@ -34,6 +34,7 @@ def test_arrays_stay_in_ram_up_to_the_limit_and_go_to_the_disk_beyond_it(tmp_pat
     assert os.listdir(tmp_path) == []  # unlinked once mapped: nothing to clean up, ever
     assert all(a.ctypes.data % ALIGNMENT == 0 for a in kept)
     arrays.free(kept.pop())
+    assert arrays.disk_peak_bytes == 3 * MIB  # read, not reset
     assert arrays.disk_bytes == 2 * MIB and arrays.take_disk_peak() == 3 * MIB
     assert arrays.take_disk_peak() == 2 * MIB  # the peak starts again from what is held
 
@@ -84,7 +85,9 @@ def test_the_disk_is_measured_as_a_link_and_a_plan_that_spills_says_what_it_cost
     assert link.out_bandwidth > 0 and link.bandwidth > 0 and link.latency == 0
     assert os.listdir(tmp_path) == []
     arrays = HostArrays(tmp_path)
+    assert arrays.measured_link is None  # reading it measures nothing
     arrays._disk_link = lms.Link(2e9, 0, 1e9)  # a known disk: the cost below is exact
+    assert arrays.measured_link == lms.Link(2e9, 0, 1e9)
     with caplog.at_level(logging.INFO, logger="lms"):
         arrays.allow(1000 * MIB, 1000 * MIB)  # fits the RAM: nothing said
         assert not caplog.records

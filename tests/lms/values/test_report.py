@@ -144,6 +144,22 @@ def test_version_1_traffic_loads_as_version_1_without_a_copy_kind():
     assert lms.SwapTraffic.from_dict(traffic.to_dict()) == traffic
 
 
+def test_a_disk_usage_round_trips_and_reads_without_a_speed():
+    """`LMS.disk_usage()`'s type: its JSON names each field; a disk the store never measured
+    (nothing spilled by plan) has no speed."""
+    usage = lms.DiskUsage("/scratch/lms", 3 * 2**30, 0.3e9, 1.2e9)
+    data = json.loads(json.dumps(usage.to_dict()))
+    assert data == {
+        "directory": "/scratch/lms",
+        "peak_bytes": 3 * 2**30,
+        "write_bandwidth": 0.3e9,
+        "read_bandwidth": 1.2e9,
+    }
+    assert lms.DiskUsage.from_dict(data) == usage
+    unmeasured = lms.DiskUsage.from_dict({"directory": "/d", "peak_bytes": 0})
+    assert unmeasured.write_bandwidth is None and unmeasured.read_bandwidth is None
+
+
 def test_a_projection_round_trips():
     projection = lms.Projection(1.5, 1.0, 0.25, 0.5, 3)
     assert projection.to_dict() == {

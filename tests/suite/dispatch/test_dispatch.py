@@ -4,12 +4,15 @@ run id and goes once all is done; an interruption stops every host and its last 
 each kind stopped. Shown with hosts of a test kind that record what they are asked."""
 
 import threading
+from dataclasses import replace
 
 import pytest
 from tiny_specs import TINY
 
 from suite.dispatch import SpecRun, dispatch
 from suite.dispatch.base import Host
+from suite.dispatch.docker import DockerHost
+from suite.errors import SuiteError
 from suite.hosts.docker import HostOutcome
 from suite.running.interrupts import RunInterrupted
 from suite.running.resume import UnfinishedRun
@@ -123,3 +126,17 @@ def test_an_interruption_stops_every_host_and_its_line_says_what_each_kind_stopp
     assert error.value.signal_name == "SIGTERM"
     assert (far.stopped, far.settled) == ("SIGTERM", True)
     assert [call[0] for call in calls] == ["a"]  # nothing after the interruption
+
+
+def test_a_disk_lent_to_a_docker_engine_on_another_machine_is_refused_before_any_host_runs(
+    job, tmp_path
+):
+    """`--host-disk` is a directory of this machine: a container of this machine's engine binds
+    it; an engine elsewhere would bind a path of its own machine, never checked."""
+    calls, lent = [], replace(job, host_disk=tmp_path)
+    far = DockerHost("power9", "ssh://bench@power9.example.com", "lms-suite:ppc64le-none")
+    with pytest.raises(SuiteError, match=f"--host-disk {tmp_path}: a directory of this machine; "):
+        dispatch(lent, [Recording("a", calls), far])
+    assert calls == []  # nothing ran anywhere
+    far.check(job)  # without a disk it runs there
+    DockerHost("box", "local", "lms-suite:x86_64-cpu").check(lent)  # binds it: no error

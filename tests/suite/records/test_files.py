@@ -2,7 +2,13 @@ import pytest
 from _unwritable import unwritable
 
 from suite.errors import RecordError
-from suite.records import readable_directory, writable_directory, writable_file, write_atomic
+from suite.records import (
+    existing_writable_directory,
+    readable_directory,
+    writable_directory,
+    writable_file,
+    write_atomic,
+)
 
 
 def test_write_atomic_replaces_the_whole_file_and_leaves_no_temporary(tmp_path):
@@ -31,3 +37,22 @@ def test_a_file_or_an_unwritable_directory_is_refused_naming_the_option(tmp_path
             writable_directory(locked, "--output")
         with pytest.raises(RecordError, match=f"^--output {locked}: cannot write there "):
             writable_file(locked / "baseline.json", "--output")
+
+
+def test_a_directory_lent_to_lms_must_exist_be_one_and_be_writable(tmp_path, monkeypatch):
+    """`--host-disk`: never made (a disk the user chose), one error naming the option and the
+    path for each way it can be wrong; a relative path comes back absolute."""
+    missing, a_file = tmp_path / "missing", tmp_path / "disk.img"
+    a_file.write_text("")
+    with pytest.raises(RecordError, match=f"^--host-disk {missing}: no such directory; give an"):
+        existing_writable_directory(missing, "--host-disk")
+    assert not missing.exists()
+    with pytest.raises(RecordError, match=f"^--host-disk {a_file}: a file, not a directory"):
+        existing_writable_directory(a_file, "--host-disk")
+    with (
+        unwritable(tmp_path / "locked") as locked,
+        pytest.raises(RecordError, match=f"^--host-disk {locked}: cannot write there "),
+    ):
+        existing_writable_directory(locked, "--host-disk")
+    monkeypatch.chdir(tmp_path.parent)
+    assert existing_writable_directory(tmp_path.name, "--host-disk") == tmp_path

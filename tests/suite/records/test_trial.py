@@ -90,6 +90,7 @@ FULL_PLAN = {
         ("lms", FULL_PLAN, "timeline.device_bytes_without_lms.1", "2"),
         ("lms_traffic", traffic("emulated link", 0.1, 0.2), "swap_outs_per_step", None),
         ("lms_traffic", traffic("emulated link", 0.1, 0.2), "in_bandwidth", "fast"),
+        ("lms_disk", {"directory": "/d", "peak_bytes": 5}, "peak_bytes", 5.5),
     ],
 )
 def test_an_lms_report_of_other_types_than_lms_declares_is_a_damaged_record(
@@ -156,3 +157,22 @@ def test_a_workers_placement_is_written_only_when_known_and_reads_back():
     assert "placement" not in table["workers"][1]
     values = trial_values(metrics=table)
     assert TrialRecord.from_dict(values, "test").metrics.workers == (placed, WorkerSummary("ok"))
+
+
+def test_the_disk_a_trial_was_lent_reads_back_and_a_record_without_one_writes_as_before():
+    """`metrics.lms_disk` (lms.DiskUsage, `inv run --host-disk`): written only with a disk, so
+    records without one, older ones included, load and write back unchanged."""
+    usage = lms.DiskUsage("/scratch/lms", 3 * 2**30, 0.3e9, None)
+    metrics = Metrics(images_per_sec=Rate(1.0, 0.1), lms_disk=usage)
+    table = json.loads(json.dumps(metrics.to_dict()))
+    assert table["lms_disk"] == {
+        "directory": "/scratch/lms",
+        "peak_bytes": 3 * 2**30,
+        "write_bandwidth": 0.3e9,
+        "read_bandwidth": None,
+    }
+    assert TrialRecord.from_dict(trial_values(metrics=table), "test").metrics.lms_disk == usage
+    old = trial_values()
+    record = TrialRecord.from_dict(old, "test")
+    assert record.metrics.lms_disk is None and "lms_disk" not in record.to_dict()["metrics"]
+    assert json.loads(json.dumps(record.to_dict())) == old

@@ -21,7 +21,9 @@ SWAP_ERROR = (
 )
 
 
-def _search(tmp_path, ref, mode, largest, failed, error, split=None):
+def _search(tmp_path, ref, mode, largest, failed, error, split=None, disks=()):
+    """A search's record and its failed trial's; with `disks` (lms.DiskUsage tables), one
+    trained trial at the limit per disk it was lent."""
     made = search_record("alpha", ref, "max-resolution", mode, largest, failed)
     if split:
         made["search_hash"] += "-split"
@@ -30,18 +32,33 @@ def _search(tmp_path, ref, mode, largest, failed, error, split=None):
     trial = record("alpha", ref, spec_hash, 1.0, 0.1, outcome="out_of_memory")
     trial["error"] = error
     write_record(tmp_path, trial)
-    made["trials"] = [
-        {
-            "value": failed,
-            "spec_hash": spec_hash,
-            "outcome": "out_of_memory",
-            "reused": False,
-            "peak_memory_bytes": None,
-            "images_per_sec": None,
-            "repeat": 0,
-        }
-    ]
+    made["trials"] = [_entry(failed, spec_hash, "out_of_memory")]
+    for repeat, disk in enumerate(disks):
+        limit_hash = f"{made['search_hash']}-{largest}"
+        trained = record("alpha", ref, limit_hash, 1.0, 0.1, resolution=largest, repeat=repeat)
+        trained["metrics"]["lms_disk"] = disk
+        write_record(tmp_path, trained)
+        made["trials"].append({**_entry(largest, limit_hash, "ok"), "repeat": repeat})
     write_record(tmp_path, made)
+
+
+def _entry(value: int, spec_hash: str, outcome: str) -> dict:
+    """A search record's line for one trial process."""
+    return {
+        "value": value,
+        "spec_hash": spec_hash,
+        "outcome": outcome,
+        "reused": False,
+        "peak_memory_bytes": None,
+        "images_per_sec": None,
+        "repeat": 0,
+    }
+
+
+def _disk(peak: int, write: float | None = None, read: float | None = None) -> dict:
+    """What `LMS.disk_usage()` records of a disk lent to the host store (lms.DiskUsage)."""
+    return {"directory": "/scratch", "peak_bytes": peak, "write_bandwidth": write,
+            "read_bandwidth": read}  # fmt: skip
 
 
 def _cells(tmp_path) -> dict:
@@ -94,3 +111,18 @@ def test_a_plan_refused_for_the_disk_says_so_and_one_for_the_host_memory_too(tmp
         "host memory: the plan needs more than the host has",
     ]
     assert lms.check_host_memory(host, device, True, 2 * device, disk=tmp_path) > 0  # it fits
+
+
+def test_a_limit_reached_with_a_disk_says_what_the_disk_held_and_how_fast_it_was(tmp_path):
+    """`inv search --host-disk`: the limit LMS reached with the host store's disk says so (the
+    process whose disk held the most), apart from a RAM-bound limit; a disk the store never
+    measured (nothing spilled by plan) has no speed to show."""
+    ref = store_host(tmp_path, HOST)
+    _search(tmp_path, ref, "off", 160, 192, "boom")
+    lent = [_disk(2**30, 5e8, 9e8), _disk(int(3.2 * 2**30), 3e8, 1.2e9)]
+    _search(tmp_path, ref, "on", 256, 288, SWAP_ERROR, disks=lent)
+    _search(tmp_path, ref, "on", 512, 544, FLOOR_ERROR, "auto", [_disk(0)])
+    cells = _cells(tmp_path)
+    assert cells["LMS on"] == "256 (disk: 3.2 GiB peak, 0.3 GB/s write, 1.2 read)"
+    assert cells["with splitting"] == "512 (disk: 0 B peak)"
+    assert cells["LMS off"] == "160"

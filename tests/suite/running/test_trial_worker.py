@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from report_cases import HOST
 from trial_cases import TINY, tiny_spec
 
 from suite.lms_seam import check_lms_table
@@ -109,6 +110,44 @@ def test_lms_trains_within_a_budget_the_plain_step_exceeds(tmp_path):
     assert traffic.in_seconds_per_step >= 0.95 * plan.swapped_in_bytes / 2e9
     assert traffic.link == {"bandwidth": 2e9, "latency": 0.0}
     assert traffic.version == 2 and traffic.copy == "emulated link"
+
+
+def test_a_disk_lent_to_lms_takes_what_the_host_memory_cannot_and_the_record_says_so(
+    tmp_path, monkeypatch
+):
+    """`inv run --host-disk` natively: the trial's LMS keeps on the disk the host arrays beyond
+    the RAM its spec's host memory leaves the host store, and the record says what the disk held
+    and how fast it was; the trial's hash is the one it has without a disk. The host memory is
+    set so that the store's share of it (DISK_RAM_SHARE of what it leaves beside the device,
+    with the process's overhead: lms/device/host_memory.py) holds about half the plan's host
+    arrays: the plan of the same trial without a disk, whose record has no disk, says how much
+    that is. (The host is described by a fixed table: describing this one takes 10 s and is not
+    what is tested.)"""
+    monkeypatch.setattr("suite.running.executor.capture_host_description", lambda: HOST)
+    everything = "swapout_threshold = 1, swapin_ahead = 1, swapin_groupby = 0"
+
+    def spec(more: str = ""):
+        return tiny_spec(defaults=f'memory_budget = "1GiB"\nlms = {{ {everything}{more} }}')
+
+    results, disk = tmp_path / "results", tmp_path / "disk"
+    disk.mkdir()
+    run_spec(spec(), results, host="h1", echo=lambda _: None)
+    (plain,) = load_trials(results, "h1")
+    assert plain.outcome == "ok", plain.error
+    assert plain.metrics.lms_disk is None and "lms_disk" not in plain.to_dict()["metrics"]
+    plan = plain.metrics.lms_plan
+    assert plan.host_peak_bytes > 0
+    host_memory = int(1.3 * (plan.peak_bytes_with_lms + plan.host_peak_bytes)) + 1
+    with_disk = spec(f", host_memory = {host_memory}")
+    run_spec(with_disk, results, host="h1", echo=lambda _: None, host_disk=disk)
+    record = load_trials(results, "h1")[-1]
+    assert record.outcome == "ok", record.error
+    assert record.spec_hash == with_disk.trials[0].hash  # the disk is not a parameter
+    used = record.metrics.lms_disk
+    assert used.directory == str(disk)
+    assert 0 < used.peak_bytes < plan.host_peak_bytes  # about half on the disk, half in RAM
+    assert used.write_bandwidth > 0 and used.read_bandwidth > 0  # measured: the plan spilled
+    assert list(disk.iterdir()) == []  # its files go with the trial
 
 
 def test_two_replicas_train_like_one_on_the_same_global_batch_with_lms_per_worker(tmp_path):

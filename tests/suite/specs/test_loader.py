@@ -174,6 +174,11 @@ def test_the_embedded_default_is_the_mission_at_cpu_size():
             "defaults.lms.safety_ratio",
             "(0, 1]",
         ),
+        (  # lms takes it, but a disk is the host's (inv run --host-disk), not in a trial's hash
+            spec_with(defaults_extra='lms = {host_disk = "/scratch"}'),
+            "defaults.lms.host_disk",
+            "nothing here: a disk is the host's, given to inv run --host-disk DIR",
+        ),
         (spec_with(defaults_extra="gpus = 0"), "defaults.gpus", "an integer >= 1"),
         (spec_with(defaults_extra="boundary_repeats = -1"), "defaults.boundary_repeats", ">= 0"),
         (
