@@ -57,8 +57,7 @@ def suite_task(**options):
         "Slurm clusters) or ssh://user@host; default: natively on this machine, or after "
         "`inv build` in the same invocation, the invoke.yaml hosts of the images it built",
         "native": "also run natively on this machine (with --hosts or after build)",
-        "round": "only every trial's N-th process, and sweeps and searches with N = 1 (how runs "
-        "that share this machine are interleaved)",
+        "round": "only every trial's N-th process, sweeps and searches with N = 1 (interleaving)",
         "run_id": "the run the records belong to (rounds of one interleaved run share it)",
         "host_disk": "a directory on a local disk lent to every LMS trial (emulated device): host "
         "arrays beyond the RAM go there; not hashed; default: invoke.yaml suite.host_disk",
