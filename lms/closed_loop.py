@@ -221,6 +221,9 @@ class ClosedLoop:
         calibration cache's for this step, where it holds one."""
         if retrace:
             self.function = _retraced(self.function)
+        store = self.pipeline.mechanism.store
+        if store is not None:  # the last plan's pooled arrays: host memory the next may need
+            store.arrays.drop_pool()
         first = self.calibration is not None and not self.calibration.attempts
         measured = (first or closest) and self.meter is not None
         request = Request(parameters or self._asked(), budget, measured, cached=first)

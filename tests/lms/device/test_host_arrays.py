@@ -54,6 +54,29 @@ def test_freed_ram_arrays_are_reused_but_never_past_the_limit(tmp_path):
     assert arrays.disk_bytes == 0 and arrays.ram_bytes == 1 * MIB
 
 
+def test_a_new_plan_lets_the_pooled_arrays_go():
+    """The closed loop drops the pool before it plans again (lms/closed_loop.py), so that its
+    host memory check sees the last plan's pooled arrays as available: a 64 MiB array's pages
+    go back to the host (malloc unmaps them), and the pool fills again after."""
+    arrays = HostArrays()
+    kept = arrays.copy(np.ones((16, 1024, 1024), np.float32))
+    arrays.free(kept)
+    del kept
+    assert arrays.pooled_bytes == 64 * MIB
+    rss = _rss()
+    assert arrays.drop_pool() == 64 * MIB and arrays.pooled_bytes == 0
+    assert rss - _rss() >= 60 * MIB
+    fresh = arrays.copy(np.ones((16, 1024, 1024), np.float32))
+    assert arrays.ram_bytes == 64 * MIB
+    arrays.free(fresh)
+    assert arrays.pooled_bytes == 64 * MIB  # pooled again: the pool's limit is kept
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
 def test_without_a_disk_or_a_limit_everything_stays_in_ram(tmp_path):
     for arrays in (HostArrays(), HostArrays(tmp_path)):
         arrays.ram_limit_bytes = None if arrays.disk else 0
