@@ -8,6 +8,8 @@ SWAP_SCOPE = "lms"  # the rewriter's name scope: lms/s<k>/... per swapped tensor
 SPLIT_SCOPE = "lms_split"  # where lms/split/rewrite.py adds a split op's pieces
 # where a max pool gradient's recomputed pool is made (lms/graph/pool_reads.py)
 RECOMPUTE_SCOPE = "lms_pool"
+# where recomputed pools live: a whole gradient's, and a split gradient's pieces' own
+RECOMPUTED_SCOPES = (f"{SPLIT_SCOPE}/", f"{RECOMPUTE_SCOPE}/")
 # the op that moves a swap's bytes each way, and the swap-in's device-side copy (device copies)
 SWAP_OUT, SWAP_IN, SWAP_IN_COPY = "lms_swapout", "lms_swapin", "lms_swapin_copy"
 # set on a FuncGraph once lms edited it (swaps or split ops): its trace is no longer plain

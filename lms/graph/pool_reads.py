@@ -19,7 +19,7 @@ readers.
 import tensorflow as tf
 
 from lms import _tf_private
-from lms.graph.names import RECOMPUTE_SCOPE
+from lms.graph.names import RECOMPUTE_SCOPE, RECOMPUTED_SCOPES
 
 FORWARD_MAX_POOLS = {"MaxPoolGrad": tf.raw_ops.MaxPool, "MaxPool3DGrad": tf.raw_ops.MaxPool3D}
 
@@ -36,10 +36,11 @@ def max_pooled(grad_op, x, padding: str):
 
 def recompute_pool_reads(graph) -> int:
     """Reroute every max pool gradient of `graph` (a FuncGraph) that does not read a recomputed
-    pool yet to one made beside it (module docstring), on its device. Returns how many."""
+    pool yet (its own, or a split piece's) to one made beside it (module docstring), on its
+    device. Returns how many."""
     rerouted = 0
     for op in list(graph.get_operations()):
-        if op.type not in FORWARD_MAX_POOLS or op.inputs[1].op.name.startswith(RECOMPUTE_SCOPE):
+        if op.type not in FORWARD_MAX_POOLS or op.inputs[1].op.name.startswith(RECOMPUTED_SCOPES):
             continue
         name = op.name.replace("/", "_")
         # after the incoming gradient, not as soon as the input exists (the forward pass): else

@@ -9,7 +9,7 @@ import logging
 import tensorflow as tf
 
 from lms.graph.loops import IF_OPS, WHILE_OPS, accumulated_lists, passed_lists
-from lms.graph.names import HOST_ARRAYS, RECOMPUTE_SCOPE
+from lms.graph.names import HOST_ARRAYS, RECOMPUTED_SCOPES
 from lms.graph.passes import (
     bypass_identity_n,
     drop_dead_reads,
@@ -37,7 +37,6 @@ from lms.graph.step import (
 )
 
 log = logging.getLogger("lms")
-RECOMPUTED_SCOPES = (*HOST_STORE_SCOPES, f"{RECOMPUTE_SCOPE}/")
 
 
 def _variable_bytes(variables) -> int:
