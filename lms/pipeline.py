@@ -115,12 +115,13 @@ class Pipeline:
             if not request.keep_closest or error.closest is None:
                 raise
             log.info("%s", error)
-            tuned, shortfall = error.closest, str(error)
+            tuned, shortfall, made = error.closest, str(error), error.splits
         else:
             splits += made
-            chained = self._chain(function, args, made, analysis, tuned, parameters, budget)
-            if chained is not None:
-                concrete, analysis, tuned, splits, pieces = chained
+        chained = self._chain(function, args, made, analysis, tuned, parameters, budget)
+        if chained is not None:  # (a closest plan, kept for the closed loop, is chained too)
+            concrete, analysis, tuned, splits, failure, pieces = chained
+            shortfall = None if failure is None else str(failure)
         timings = {
             "trace_s": traced - started,
             "analysis_s": analysed - traced,
@@ -146,8 +147,7 @@ class Pipeline:
         )
         if self.mechanism.store is not None:  # with a disk: the RAM its arrays may fill
             self.mechanism.store.arrays.allow(ram, simulation.host_peak_bytes)
-        started = time.perf_counter()
-        concrete = planned.concrete
+        started, concrete = time.perf_counter(), planned.concrete
         if planned.splits:
             planned.pieces.finish(concrete.graph)  # TensorFlow's copies: kept from Grappler
         callable_ = concrete
@@ -280,8 +280,8 @@ class Pipeline:
         return split_analysis, tuned, splits
 
     def _chain(self, function, args, made, analysis, tuned, parameters, budget):
-        """`chain_to_fit` (lms/split/fit.py) on a fresh trace: (concrete, analysis, tuned, splits,
-        pieces), or None (the unchained plan stays; a step whose loops' lists were streamed)."""
+        """`chain_to_fit` (lms/split/fit.py) on a fresh trace: (concrete, *its result, pieces),
+        or None (the unchained plan stays; a step whose loops' lists were streamed)."""
         if not made or not self.options.split_chains or analysis.loops:
             return None
         concrete = _retrace(function, args)

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import tensorflow as tf
 
 from lms import _tf_private
-from lms.graph.names import HOST_ARRAYS, PIECE_IN, PIECE_OUT
+from lms.graph.names import HOST_ARRAYS, PIECE_IN, PIECE_OUT, RECOMPUTE_SCOPE
 from lms.split.rewrite import running_ops
 
 
@@ -161,10 +161,14 @@ class HostPieces:
         """Nothing: the store's py_funcs are stateful, and Grappler keeps them."""
 
     def _never_runs(self, op) -> bool:
-        """`op` is replaced by pieces, a keep made moot, or an op of the traced step that
-        TensorFlow prunes (e.g. the gradient of the images, which nothing reads)."""
+        """`op` is replaced by pieces, a keep made moot, an op of the traced step that
+        TensorFlow prunes (e.g. the gradient of the images, which nothing reads), or a
+        gradient's recomputed pool (lms/graph/pool_reads.py) whose gradient is split: its pieces
+        pool their own rows, so nothing reads it and TensorFlow prunes it."""
         if op in self._gone:
             return True
+        if op.name.startswith(f"{RECOMPUTE_SCOPE}/"):
+            return all(self._never_runs(reader) for reader in op.outputs[0].consumers())
         if self._traced is None:  # the step as traced: which of its ops run does not change
             self._traced = (set(op.graph.get_operations()), running_ops(op.graph))
         traced, running = self._traced

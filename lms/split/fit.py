@@ -16,6 +16,7 @@ import logging
 import time
 
 from lms.errors import NothingFitsError
+from lms.graph.names import RECOMPUTE_SCOPE
 from lms.memory.lifetimes import footprints, largest_footprint
 from lms.split.chain import only_readers, split_decided
 from lms.split.layouts import layout, splittable
@@ -61,6 +62,12 @@ def _targets(graph, analysis, threshold: float) -> list:
         if footprint.bytes <= threshold:
             break
         if footprint.name.startswith(f"{SCOPE}/"):  # a piece: already split
+            continue
+        # a gradient's recomputed pool (lms/graph/pool_reads.py): the gradient reads all it
+        # reads and more, so it is split in the same round or before, and its pieces pool
+        # their own rows; the recompute then never runs (split, its input's host copy was
+        # kept for pieces that never read it: GoogLeNet 1024², 64 MiB a step)
+        if footprint.name.startswith(f"{RECOMPUTE_SCOPE}/"):
             continue
         op = graph.get_operation_by_name(footprint.name)
         if splittable(op) is None:
@@ -170,8 +177,9 @@ def split_to_fit(
 def chain_to_fit(graph, made: list, io: PieceCopies, analyse, tune, budget: int, unchained):
     """The ops `made` (Splits, decided in rounds, each op alone) split again in `graph` (a fresh
     trace of the step) in chains (lms/split/chain.py), analysed (`analyse()`) and tuned
-    (`tune(analysis)`, raising NothingFitsError) once: (analysis, tuned, splits) when that plan
-    fits `budget` or comes closer than `unchained` (the plan of the ops alone), else None.
+    (`tune(analysis)`, raising NothingFitsError) once: (analysis, tuned, splits, the tuner's
+    NothingFitsError or None) when that plan fits `budget` or comes closer than `unchained` (the
+    plan of the ops alone: also the closest, when nothing fit), else None.
     Rounds split one op at a time, so a chain is made once, when the splits are known."""
     started = time.perf_counter()
     decided = [(s.op, s.pieces, s.why) for s in made]
@@ -179,11 +187,11 @@ def chain_to_fit(graph, made: list, io: PieceCopies, analyse, tune, budget: int,
     linked = sum(1 for split in splits if split.chained_after)
     if not linked:
         return None
-    analysis = analyse()
+    analysis, failure = analyse(), None
     try:
         tuned = tune(analysis)
     except NothingFitsError as error:
-        tuned = error.closest
+        tuned, failure = error.closest, error
     peak = tuned.simulation.peak_bytes if tuned is not None else float("inf")
     alone, took = unchained.simulation.peak_bytes, time.perf_counter() - started
     if peak > max(budget, alone):
@@ -199,4 +207,4 @@ def chain_to_fit(graph, made: list, io: PieceCopies, analyse, tune, budget: int,
         "alone: %s; %.1f s)",
         *(linked, len(splits), format_size(peak), format_size(alone), took),
     )
-    return analysis, tuned, splits
+    return analysis, tuned, splits, failure
