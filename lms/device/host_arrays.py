@@ -1,7 +1,7 @@
-"""Where the emulated device's host store keeps its arrays: 64-byte aligned host memory, freed
-arrays pooled for the next ones of their shape, and, with a disk directory (the `host_disk`
-option), memory-mapped files beyond the RAM the plan may take, so that what a step holds on the
-host is bounded by the disk and not by RAM (issue 44).
+"""Where the emulated device's host store keeps its arrays: 64-byte aligned host memory cut
+from one region a plan's arrays reuse (lms/device/host_arena.py), and, with a disk directory
+(the `host_disk` option), memory-mapped files beyond the RAM the plan may take, so that what a
+step holds on the host is bounded by the disk and not by RAM (issue 44).
 
 Why memory-mapped files and not reads and writes: an array on disk is still an array, so the
 store's slice reads, piece writes and swap-ins work on it unchanged, and the kernel's page cache
@@ -12,7 +12,6 @@ process ends, however it ends."""
 import logging
 import math
 import os
-import sys
 import tempfile
 import threading
 import time
@@ -20,14 +19,16 @@ from pathlib import Path
 
 import numpy as np
 
+from lms.device.host_arena import ALIGNMENT, HostArena
 from lms.values.budget import format_size
 from lms.values.link import Link
 
 log = logging.getLogger("lms")
 
-ALIGNMENT = 64  # TensorFlow's buffers are 64-byte aligned (EIGEN_MAX_ALIGN_BYTES)
 DISK_PROBE_BYTES = 256 * 2**20  # what `measure_disk` writes and reads back
 DISK_PROBE_CHUNK = 16 * 2**20  # ... through one buffer of this size
+# the arena a plan's RAM arrays are cut from: its simulated host peak times this
+ARENA_SLACK = 1.25
 
 
 def measure_disk(directory, nbytes: int = DISK_PROBE_BYTES) -> Link:
@@ -82,37 +83,9 @@ def aligned_empty(shape, dtype) -> np.ndarray:
     return raw[offset : offset + nbytes].view(dtype).reshape(shape)
 
 
-class ArrayPool:
-    """Host arrays the store has freed, kept to hold the next swap-outs of their shape and type.
-
-    Copying into fresh memory costs the page faults of every new page: a swap-out's copy ran at
-    1.4-1.7 GB/s into a new array, 12 GB/s into one used before (benchmarks/swap_overhead.py),
-    and a step swaps out the same shapes every time. An array is reused only once nothing else
-    refers to it (a swapped-in array is wrapped by TensorFlow until its DeepCopy has read it).
-    Holds at most `limit_bytes` (the most the store held at once so far: a step's own need)."""
-
-    def __init__(self):
-        self._free, self.bytes, self.limit_bytes = {}, 0, 0
-
-    def give(self, array: np.ndarray) -> None:
-        if self.bytes + array.nbytes <= self.limit_bytes:
-            self._free.setdefault((array.shape, array.dtype.str), []).append(array)
-            self.bytes += array.nbytes
-
-    def take(self, shape, dtype) -> np.ndarray | None:
-        """A freed array of `shape` and `dtype` nothing else refers to, or None."""
-        arrays = self._free.get((tuple(shape), np.dtype(dtype).str), [])
-        for k in range(len(arrays)):
-            # referenced by the list and getrefcount's argument alone: free
-            if sys.getrefcount(arrays[k]) <= 2:
-                array = arrays.pop(k)
-                self.bytes -= array.nbytes
-                return array
-        return None
-
-
 class HostArrays:
-    """The store's arrays: in RAM (pooled) while the RAM ones stay within `ram_limit_bytes`,
+    """The store's arrays: in RAM (from the plan's arena) while the RAM ones stay within
+    `ram_limit_bytes`,
     beyond it in memory-mapped files in `disk` (None: no disk, everything in RAM).
 
     `ram_limit_bytes` is set for each plan (`allow`) from the host's memory
@@ -124,7 +97,7 @@ class HostArrays:
         self.ram_limit_bytes = None
         self.ram_bytes = self.disk_bytes = self._disk_peak = 0
         self._disk_link = None
-        self._pool = ArrayPool()
+        self._arena = None  # HostArena: made for a plan by `allow`
         self._lock = threading.Lock()
 
     @property
@@ -149,6 +122,15 @@ class HostArrays:
         1024² split, 1.5 GiB on the disk: 9.7 s estimated, 7.1 s measured a step,
         benchmarks/lms_host_disk.py)."""
         self.ram_limit_bytes = ram_limit_bytes
+        # the arena: the plan's host peak and a quarter for the free list's gaps and the
+        # pieces' read copies in flight (no more than the RAM allowed); one at least as large
+        # stays (another input signature's plan uses it too)
+        capacity = int(host_peak_bytes * ARENA_SLACK)
+        if ram_limit_bytes is not None and self.disk is not None:
+            capacity = min(capacity, ram_limit_bytes)
+        with self._lock:
+            if capacity > 0 and (self._arena is None or self._arena.capacity < capacity):
+                self._arena = HostArena(capacity)
         if ram_limit_bytes is None or host_peak_bytes <= ram_limit_bytes or self.disk is None:
             return
         spilled, disk = host_peak_bytes - ram_limit_bytes, self.disk_link
@@ -164,9 +146,9 @@ class HostArrays:
         )
 
     @property
-    def pooled_bytes(self) -> int:
-        """Bytes of freed RAM arrays kept for reuse."""
-        return self._pool.bytes
+    def arena_bytes(self) -> int:
+        """The bytes of the plan's arena (0: none yet)."""
+        return self._arena.capacity if self._arena is not None else 0
 
     def _fits_ram(self, nbytes: int) -> bool:  # under the lock
         limit = self.ram_limit_bytes
@@ -181,25 +163,22 @@ class HostArrays:
                 self._disk_peak = max(self._disk_peak, self.disk_bytes)
             else:
                 self.ram_bytes += nbytes
-                self._pool.limit_bytes = max(self._pool.limit_bytes, self.ram_bytes)
             return to_disk
 
     def empty(self, shape, dtype) -> np.ndarray:
-        """An uninitialised array of `shape` and `dtype` the store keeps: a pooled RAM array of
-        that shape when one is free and the RAM has room, else a new one on the tier its bytes
-        fit. (A split op's assembled outputs come back in the same shapes every step: taking
-        only swap-outs from the pool left those arrays to pile up in it, and the process grew
-        by 7-10 MiB per 1,000 steps, benchmarks/lms_host_memory.py.)"""
+        """An uninitialised array of `shape` and `dtype` the store keeps: cut from the plan's
+        arena when the RAM has room for it (else a new one), or a file on the disk beyond."""
         dtype = np.dtype(dtype)
         shape = tuple(int(n) for n in shape)
         nbytes = math.prod(shape) * dtype.itemsize
         with self._lock:
-            reused = self._pool.take(shape, dtype) if self._fits_ram(nbytes) else None
-            if reused is not None:
-                self.ram_bytes += nbytes
-                return reused
+            if self._arena is not None and self._fits_ram(nbytes):
+                reused = self._arena.take(shape, dtype)
+                if reused is not None:
+                    self.ram_bytes += nbytes
+                    return reused
         if not self._place(nbytes):
-            return aligned_empty(shape, dtype)
+            return aligned_empty(shape, dtype)  # (no arena yet, or it is full)
         try:
             with tempfile.TemporaryFile(dir=self.disk) as file:  # unlinked: freed with the map
                 # the blocks reserved now: a full disk is this OSError (ENOSPC), not a SIGBUS
@@ -221,26 +200,35 @@ class HostArrays:
         np.copyto(copy, array)
         return copy
 
+    def read_copy(self, array: np.ndarray) -> np.ndarray:
+        """An aligned copy of `array` (a slice a piece reads) that the store hands to TensorFlow
+        and does not keep: from the arena when it has room, freed there once TensorFlow lets it
+        go."""
+        with self._lock:
+            copy = self._arena.take(array.shape, array.dtype) if self._arena is not None else None
+        if copy is None:
+            return aligned_copy(array)
+        np.copyto(copy, array)
+        return copy
+
     def free(self, array: np.ndarray) -> None:
-        """The store no longer keeps `array`: a RAM array goes to the pool, a mapped file is
-        dropped (unmapped, and so deleted, once TensorFlow's last reference to it goes)."""
+        """The store no longer keeps `array`: a RAM array's bytes go back to the arena once
+        TensorFlow no longer refers to it either; a mapped file is dropped (unmapped, and so
+        deleted, once TensorFlow's last reference to it goes)."""
         with self._lock:
             if isinstance(array, np.memmap):
                 self.disk_bytes -= array.nbytes
             else:
                 self.ram_bytes -= array.nbytes
-                self._pool.give(array)
 
-    def drop_pool(self) -> int:
-        """Let the pooled arrays go (their memory back to the host: the large ones are mapped
-        pages malloc unmaps) before a new plan is checked against what the host has available:
-        else a closed loop's next plan counted the last one's pool as taken (GoogLeNet 4096² in
-        400 MiB: refused at 10.0 GiB available on this 24 GiB machine, the pool holding the
-        rest). Returns the bytes let go."""
+    def drop_arena(self) -> int:
+        """Let the arena go (its pages back to the host once the arrays cut from it are gone)
+        before a new plan is checked against what the host has available: else a closed loop's
+        next plan counted the last one's arena as taken (GoogLeNet 4096² in 400 MiB: refused at
+        10.0 GiB available on this 24 GiB machine). Returns its bytes."""
         with self._lock:
-            dropped, limit = self._pool.bytes, self._pool.limit_bytes
-            self._pool = ArrayPool()
-            self._pool.limit_bytes = limit
+            dropped = self.arena_bytes
+            self._arena = None
         return dropped
 
     def clear(self) -> None:

@@ -18,7 +18,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2
 
-from lms.device.host_arrays import HostArrays, aligned_copy
+from lms.device.host_arrays import HostArrays
 from lms.device.host_pieces import HostPieces
 from lms.device.nodes import node, type_attr, type_list_attr
 from lms.graph.names import SWAP_IN, SWAP_IN_COPY, SWAP_OUT
@@ -196,7 +196,7 @@ class HostStore:
         array, after = self._read(handle)
         index = [slice(None)] * array.ndim
         index[int(axis)] = slice(int(start), int(stop))
-        piece = aligned_copy(array[tuple(index)])
+        piece = self.arrays.read_copy(array[tuple(index)])
         self._count_in(piece.nbytes, after)
         return piece
 

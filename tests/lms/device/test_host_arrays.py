@@ -1,7 +1,7 @@
 """lms/device/host_arrays.py: the host store's arrays stay in RAM up to the limit the plan's host
 memory allows and go to memory-mapped files on the disk beyond it, each file gone from the
-directory as soon as it is mapped; freed RAM arrays are pooled, disk ones are not; the store's
-swaps and pieces keep their bytes on either tier; the disk is measured as a link, and a plan
+directory as soon as it is mapped; a plan's RAM arrays reuse its arena, disk ones do not; the
+store's swaps and pieces keep their bytes on either tier; the disk is measured as a link, and a plan
 that spills says what moving its bytes costs. Marked compat: also run on TensorFlow 2.14.1."""
 
 import logging
@@ -41,35 +41,60 @@ def test_arrays_stay_in_ram_up_to_the_limit_and_go_to_the_disk_beyond_it(tmp_pat
 
 def test_freed_ram_arrays_are_reused_but_never_past_the_limit(tmp_path):
     arrays = HostArrays(tmp_path)
-    arrays.ram_limit_bytes = 1 * MIB
+    arrays.allow(1 * MIB, 2 * MIB)  # an arena of the RAM allowed (the peak's 1.25x is more)
+    assert arrays.arena_bytes == 1 * MIB
     first = arrays.copy(_block(1))
     address = first.ctypes.data
     arrays.free(first)
     del first
-    again = arrays.copy(_block(2))  # the pooled array, the RAM has room again
+    again = arrays.copy(_block(2))  # the arena's bytes again, the RAM has room again
     assert again.ctypes.data == address and not isinstance(again, np.memmap)
-    beyond = arrays.copy(_block(3))  # RAM full: a pooled array would pass the limit
+    beyond = arrays.copy(_block(3))  # RAM full: the arena's bytes would pass the limit
     assert isinstance(beyond, np.memmap) and arrays.ram_bytes == 1 * MIB
     arrays.free(beyond)
     assert arrays.disk_bytes == 0 and arrays.ram_bytes == 1 * MIB
 
 
-def test_a_new_plan_lets_the_pooled_arrays_go():
-    """The closed loop drops the pool before it plans again (lms/closed_loop.py), so that its
-    host memory check sees the last plan's pooled arrays as available: a 64 MiB array's pages
-    go back to the host (malloc unmaps them), and the pool fills again after."""
+def test_a_plans_arrays_and_its_pieces_read_copies_reuse_its_arena():
+    """Each plan's arrays are cut from one arena of 1.25x its simulated host peak, so after
+    the first step they write into pages faulted in already; a read copy (a slice a piece
+    reads, handed to TensorFlow) too, and its bytes come back once TensorFlow lets it go. A
+    larger plan gets a larger arena; a smaller one keeps the arena it finds."""
     arrays = HostArrays()
-    kept = arrays.copy(np.ones((16, 1024, 1024), np.float32))
+    kept = arrays.copy(_block(1))  # no plan yet: no arena, a new array
+    arrays.allow(None, int(4.8 * MIB) + 1)
+    assert arrays.arena_bytes == 6 * MIB
+    cut = [arrays.copy(_block(k)) for k in range(5)]
+    low, high = min(a.ctypes.data for a in cut), max(a.ctypes.data for a in cut)
+    assert high - low == 4 * MIB and not low <= kept.ctypes.data <= high
+    read = arrays.read_copy(cut[0][:128])  # 512 KiB, after the five
+    assert read.ctypes.data == low + 5 * MIB and float(read[5, 5]) == 0.0
+    assert arrays.ram_bytes == 6 * MIB  # a read copy is not the store's to count
+    address = read.ctypes.data
+    del read
+    for array in cut:
+        arrays.free(array)
+    del cut, array
+    again = [arrays.copy(_block(k)) for k in range(5)]
+    assert {a.ctypes.data for a in again} <= {low + k * MIB for k in range(5)} | {address}
+    arrays.allow(None, 1 * MIB)
+    assert arrays.arena_bytes == 6 * MIB
+    arrays.allow(None, 8 * MIB)
+    assert arrays.arena_bytes == 10 * MIB
+
+
+def test_a_new_plan_lets_the_arena_go():
+    """The closed loop drops the arena before it plans again (lms/closed_loop.py), so that its
+    host memory check sees the last plan's arena as available: its pages go back to the host
+    once the arrays cut from it are gone."""
+    arrays = HostArrays()
+    arrays.allow(None, 64 * MIB)
+    kept = arrays.copy(np.ones((16, 1024, 1024), np.float32))  # faults in 64 MiB of it
     arrays.free(kept)
     del kept
-    assert arrays.pooled_bytes == 64 * MIB
     rss = _rss()
-    assert arrays.drop_pool() == 64 * MIB and arrays.pooled_bytes == 0
+    assert arrays.drop_arena() == 80 * MIB and arrays.arena_bytes == 0
     assert rss - _rss() >= 60 * MIB
-    fresh = arrays.copy(np.ones((16, 1024, 1024), np.float32))
-    assert arrays.ram_bytes == 64 * MIB
-    arrays.free(fresh)
-    assert arrays.pooled_bytes == 64 * MIB  # pooled again: the pool's limit is kept
 
 
 def _rss() -> int:
