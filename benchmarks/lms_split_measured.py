@@ -1,8 +1,8 @@
 """A split plan measured (issue 31): one step wrapped by `lms.LMS(device_memory, split=...)` in
 this fresh process on the emulated device, run until the closed loop settles, then three steps
 measured; or the plain step. Prints one JSON line: the measured peak, the plan's budget and
-simulated peak, the ops split, the seconds per step and the closed loop's attempts (planned
-for, simulated, measured). Needs TF_CPU_ALLOCATOR_USE_BFC=true.
+simulated peak, the ops split, the seconds per step, the closed loop's attempts (planned for,
+simulated, measured) and the last plan's timings. Needs TF_CPU_ALLOCATOR_USE_BFC=true.
 
     TF_CPU_ALLOCATOR_USE_BFC=true .venv/bin/python benchmarks/lms_split_measured.py \\
         googlenet 2048 1 400MiB auto          # or "off", or "plain" (no LMS)
@@ -73,6 +73,8 @@ def main(
                 "host_in_bytes_per_step": traffic.in_bytes_per_step,
                 "host_out_bytes_per_step": traffic.out_bytes_per_step,
                 "step_s": seconds,
+                # the last plan's: trace, analysis, tuning (splitting and chaining included)
+                "plan_timings_s": dict(report.timings_s or {}),
                 "calibration": report.calibration,
             },
             default=str,

@@ -223,7 +223,7 @@ class ClosedLoop:
             self.function = _retraced(self.function)
         store = self.pipeline.mechanism.store
         if store is not None:  # the last plan's arena: host memory the next may need
-            store.arrays.drop_arena()
+            store.drop_arena()
         first = self.calibration is not None and not self.calibration.attempts
         measured = (first or closest) and self.meter is not None
         request = Request(parameters or self._asked(), budget, measured, cached=first)

@@ -13,9 +13,9 @@ An array is lent, not given: TensorFlow wraps an array a py_func returns without
 until the op that reads it is done. Its bytes go back to the free list only once nothing but
 the arena refers to the array (its reference count), checked when the free list has no room
 (`take`), so the check costs nothing while there is room. A view of a lent array does not
-count (NumPy makes the region its base): whoever reads through a view holds the array too. A
-region is never resized: when it is full of arrays in use, `take` says None and the caller
-allocates as before.
+refer to it (NumPy makes the region its base): a view handed to TensorFlow is lent with its
+array (`lend_view`), and their bytes come back once neither is referred to. A region is never
+resized: when it is full of arrays in use, `take` says None and the caller allocates as before.
 """
 
 import bisect
@@ -35,8 +35,9 @@ class HostArena:
         raw = np.empty(self.capacity + PAGE, dtype=np.uint8)
         start = -raw.ctypes.data % PAGE
         self._region = raw[start : start + self.capacity]
+        self._base = self._region.ctypes.data
         self._free = [(0, self.capacity)]  # (offset, bytes), by offset, none adjacent
-        self._lent = {}  # offset -> the array lent there
+        self._lent = {}  # offset -> [the array lent there, views of it lent since]
         self._sizes = {}  # offset -> its bytes (rounded up to ALIGNMENT)
 
     @property
@@ -57,8 +58,21 @@ class HostArena:
             return None
         span = self._region[offset : offset + count * dtype.itemsize]
         array = span.view(dtype).reshape(shape)
-        self._lent[offset], self._sizes[offset] = array, size
+        self._lent[offset], self._sizes[offset] = [array], size
         return array
+
+    def owns(self, array: np.ndarray) -> bool:
+        """Whether `array`'s bytes are the region's."""
+        return 0 <= array.ctypes.data - self._base < self.capacity
+
+    def lend_view(self, array: np.ndarray, view: np.ndarray) -> bool:
+        """Lend `view` (of `array`, lent by `take`) with it: their bytes come back once nothing
+        refers to either. False: `array` is not lent from here."""
+        holders = self._lent.get(array.ctypes.data - self._base)
+        if holders is None or holders[0] is not array:
+            return False
+        holders.append(view)
+        return True
 
     def _best_fit(self, size: int) -> int | None:
         """Cut `size` bytes from the smallest free block that holds them: its offset."""
@@ -80,9 +94,9 @@ class HostArena:
     def _reclaim(self) -> bool:
         """Take back every lent array nothing else refers to: whether any was."""
         found = False
-        for offset in list(self._lent):
-            # referenced by the dict and getrefcount's argument alone: free
-            if sys.getrefcount(self._lent[offset]) <= 2:
+        for offset, holders in list(self._lent.items()):
+            # each referenced by the list and getrefcount's argument alone: free
+            if all(sys.getrefcount(holders[k]) <= 2 for k in range(len(holders))):
                 del self._lent[offset]
                 self._give_back(offset, self._sizes.pop(offset))
                 found = True

@@ -200,6 +200,20 @@ class HostArrays:
         np.copyto(copy, array)
         return copy
 
+    def read_view(self, array: np.ndarray, view: np.ndarray) -> np.ndarray:
+        """`view` (a slice of the store's `array` a piece reads) as TensorFlow may wrap it
+        without a copy (64-byte aligned, contiguous, in RAM), lent with `array` when the arena's;
+        else `read_copy` of it. (GoogLeNet 4096² split reads 43 GB of slices a step.)"""
+        if isinstance(array, np.memmap) or not view.flags.c_contiguous:
+            return self.read_copy(view)
+        if view.ctypes.data % ALIGNMENT:
+            return self.read_copy(view)
+        with self._lock:
+            arena = self._arena
+            if arena is None or not arena.owns(array) or arena.lend_view(array, view):
+                return view  # (an array not the arena's is never cut again: its view is safe)
+        return self.read_copy(view)
+
     def read_copy(self, array: np.ndarray) -> np.ndarray:
         """An aligned copy of `array` (a slice a piece reads) that the store hands to TensorFlow
         and does not keep: from the arena when it has room, freed there once TensorFlow lets it

@@ -120,6 +120,16 @@ class HostStore:
         self._held += nbytes
         self._peak = max(self._peak, self._held)
 
+    def drop_arena(self) -> int:
+        """`HostArrays.drop_arena`, and its region freed now: TensorFlow lets go of the arrays
+        its py_funcs returned from its own threads through a queue it empties when a py_func
+        next runs, so the last step's few arrays kept the whole region (GoogLeNet 1024² in
+        120 MiB with the closed loop: 3 MiB held a 669 MiB region through each new plan). One
+        runs here. Returns the arena's bytes."""
+        dropped = self.arrays.drop_arena()
+        tf.numpy_function(_nothing, [], tf.float32)
+        return dropped
+
     def clear(self) -> tuple[int, int]:
         """Drop whatever a step left behind; return how many arrays and bytes that was."""
         with self._lock:
@@ -196,7 +206,7 @@ class HostStore:
         array, after = self._read(handle)
         index = [slice(None)] * array.ndim
         index[int(axis)] = slice(int(start), int(stop))
-        piece = self.arrays.read_copy(array[tuple(index)])
+        piece = self.arrays.read_view(array, array[tuple(index)])
         self._count_in(piece.nbytes, after)
         return piece
 
@@ -324,3 +334,7 @@ class HostStore:
             shape=attr_value_pb2.AttrValue(shape=tensor.shape.as_proto()),
         )
         return [swap_in, copy, shape]
+
+
+def _nothing():
+    return np.float32(0)

@@ -60,3 +60,18 @@ def test_shapes_and_types_reuse_any_freed_bytes():
     pieces = [arena.take((2, 3, 100), np.float64), arena.take((7,), np.int64)]
     assert _address(pieces[0]) == start and pieces[0].shape == (2, 3, 100)
     assert pieces[1].dtype == np.int64 and _address(pieces[1]) % ALIGNMENT == 0
+
+
+def test_a_view_lent_with_its_array_keeps_their_bytes_lent():
+    """A slice of a lent array handed to TensorFlow without a copy (lms/device/host_store.py
+    `get_slice`) refers to the region, not to the array: lent with it, their bytes come back
+    only once neither is referred to."""
+    arena = HostArena(4 * KIB)
+    array = arena.take((1024,), np.float32)  # the whole region
+    view = array[256:512]
+    assert arena.owns(array) and arena.lend_view(array, view)
+    assert not arena.lend_view(np.ones(4, np.float32), view)  # not the arena's
+    del array
+    assert arena.take((16,), np.uint8) is None  # the view is still referred to
+    del view
+    assert arena.take((16,), np.uint8) is not None
