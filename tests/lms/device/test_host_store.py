@@ -22,6 +22,18 @@ def test_a_swap_out_reuses_the_bytes_an_array_freed():
     np.testing.assert_array_equal(again, 2.0)
 
 
+def _overwriter(store, results: dict):
+    """A py_func that swaps out a 64 x 64 array of sevens while the step runs (into
+    `results["other"]`): where the arena's bytes would go if it reused them too soon."""
+
+    def overwrite(_):
+        handle = store._put(np.full((64, 64), 7.0, np.float32), 1)
+        results["other"] = store._get(handle)
+        return np.float32(0)
+
+    return overwrite
+
+
 def test_an_array_a_tensor_still_wraps_is_not_reused():
     """A swap-in's array is wrapped by TensorFlow without a copy until its readers are done: a
     swap-out meanwhile gets a new array, and the tensor keeps its values."""
@@ -29,11 +41,7 @@ def test_an_array_a_tensor_still_wraps_is_not_reused():
     store.arrays.allow(None, ONE_ARRAY)  # the overwrite finds the arena full: a new array
     kept = store._put(np.ones((64, 64), np.float32), 1)
     results = {}
-
-    def overwrite(_):
-        handle = store._put(np.full((64, 64), 7.0, np.float32), 1)
-        results["other"] = store._get(handle)
-        return np.float32(0)
+    overwrite = _overwriter(store, results)
 
     @tf.function
     def step():
@@ -70,11 +78,7 @@ def test_a_slice_read_is_not_copied_and_keeps_its_bytes_while_tensorflow_wraps_i
     assert np.shares_memory(store.get_slice(kept, 0, 16, 48), whole)
     assert not np.shares_memory(store.get_slice(kept, 1, 16, 48), whole)  # columns: strided
     results = {}
-
-    def overwrite(_):
-        handle = store._put(np.full((64, 64), 7.0, np.float32), 1)
-        results["other"] = store._get(handle)
-        return np.float32(0)
+    overwrite = _overwriter(store, results)
 
     @tf.function
     def step():
