@@ -24,7 +24,7 @@ import logging
 import tensorflow as tf
 
 from lms.calibration import PeakMeter
-from lms.errors import LMSError, NothingFitsError
+from lms.errors import HostMemoryError, LMSError, NothingFitsError
 from lms.pipeline import Pipeline, Prepared, Request
 from lms.tuning.tuner import floor_parameters
 from lms.values.budget import format_size
@@ -183,16 +183,20 @@ class ClosedLoop:
             self.rung = "floor"
             log.warning("LMS: %s; measuring the plan that swaps the most", why)
             floor = floor_parameters(self._asked())
-            self._plan(floor, budget=budget or calibration.current.budget_bytes)
-            simulated = self.prepared.tuned.simulation.peak_bytes
-            if simulated <= UNRUN_RATIO * calibration.device_limit_bytes:
-                return
-            calibration.skip(
-                f"simulated {format_size(simulated)}, over {UNRUN_RATIO:g}x the device memory: "
-                "not run"
-            )
-            why = f"{why}; the plan that swaps the most was not run (its simulated peak is "
-            why += f"{format_size(simulated)})"
+            try:
+                self._plan(floor, budget=budget or calibration.current.budget_bytes)
+            except HostMemoryError as error:  # (the 3D U-Net 144³ split: 15.0 of 8.4 GiB)
+                why = f"{why}; the plan that swaps the most was not run ({error})"
+            else:
+                simulated = self.prepared.tuned.simulation.peak_bytes
+                if simulated <= UNRUN_RATIO * calibration.device_limit_bytes:
+                    return
+                calibration.skip(
+                    f"simulated {format_size(simulated)}, over {UNRUN_RATIO:g}x the device "
+                    "memory: not run"
+                )
+                why = f"{why}; the plan that swaps the most was not run (its simulated peak "
+                why += f"is {format_size(simulated)})"
         earlier = calibration.best_kept_earlier()
         if earlier is not None and self.rung == "floor":
             self.rung = "done"

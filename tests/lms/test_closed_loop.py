@@ -78,3 +78,30 @@ def test_every_plan_over_the_device_memory_ends_the_ladder_with_nothing_fits():
     with pytest.raises(lms.NothingFitsError, match="no LMS plan kept the measured peak under"):
         _run_until_held(planner, case, meter)
     assert meter.measured == 2
+
+
+def test_a_plan_that_swaps_the_most_the_host_cannot_hold_is_not_run(caplog):
+    """Rung 3 when the host cannot hold the plan that swaps the most (the 3D U-Net 144³ split:
+    15.0 GiB needed, 8.4 available; the run ended there): that plan is not run, and the ladder
+    goes on: the first plan, over the budget but under the device memory, is kept."""
+    import tensorflow as tf
+
+    from lms.device.host_memory import OVERHEAD
+    from lms.plan_request import Request
+    from lms.tuning.tuner import floor_parameters
+
+    case, planner, budget, device = _planner()
+    args, needs = (case.images, case.labels), []
+    for parameters in (None, floor_parameters(planner.options.parameters)):
+        fresh = tf.function(case.step.python_function)
+        simulation = planner.pipeline.plan(fresh, args, Request(parameters)).tuned.simulation
+        needs.append((simulation.host_peak_bytes + simulation.peak_bytes) * OVERHEAD)
+    assert needs[0] < needs[1]  # everything swapped: more host memory in all
+    case, planner, budget, device = _planner(host_memory=int(sum(needs) / 2))
+    meter = GivenPeaks([(budget + device) // 2])
+    with caplog.at_level(logging.WARNING, logger="lms"):
+        step = _run_until_held(planner, case, meter)
+    attempts = planner.report.calibration["attempts"]
+    assert not step.calibrating and meter.measured == 1
+    assert [a["outcome"] for a in attempts] == ["kept"]
+    assert "the plan that swaps the most was not run (host memory:" in caplog.text
