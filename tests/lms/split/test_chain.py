@@ -178,7 +178,7 @@ def test_auto_split_makes_its_splits_again_in_chains_when_that_plan_fits():
 def test_a_closest_plan_is_chained_too_and_every_host_array_is_read(memory, chained):
     """When nothing fits even split, the closest plan (kept for the closed loop to measure) is
     made again in chains as a plan that fits is (it was left with each op alone, moving every
-    intermediate through the host: the 3D U-Net 144³ in 400 MiB, 110 GB in a step). And no
+    intermediate through the host), when that plan comes no farther from fitting. And no
     host array is left unread after a step: a max pool gradient whose pieces pool their own
     rows leaves its whole recomputed pool unread, so neither is that pool split nor is a host
     copy of its input kept for it (GoogLeNet 1024² in 150 MiB kept 64 MiB a step for it)."""
