@@ -85,8 +85,8 @@ def aligned_empty(shape, dtype) -> np.ndarray:
 
 class HostArrays:
     """The store's arrays: in RAM (from the plan's arena) while the RAM ones stay within
-    `ram_limit_bytes`,
-    beyond it in memory-mapped files in `disk` (None: no disk, everything in RAM).
+    `ram_limit_bytes`, beyond it in memory-mapped files in `disk` (None: no disk, everything in
+    RAM).
 
     `ram_limit_bytes` is set for each plan (`allow`) from the host's memory
     (lms/device/host_memory.py `check_host_memory` with a disk); None: no limit. Counts the
@@ -204,9 +204,8 @@ class HostArrays:
         """`view` (a slice of the store's `array` a piece reads) as TensorFlow may wrap it
         without a copy (64-byte aligned, contiguous, in RAM), lent with `array` when the arena's;
         else `read_copy` of it. (GoogLeNet 4096² split reads 43 GB of slices a step.)"""
-        if isinstance(array, np.memmap) or not view.flags.c_contiguous:
-            return self.read_copy(view)
-        if view.ctypes.data % ALIGNMENT:
+        on_disk = isinstance(array, np.memmap)
+        if on_disk or not view.flags.c_contiguous or view.ctypes.data % ALIGNMENT:
             return self.read_copy(view)
         with self._lock:
             arena = self._arena
