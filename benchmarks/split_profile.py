@@ -5,7 +5,10 @@ pieces' host copies, the pieces' compute by op type, the swaps, and the step's o
 The profile's busy time is the ops' durations added (both cores), beside the step's makespan.
 
     TF_CPU_ALLOCATOR_USE_BFC=true .venv/bin/python benchmarks/split_profile.py \\
-        googlenet 2048 400MiB [chained|alone]
+        googlenet 2048 400MiB [chained|alone] [loop]
+
+"loop": with the closed loop (its plans measured and corrected until one holds), for a step
+whose first plan does not fit (the 3D U-Net 144³ in 400 MiB).
 """
 
 import collections
@@ -34,11 +37,14 @@ def kind(event) -> str:
     return f"step op {event.type}"
 
 
-def main(workload: str, resolution: str, memory: str, chains: str = "chained") -> None:
+def main(workload: str, resolution: str, memory: str, chains: str = "chained", loop="") -> None:
     case = named_case(workload, int(resolution), 1)
-    planner = lms.LMS(device_memory=memory, calibration_steps=0, split_chains=chains != "alone")
+    calibration = {} if loop == "loop" else {"calibration_steps": 0}
+    planner = lms.LMS(device_memory=memory, split_chains=chains != "alone", **calibration)
     step = planner.wrap(case.step)
     for _ in range(2):
+        step(case.images, case.labels)
+    while step.calibrating:  # with the closed loop: until it keeps a plan
         step(case.images, case.labels)
     profile, _ = step.profile(case.images, case.labels)
     seconds, count = collections.Counter(), collections.Counter()

@@ -28,6 +28,7 @@ import tensorflow as tf
 
 from lms import _tf_private
 from lms.graph.names import REWRITTEN_MARK
+from lms.split.chain_size import ChainMember, chain_pieces, span
 from lms.split.layouts import layout, splittable
 from lms.split.norm import NormLayout
 from lms.split.pieces import PieceCopies
@@ -197,25 +198,31 @@ class _Member:
 
 def split_chain(chain: list, io: PieceCopies) -> list[Split]:
     """Replace the ops of `chain` ((op, pieces, why) each, from `chains`) by the chain's pieces
-    (module docstring): as many as the most any of its ops was given, along the last op's
-    rows. One op alone is `split_op`'s."""
+    (module docstring), along the last op's rows: at least as many as any of its ops was given,
+    and enough that none computes a larger piece than the largest piece of one op alone
+    (lms/split/chain_size.py; else the chain is cut in two). One op alone is `split_op`'s."""
     if len(chain) == 1:
         op, pieces, why = chain[0]
         if isinstance(layout(op), str):  # a fused batch norm's gradient, split with its forward
             return []
         return [split_op(op, pieces, io, why)]
     ops = [op for op, *_ in chain]
-    graph = ops[0].graph
-    setattr(graph, REWRITTEN_MARK, True)  # the next plan of this step traces it afresh
     members = []
     for k, op in enumerate(ops):
         link = None if k == 0 else _position(op, ops[k - 1].outputs[0])
-        readers = value_readers(op.outputs[0])
-        if k + 1 < len(ops):
-            readers = [(c, i) for c, i in readers if c is not ops[k + 1]]
+        readers = _outside_readers(op, ops[k + 1] if k + 1 < len(ops) else None)
         members.append(_Member(op, layout(op), link, {}, readers))
+    sizing = [
+        ChainMember(m.layout, m.link, bool(m.readers), op_bytes(m.op), pieces)
+        for m, (_, pieces, _) in zip(members, chain, strict=True)
+    ]
+    count, cut = chain_pieces(sizing)
+    if cut is not None:  # a halo wider than a piece alone: two chains (chain_size.py)
+        return split_chain(chain[: cut + 1], io) + split_chain(chain[cut + 1 :], io)
+    graph = ops[0].graph
+    setattr(graph, REWRITTEN_MARK, True)  # the next plan of this step traces it afresh
     driver = members[-1].layout
-    bounds = piece_bounds(driver.length, max(pieces for _, pieces, _ in chain))
+    bounds = piece_bounds(driver.length, count)
     with (
         graph.as_default(),
         tf.control_dependencies(None),
@@ -255,6 +262,11 @@ def split_chain(chain: list, io: PieceCopies) -> list[Split]:
     return splits
 
 
+def _outside_readers(op, after) -> list:
+    """(reader, position) of `op`'s output outside its chain (`after`: the member after it)."""
+    return [(c, i) for c, i in value_readers(op.outputs[0]) if c is not after]
+
+
 def _position(op, tensor) -> int:
     return next(i for i, x in enumerate(op.inputs) if x is tensor)
 
@@ -280,12 +292,9 @@ def _rows(members: list, k: int, start: int, stop: int, last_piece: bool, io: Pi
     something outside the chain reads them), its chained input read from member k - 1's."""
     member = members[k]
     axis = member.layout.axis
-    length = member.layout.length
     stores = bool(member.readers) and k + 1 < len(members)
-    lo, hi = start, stop
-    if stores:  # the rows it owns: the next ones not stored yet, to its end on the last piece
-        own_lo, own_hi = member.owned, length if last_piece else max(stop, member.owned)
-        lo, hi = (min(lo, own_lo), max(hi, own_hi)) if start < stop else (own_lo, own_hi)
+    # the rows asked and those it owns (lms/split/chain_size.py, which sizes the chain by it)
+    lo, hi, own_lo, own_hi = span(member.layout, member.owned, start, stop, last_piece, stores)
 
     def read(i, a, b):
         if i == member.link:

@@ -148,6 +148,23 @@ class RowLayout(ReadAlongAxis):
         rows = self.windows[0]
         return rows.size_in if self.kind == "input_grad" else rows.size_out
 
+    def reads(self, start: int, stop: int) -> dict:
+        """The rows of each kept input piece [start, stop) reads (a `PieceLayout`'s): the
+        rows its windows cover, inside the image."""
+        rows = self.windows[0]
+        if self.kind == "input_grad":
+            first, last = rows.rows_out(start, stop)
+            if first >= last:  # no window reads these rows: each copy read emptily
+                return {i: (0, 0) for i in self.kept}
+            found = {i: (first, last) for i in self.kept}  # the incoming gradient (or average)
+            if 0 in self.kept:  # a max pool's input, its forward output recomputed from it
+                found[0] = _inside(rows, *rows.rows_in(first, last))
+            return found
+        found = {0: _inside(rows, *rows.rows_in(start, stop))}
+        if self.kind == "filter_grad":
+            found[2] = (start, stop)
+        return found
+
     def piece(self, op, start: int, stop: int, read):
         """Piece [start, stop) of `op` (rows of what `length` counts); `read(i, lo, hi)` reads
         rows [lo, hi) of input i from its host copy."""
@@ -181,7 +198,7 @@ class RowLayout(ReadAlongAxis):
         """Input i's rows [lo, hi) (padded coordinates), padded where they leave the image and
         along the other spatial axes as the whole op pads them."""
         rows = self.windows[0]
-        inside = read(i, max(lo, 0), min(hi, rows.size_in))
+        inside = read(i, *_inside(rows, lo, hi))
         pads = [[0, 0], [max(0, -lo), max(0, hi - rows.size_in)]]
         pads += [[w.before, w.after] for w in self.windows[1:]] + [[0, 0]]
         fill = -np.inf if op.type in MAX_POOLS else 0
@@ -211,6 +228,11 @@ class RowLayout(ReadAlongAxis):
         gradient = _valid_op(op, inputs)
         wanted = [(start, stop)] + [(0, w.size_in) for w in self.windows[1:]]
         return _cut(gradient, region, wanted)
+
+
+def _inside(rows: Window, lo: int, hi: int) -> tuple[int, int]:
+    """Rows [lo, hi) (padded coordinates) within the image."""
+    return max(lo, 0), min(hi, rows.size_in)
 
 
 def _cut(tensor, have: list, want: list):

@@ -54,6 +54,11 @@ class PieceLayout(Protocol):
         """Piece [start, stop) of `op`, made in the current graph; `read(i, lo, hi)` gives rows
         [lo, hi) of kept input i on the device."""
 
+    def reads(self, start: int, stop: int) -> dict:
+        """The rows `piece(op, start, stop, read)` reads of each kept input, {position: (lo,
+        hi)}, worked out without making it: what a chain's pieces are sized by
+        (lms/split/chain.py) before any op is made."""
+
 
 class PieceCopies(Protocol):
     """A graph's piece copies: each split op's kept inputs on the host, their slices read back
@@ -126,6 +131,9 @@ class Layout:
     def kept(self) -> tuple:
         """The inputs read in pieces from a host copy."""
         return tuple(i for i, rule in enumerate(self.rules) if rule == "slice")
+
+    def reads(self, start: int, stop: int) -> dict:
+        return {i: (start * self.read_rows, stop * self.read_rows) for i in self.kept}
 
     def piece(self, op, start: int, stop: int, read):
         """Piece [start, stop) of `op`; `read(i, lo, hi)` reads input i's slice [lo, hi)."""

@@ -61,7 +61,7 @@ def tile_or_slice_layout(op) -> "Layout | ShiftLayout | str":
     if op.type == "Slice" and axis is not None:
         begin = static_value(op.inputs[1])
         if begin is not None:
-            return ShiftLayout(axis, shape[axis], int(begin[axis]))
+            return ShiftLayout(axis, shape[axis], int(begin[axis]), op.inputs[0].shape[axis])
     return f"a {op.type} along the split axis, its bounds not known statically"
 
 
@@ -94,6 +94,9 @@ class ReductionLayout(ReadAlongAxis):
     length: int
     combine: str = "sum"
     kept: tuple = (0,)
+
+    def reads(self, start: int, stop: int) -> dict:
+        return {0: (start, stop)}
 
     def piece(self, op, start: int, stop: int, read):
         partial = _tf_private.copy_op(op, [read(0, start, stop), op.inputs[1]])
@@ -146,7 +149,7 @@ def pad_layout(op) -> "ShiftLayout | str":
     axis = split_axis(shape)
     if paddings is None or axis is None:
         return "a Pad with paddings not known statically, or neither a batch nor rows above 1"
-    return ShiftLayout(axis, shape[axis], -int(paddings[axis][0]))
+    return ShiftLayout(axis, shape[axis], -int(paddings[axis][0]), op.inputs[0].shape[axis])
 
 
 @dataclass(frozen=True)
@@ -158,16 +161,25 @@ class ShiftLayout(ReadAlongAxis):
     axis: int
     length: int
     shift: int
+    size_in: int  # the input's rows along `axis`
     combine: str = "assemble"
     kept: tuple = (0,)
 
+    def reads(self, start: int, stop: int) -> dict:
+        """Input rows [a + shift, b + shift) within the input (none, for a piece all in a
+        Pad's padding)."""
+        lo = min(max(start + self.shift, 0), self.size_in)
+        return {0: (lo, max(lo, min(stop + self.shift, self.size_in)))}
+
     def piece(self, op, start: int, stop: int, read):
-        size = op.inputs[0].shape[self.axis]
-        lo, hi = start + self.shift, stop + self.shift
-        inside = read(0, max(lo, 0), min(hi, size))
+        lo, hi = self.reads(start, stop)[0]
+        inside = read(0, lo, hi)
         fill = op.inputs[2] if op.type == "PadV2" else tf.zeros([], inside.dtype)
         edges = [[0, 0]] * inside.shape.rank
-        edges[self.axis] = [max(0, -lo), max(0, hi - size)]
+        # the piece's rows before and after those inside the input (all of them, for a piece
+        # all in a Pad's padding)
+        before = min(max(lo - (start + self.shift), 0), stop - start)
+        edges[self.axis] = [before, stop - start - before - (hi - lo)]
         rows = tf.pad(inside, edges, constant_values=fill) if any(edges[self.axis]) else inside
         if op.type == "Slice":
             begin, sizes = op.inputs[1], op.inputs[2]

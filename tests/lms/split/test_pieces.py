@@ -9,11 +9,12 @@ MEMBERS = {name for name in vars(PieceLayout) if not name.startswith("_")}
 
 
 def test_every_piece_layout_has_the_members_split_op_uses():
-    assert {"axis", "length", "kept", "combine", "read_axis", "store_rows", "piece"} == MEMBERS
+    want = {"axis", "length", "kept", "combine", "read_axis", "store_rows", "piece", "reads"}
+    assert want == MEMBERS
     window = Window(size_in=9, size_out=9, extent=3, stride=1, before=1)
     layouts = [
         Layout(1, 6, ("slice", "whole"), "assemble", read_axis=3, store_rows=2),
-        ShiftLayout(1, 6, -2),
+        ShiftLayout(1, 6, -2, 4),
         ReductionLayout(0, 4),
         RowLayout("forward", (window,), (0,), "assemble"),
     ]
