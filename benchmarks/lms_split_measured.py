@@ -58,6 +58,8 @@ def main(
     step = planner.wrap(case.step)
     for _ in range(SETTLE):
         float(step(case.images, case.labels))
+    while step.calibrating:  # no plan made, measured or corrected in the steps timed
+        float(step(case.images, case.labels))
     step.reset_traffic()
     peak, seconds = measured(step, case, 3)
     report, traffic = planner.report, step.traffic()

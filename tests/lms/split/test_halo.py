@@ -11,7 +11,7 @@ from lms import _tf_private
 from lms.device.host_store import HostStore
 from lms.split.halo import ROW_OPS
 from lms.split.layouts import splittable
-from lms.split.rewrite import split_op
+from lms.split.rewrite import SCOPE, split_op
 
 pytestmark = pytest.mark.compat
 
@@ -61,7 +61,7 @@ def _window_step(dims, padding, stride, dilation, depthwise, size):
 def test_a_batch_of_one_splits_along_the_rows_with_halos(case, pieces):
     """Convolutions (dilated, strided, depthwise, explicitly padded, 3D), max pooling and their
     gradients with a batch of 1, split along the rows (23: one row per piece): the same output
-    and gradients to 1e-5 (the gradients' sums are ordered differently: measured up to 2e-7 on
+    and gradients to 1e-5 (a stride-1 convolution's input gradient computed as a forward one) (the gradients' sums are ordered differently: measured up to 2e-7 on
     oneDNN's and Eigen's kernels), every host copy read as often as kept for."""
     dims, _, _, dilation, depthwise, size = case
     if dilation > 1 and not _tf_private.onednn_enabled():
@@ -81,6 +81,14 @@ def test_a_batch_of_one_splits_along_the_rows_with_halos(case, pieces):
             split.append(split_op(op, pieces, io))
     assert len(split) == 5  # the convolution, its two gradients, the pool and its gradient
     assert all(s.axis == 1 and s.pieces == min(pieces, s.pieces) for s in split)
+    # a stride-1 convolution's input gradient: its pieces are forward convolutions of exactly
+    # their rows (halo.py `_forward_input_grad`), not gradient ops over the windows' region
+    kinds = ("Conv2DBackpropInput", "Conv3DBackpropInputV2", "DepthwiseConv2dNativeBackpropInput")
+    pieces_ops = [op for op in concrete.graph.get_operations() if op.name.startswith(SCOPE)]
+    as_gradient = [op for op in pieces_ops if op.type in kinds]
+    # (the explicit case pads 3 columns after a 3-wide window: as the gradient op)
+    forward = case[2] == 1 and not depthwise and not isinstance(case[1], list)
+    assert (not as_gradient) == forward, [op.type for op in pieces_ops]
     got = _tf_private.concrete_function_from_graph(concrete, concrete.graph)(x, kernel)
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g.numpy(), w, rtol=1e-5, atol=1e-5 * np.abs(w).max())
