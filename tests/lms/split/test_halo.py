@@ -61,8 +61,9 @@ def _window_step(dims, padding, stride, dilation, depthwise, size):
 def test_a_batch_of_one_splits_along_the_rows_with_halos(case, pieces):
     """Convolutions (dilated, strided, depthwise, explicitly padded, 3D), max pooling and their
     gradients with a batch of 1, split along the rows (23: one row per piece): the same output
-    and gradients to 1e-5 (a stride-1 convolution's input gradient computed as a forward one) (the gradients' sums are ordered differently: measured up to 2e-7 on
-    oneDNN's and Eigen's kernels), every host copy read as often as kept for."""
+    and gradients to 1e-5 (the gradients' sums are ordered differently: measured up to 2e-7 on
+    oneDNN's and Eigen's kernels; a stride-1 convolution's input gradient is computed as a
+    forward convolution), every host copy read as often as kept for."""
     dims, _, _, dilation, depthwise, size = case
     if dilation > 1 and not _tf_private.onednn_enabled():
         pytest.skip("Eigen's CPU kernels have no dilated convolution gradient (the step fails)")
