@@ -258,15 +258,34 @@ def _forward_input_grad(op, windows, start: int, stop: int, incoming):
     last = stop + rows.before
     pads = [[0, 0], [max(0, -first), max(0, last - rows.size_out)]]
     pads += [[w.extent - 1 - w.before, w.extent - 1 - w.after] for w in windows[1:]]
-    padded = tf.pad(incoming, pads + [[0, 0]])
+    # PadV2, as the other pieces pad: Grappler's remapper folds a plain Pad into the Conv3D
+    # after it and fails when the Pad has a control fanout (LMS's enforced order), giving up
+    # every fusion of the step ("Mutation::Apply error", the 3D U-Net 64³)
+    padded = tf.pad(incoming, pads + [[0, 0]], constant_values=tf.constant(0, incoming.dtype))
     spatial = len(windows)
-    kernel = tf.reverse(op.inputs[1], list(range(spatial)))
-    kernel = tf.transpose(kernel, [*range(spatial), spatial + 1, spatial])
+    kernel = _flipped_kernel(op, spatial)
     dilations = list(op.get_attr("dilations"))[1:-1]
     convolve = tf.nn.conv2d if spatial == 2 else tf.nn.conv3d
     if spatial == 2:
         return convolve(padded, kernel, 1, "VALID", dilations=dilations)
     return convolve(padded, kernel, [1] * 5, "VALID")
+
+
+_FLIPPED = "_lms_split_flipped_kernels"  # a graph's flipped filters, by gradient op name
+
+
+def _flipped_kernel(op, spatial: int):
+    """`op`'s filter flipped along its spatial axes with its channels swapped: made once per
+    op, for all its pieces, waiting for nothing."""
+    made = getattr(op.graph, _FLIPPED, None)
+    if made is None:
+        made = {}
+        setattr(op.graph, _FLIPPED, made)
+    if op.name not in made:
+        with tf.control_dependencies(None):
+            kernel = tf.reverse(op.inputs[1], list(range(spatial)))
+            made[op.name] = tf.transpose(kernel, [*range(spatial), spatial + 1, spatial])
+    return made[op.name]
 
 
 def _inside(rows: Window, lo: int, hi: int) -> tuple[int, int]:
