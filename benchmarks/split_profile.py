@@ -1,7 +1,8 @@
 """Where a split step's time goes on the emulated device (issue 44 item 3): one step of a
 suite workload (or a Keras application) wrapped by `lms.LMS(device_memory)` with the closed loop
-off (the first plan kept) unless asked, profiled once after two steps; its ops' times summed by kind: the
-pieces' host copies, the pieces' compute by op type, the swaps, and the step's other ops.
+off (the first plan kept) unless asked, profiled once after two steps; its ops' times summed by
+kind: the pieces' host copies, the pieces' compute by op type, the swaps, and the step's other
+ops.
 The profile's busy time is the ops' durations added (both cores), beside the step's makespan.
 
     TF_CPU_ALLOCATOR_USE_BFC=true .venv/bin/python benchmarks/split_profile.py \\
