@@ -264,11 +264,10 @@ def _forward_input_grad(op, windows, start: int, stop: int, incoming):
     padded = tf.pad(incoming, pads + [[0, 0]], constant_values=tf.constant(0, incoming.dtype))
     spatial = len(windows)
     kernel = _flipped_kernel(op, spatial)
-    dilations = list(op.get_attr("dilations"))[1:-1]
-    convolve = tf.nn.conv2d if spatial == 2 else tf.nn.conv3d
     if spatial == 2:
-        return convolve(padded, kernel, 1, "VALID", dilations=dilations)
-    return convolve(padded, kernel, [1] * 5, "VALID")
+        dilations = list(op.get_attr("dilations"))[1:-1]
+        return tf.nn.conv2d(padded, kernel, 1, "VALID", dilations=dilations)
+    return tf.nn.conv3d(padded, kernel, [1] * 5, "VALID")
 
 
 _FLIPPED = "_lms_split_flipped_kernels"  # a graph's flipped filters, by gradient op name
