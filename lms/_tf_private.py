@@ -33,6 +33,7 @@ import functools
 from tensorflow.core.protobuf import config_pb2, rewriter_config_pb2
 from tensorflow.python.eager import context as _context
 from tensorflow.python.eager.polymorphic_function import concrete_function as _concrete
+from tensorflow.python.framework import ops as _ops
 from tensorflow.python.util import _pywrap_util_port
 
 
@@ -57,11 +58,13 @@ def move_control_outputs(op, replacement) -> None:
 
 
 def copy_op(op, inputs, overrides=None):
-    """A copy of `op` (its type and attributes, `overrides` replacing some) over `inputs`: its
-    first output."""
+    """A copy of `op` (its type and attributes, `overrides` replacing some) over `inputs`, made
+    in the current graph (`op`'s, or a loop body's inside it: lms/split/looped.py): its first
+    output."""
     attrs = {key: op.node_def.attr[key] for key in op.node_def.attr} | (overrides or {})
     dtypes = [t.dtype for t in op.outputs]
-    return op.graph._create_op_internal(op.type, inputs, dtypes, attrs=attrs).outputs[0]
+    graph = _ops.get_default_graph()
+    return graph._create_op_internal(op.type, inputs, dtypes, attrs=attrs).outputs[0]
 
 
 def set_device(op, device: str) -> None:

@@ -211,8 +211,8 @@ class Pipeline:
             self.options.batch_size,
             host_device_marker=self.device.target.host_marker,
             paired_reads=paired_reads,
+            kernels=self.device.kernels,  # whose temporaries the simulator counts
         )
-        analysis.kernels = self.device.kernels  # whose temporaries the simulator counts
         analysis.stacked_lists = not self.mechanism.swaps.copies_lists
         return analysis
 

@@ -59,6 +59,7 @@ class HostPieces:
     kept here as the module docstring says."""
 
     keeps_ops = False  # numpy_functions are stateful: Grappler never removes them
+    loops = True  # alike pieces run as one While loop (lms/split/looped.py)
 
     def __init__(self, store):
         self.store = store
@@ -119,6 +120,39 @@ class HostPieces:
         host.name = host.name or host.handle.op.name  # the first piece's store creates it
         hold_host_array(host.handle.op, host.name, _bytes(shape, piece.dtype))
         return host
+
+    def read_rows(self, kept, like, axis: int, starts: tuple, length: int, position):
+        """`read` in a loop's body: rows [starts[i], starts[i] + length) of the kept `like`,
+        i the body's `position` (a tensor) in its pieces."""
+        piece = tf.numpy_function(
+            lambda h, i: self.store.get_slice(h, axis, starts[i], starts[i] + length),
+            [kept, position],
+            like.dtype,
+            stateful=True,
+            name=PIECE_IN,
+        )
+        shape = like.shape.as_list()
+        shape[axis] = length
+        return _on_device(piece, shape)
+
+    def store_rows(self, stored, piece, axis: int, starts: tuple, shape: list, position):
+        """`store_piece` in a loop's body: `piece` at starts[i] along `axis`, i the body's
+        `position` in its pieces; `stored` made by a piece before the loop."""
+        readers = stored.readers
+        stored.handle = _handle(
+            tf.numpy_function(
+                lambda h, p, i: self.store.put_slice(h, p, axis, starts[i], shape, readers[0]),
+                [stored.handle, piece, position],
+                tf.int64,
+                stateful=True,
+                name=PIECE_OUT,
+            )
+        )
+        return stored
+
+    def resume(self, stored, token) -> None:
+        """The next store of `stored` follows `token` (a loop's input or output for it)."""
+        stored.handle = token
 
     def token(self, stored):
         """What the next piece waits for: this piece stored."""

@@ -22,26 +22,11 @@ op in its own gradient is not what a chain is for). The pieces are ordinary ops,
 simulator, the tuner and the closed loop see a chain as they see every op.
 """
 
-from dataclasses import dataclass, field
-
-import tensorflow as tf
-
-from lms import _tf_private
-from lms.graph.names import REWRITTEN_MARK
-from lms.split.chain_size import ChainMember, chain_pieces, span
+from lms.split.chain_run import input_position, split_chain
 from lms.split.layouts import layout, splittable
 from lms.split.norm import NormLayout
 from lms.split.pieces import PieceCopies
-from lms.split.rewrite import (
-    SHAPE_OPS,
-    Split,
-    op_bytes,
-    piece_bounds,
-    piece_scope,
-    running_ops,
-    split_op,
-    value_readers,
-)
+from lms.split.rewrite import SHAPE_OPS, Split, running_ops
 
 
 def _linkable(before, after, position: int) -> bool:
@@ -181,153 +166,6 @@ def _reaches(op, first, index: dict, known: set) -> bool:
     return False
 
 
-@dataclass
-class _Member:
-    """One op of a chain as its pieces are made."""
-
-    op: object
-    layout: object
-    link: int | None  # the input read from the previous member's pieces (None: the first)
-    kept: dict  # input position -> its host copy, for the inputs read from the host
-    readers: list  # (reader, position) outside the chain: its output is stored if any
-    stored: object = None  # what its last store returned (PieceCopies.store_piece)
-    owned: int = 0  # rows stored so far
-    total: object = None  # a "sum" member's running sum (the chain's last only)
-    tokens: list = field(default_factory=list)  # the stores of the piece being made
-
-
-def split_chain(chain: list, io: PieceCopies) -> list[Split]:
-    """Replace the ops of `chain` ((op, pieces, why) each, from `chains`) by the chain's pieces
-    (module docstring), along the last op's rows: at least as many as any of its ops was given,
-    and enough that none computes a larger piece than the largest piece of one op alone
-    (lms/split/chain_size.py; else the chain is cut in two). One op alone is `split_op`'s."""
-    if len(chain) == 1:
-        op, pieces, why = chain[0]
-        if isinstance(layout(op), str):  # a fused batch norm's gradient, split with its forward
-            return []
-        return [split_op(op, pieces, io, why)]
-    ops = [op for op, *_ in chain]
-    members = []
-    for k, op in enumerate(ops):
-        link = None if k == 0 else _position(op, ops[k - 1].outputs[0])
-        readers = _outside_readers(op, ops[k + 1] if k + 1 < len(ops) else None)
-        members.append(_Member(op, layout(op), link, {}, readers))
-    sizing = [
-        ChainMember(m.layout, m.link, bool(m.readers), op_bytes(m.op), pieces)
-        for m, (_, pieces, _) in zip(members, chain, strict=True)
-    ]
-    count, cut = chain_pieces(sizing)
-    if cut is not None:  # a halo wider than a piece alone: two chains (chain_size.py)
-        return split_chain(chain[: cut + 1], io) + split_chain(chain[cut + 1 :], io)
-    graph = ops[0].graph
-    setattr(graph, REWRITTEN_MARK, True)  # the next plan of this step traces it afresh
-    driver = members[-1].layout
-    bounds = piece_bounds(driver.length, count)
-    with (
-        graph.as_default(),
-        tf.control_dependencies(None),
-        tf.name_scope(piece_scope(ops[-1].name)),
-    ):
-        for member in members:
-            for i in member.layout.kept:
-                if i != member.link:
-                    member.kept[i] = io.keep(member.op.inputs[i], len(bounds))
-        previous = [h.op for m in members for h in m.kept.values()]
-        for p, (start, stop) in enumerate(bounds):
-            with tf.control_dependencies(previous):
-                piece = _rows(members, len(members) - 1, start, stop, p + 1 == len(bounds), io)
-            last = members[-1]
-            if driver.combine == "sum":
-                last.total = piece if last.total is None else last.total + piece
-                previous = [last.total.op]
-            else:
-                rows = driver.store_rows
-                shape = last.op.outputs[0].shape.as_list()
-                last.stored = io.store_piece(last.stored, piece, driver.axis, start * rows, shape)
-                previous = [io.token(last.stored)]
-            previous += [t for m in members[:-1] for t in m.tokens]
-            for member in members:
-                member.tokens = []
-        ending = previous[0] if driver.combine == "assemble" else last.total.op
-        for member in members:
-            _finish(member, io, last=member is members[-1])
-    for member in members:
-        _tf_private.move_control_outputs(member.op, getattr(ending, "op", ending))
-    names = [m.op.name for m in members]
-    splits = []
-    for k, ((op, _, why), member) in enumerate(zip(chain, members, strict=True)):
-        after = names[k - 1] if k else ""
-        axis = member.layout.axis
-        splits.append(Split(op.name, op.type, len(bounds), axis, op_bytes(op), why, after))
-    return splits
-
-
-def _outside_readers(op, after) -> list:
-    """(reader, position) of `op`'s output outside its chain (`after`: the member after it)."""
-    return [(c, i) for c, i in value_readers(op.outputs[0]) if c is not after]
-
-
-def _position(op, tensor) -> int:
-    return next(i for i, x in enumerate(op.inputs) if x is tensor)
-
-
-def _finish(member: _Member, io: PieceCopies, last: bool) -> None:
-    """`member`'s readers outside the chain read its combined output; `io` told it is
-    replaced."""
-    op = member.op
-    if last and member.layout.combine == "sum":
-        whole = member.total
-    elif member.stored is not None:
-        whole = io.assemble(member.stored, op.outputs[0], member.layout.axis)
-    else:  # nothing outside the chain reads it: it never leaves the device
-        whole = op.outputs[0]
-    for reader, position in member.readers:
-        _tf_private.update_input(reader, position, whole)
-    io.replaced(op, whole)
-
-
-def _rows(members: list, k: int, start: int, stop: int, last_piece: bool, io: PieceCopies):
-    """Rows [start, stop) of member k's output on the device, for the chain's piece being made:
-    member k's piece over those rows (and over the rows it owns, stored on the host when
-    something outside the chain reads them), its chained input read from member k - 1's."""
-    member = members[k]
-    axis = member.layout.axis
-    stores = bool(member.readers) and k + 1 < len(members)
-    # the rows asked and those it owns (lms/split/chain_size.py, which sizes the chain by it)
-    lo, hi, own_lo, own_hi = span(member.layout, member.owned, start, stop, last_piece, stores)
-
-    def read(i, a, b):
-        if i == member.link:
-            return _rows(members, k - 1, a, b, last_piece, io)
-        read_axis = axis if member.layout.read_axis is None else member.layout.read_axis
-        return io.read(member.kept[i], member.op.inputs[i], read_axis, a, b)
-
-    if lo >= hi:  # no rows: each input read emptily (each host copy is read once per piece)
-        with tf.control_dependencies([read(i, 0, 0) for i in member.layout.kept]):
-            shape = member.op.outputs[0].shape.as_list()
-            shape[axis] = 0
-            return tf.zeros(shape, member.op.outputs[0].dtype)
-    rows = member.layout.piece(member.op, lo, hi, read)
-    if k + 1 == len(members):
-        return rows
-    if stores and own_lo < own_hi:
-        owned = _cut(rows, axis, own_lo - lo, own_hi - lo)
-        shape = member.op.outputs[0].shape.as_list()
-        member.stored = io.store_piece(member.stored, owned, axis, own_lo, shape)
-        member.tokens.append(io.token(member.stored))
-        member.owned = own_hi
-    return _cut(rows, axis, start - lo, max(stop, start) - lo)
-
-
-def _cut(rows, axis: int, begin: int, end: int):
-    """Rows [begin, end) of `rows` along `axis` (`rows` itself when that is all of it)."""
-    if begin == 0 and end == rows.shape[axis]:
-        return rows
-    index = [slice(None)] * rows.shape.rank
-    index[axis] = slice(begin, end)
-    return rows[tuple(index)]
-
-
 def only_readers(graph, decided: list) -> list:
     """For each op of `decided` whose output one op alone reads (shape reads aside), that reads
     it as a chain would and is not split: that reader, in as many pieces, to chain after it.
@@ -342,7 +180,7 @@ def only_readers(graph, decided: list) -> list:
         if len(readers) != 1 or readers[0].name in names or splittable(readers[0]):
             continue
         reader = readers[0]
-        position = _position(reader, op.outputs[0])
+        position = input_position(reader, op.outputs[0])
         if _linkable(layout(op), layout(reader), position):
             names.add(reader.name)
             added.append((reader.name, pieces, f"its input {name} is split: chained after it"))

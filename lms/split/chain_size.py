@@ -53,27 +53,50 @@ def span(layout, owned: int, start: int, stop: int, last_piece: bool, stores: bo
     return own_lo, own_hi, own_lo, own_hi
 
 
-def rows_per_piece(members: list, pieces: int) -> list[int]:
-    """The most rows each member computes in one of the chain's `pieces` pieces (cut along
-    the last member's rows, as chain.py cuts them)."""
-    owned, most = [0] * len(members), [0] * len(members)
-    bounds = piece_bounds(members[-1].layout.length, pieces)
+@dataclass(frozen=True)
+class Span:
+    """What a member does in one of the chain's pieces: the rows [lo, hi) it computes, the rows
+    [own_lo, own_hi) it stores, the rows [start, stop) the member after it asked for, and the
+    rows of each kept input it reads ({position: (lo, hi)})."""
 
-    def visit(k: int, start: int, stop: int, last_piece: bool) -> None:
+    lo: int
+    hi: int
+    own_lo: int
+    own_hi: int
+    start: int
+    stop: int
+    reads: dict
+
+
+def chain_spans(members: list, bounds: list) -> list[list[Span]]:
+    """Per piece of `bounds` (cut along the last member's rows, as chain.py cuts them), each
+    member's `Span`, in the order chain.py `_rows` makes them (the last member first)."""
+    owned, found = [0] * len(members), []
+
+    def visit(k: int, start: int, stop: int, last_piece: bool, spans: list) -> None:
         member = members[k]
         stores = member.stores and k + 1 < len(members)
         lo, hi, own_lo, own_hi = span(member.layout, owned[k], start, stop, last_piece, stores)
         # rows [lo, hi) or, with none, each input read emptily (chain.py `_rows`)
         reads = member.layout.reads(lo, hi) if lo < hi else {i: (0, 0) for i in member.layout.kept}
+        spans.append(Span(lo, hi, own_lo, own_hi, start, stop, reads))
         if member.link is not None:
-            visit(k - 1, *reads[member.link], last_piece)
-        most[k] = max(most[k], hi - lo)
+            visit(k - 1, *reads[member.link], last_piece, spans)
         if stores and own_lo < own_hi:
             owned[k] = own_hi
 
     for p, (start, stop) in enumerate(bounds):
-        visit(len(members) - 1, start, stop, p + 1 == len(bounds))
-    return most
+        spans = []
+        visit(len(members) - 1, start, stop, p + 1 == len(bounds), spans)
+        found.append(spans[::-1])  # by member
+    return found
+
+
+def rows_per_piece(members: list, pieces: int) -> list[int]:
+    """The most rows each member computes in one of the chain's `pieces` pieces (cut along
+    the last member's rows, as chain.py cuts them)."""
+    spans = chain_spans(members, piece_bounds(members[-1].layout.length, pieces))
+    return [max(piece[k].hi - piece[k].lo for piece in spans) for k in range(len(members))]
 
 
 def _excess(members: list, pieces: int, limit: float) -> list[float]:

@@ -165,6 +165,24 @@ class RowLayout(ReadAlongAxis):
             found[2] = (start, stop)
         return found
 
+    def form(self, start: int, stop: int) -> tuple:
+        """The padding of the rows a piece reads (and, for an input gradient, of the
+        incoming gradient's rows and where its rows lie in the region computed); an average
+        pool's scales."""
+        rows = self.windows[0]
+        if self.kind != "input_grad":
+            lo, hi = rows.rows_in(start, stop)
+            form = (max(0, -lo), max(0, hi - rows.size_in))
+            return form + tuple(rows.scales(start, stop))
+        first, last = rows.rows_out(start, stop)
+        if first >= last:
+            return ("none",)
+        early, late = start + rows.before - rows.extent + 1, stop + rows.before
+        lo, hi = rows.rows_in(first, last)
+        form = (max(0, -early), max(0, late - rows.size_out), max(0, -lo))
+        form += (max(0, hi - rows.size_in), start - lo, stop - lo)
+        return form + tuple(rows.scales(first, last))
+
     def piece(self, op, start: int, stop: int, read):
         """Piece [start, stop) of `op` (rows of what `length` counts); `read(i, lo, hi)` reads
         rows [lo, hi) of input i from its host copy."""

@@ -59,6 +59,11 @@ class PieceLayout(Protocol):
         hi)}, worked out without making it: what a chain's pieces are sized by
         (lms/split/chain.py) before any op is made."""
 
+    def form(self, start: int, stop: int) -> tuple:
+        """What of piece [start, stop)'s ops depends on where it lies besides the rows it
+        reads (a window's padding, an average's scales): pieces of one form whose reads
+        move alike are made alike, one loop for them (lms/split/looped.py)."""
+
 
 class PieceCopies(Protocol):
     """A graph's piece copies: each split op's kept inputs on the host, their slices read back
@@ -66,6 +71,9 @@ class PieceCopies(Protocol):
     every op split in a graph (it joins a split op's output to the split ops that read it)."""
 
     keeps_ops: bool  # whether the ops it makes must be kept from Grappler (`finish`)
+    # whether alike pieces may run as one loop (lms/split/looped.py): then `read_rows`,
+    # `store_rows` and `resume` make a loop body's reads and stores
+    loops: bool
 
     def keep(self, tensor, readers: int):
         """`tensor` kept on the host for `readers` slice reads; a tensor whose op the first
@@ -134,6 +142,9 @@ class Layout:
 
     def reads(self, start: int, stop: int) -> dict:
         return {i: (start * self.read_rows, stop * self.read_rows) for i in self.kept}
+
+    def form(self, start: int, stop: int) -> tuple:
+        return ()
 
     def piece(self, op, start: int, stop: int, read):
         """Piece [start, stop) of `op`; `read(i, lo, hi)` reads input i's slice [lo, hi)."""

@@ -33,6 +33,7 @@ import tensorflow as tf
 from lms import _tf_private
 from lms.graph.names import REWRITTEN_MARK, SPLIT_SCOPE
 from lms.split.layouts import layout
+from lms.split.looped import Carried, make_pieces
 from lms.split.norm import NormLayout, split_norm
 from lms.split.pieces import PieceCopies
 
@@ -148,34 +149,80 @@ def split_op(op, pieces: int, io: PieceCopies, why: str = "") -> Split:
     readers = value_readers(out)
     with graph.as_default(), tf.control_dependencies(None), tf.name_scope(scope):
         kept = {i: io.keep(op.inputs[i], len(bounds)) for i in found.kept}
-
         read_axis = axis if found.read_axis is None else found.read_axis
-
-        def read(i, lo, hi):
-            return io.read(kept[i], op.inputs[i], read_axis, lo, hi)
-
+        rows, shape = found.store_rows, out.shape.as_list()
         # the first piece reads when every sliced input is on the host, not as soon as one is
         # (a read early in the step would hold its slice on the device until the piece runs)
-        stored, total, previous = None, None, [h.op for h in kept.values()]
-        for start, stop in bounds:
-            with tf.control_dependencies(previous):
+        run = _Run([h.op for h in kept.values()], io)
+
+        def make(p, looped):
+            start, stop = bounds[p]
+
+            def read(i, lo, hi):
+                if looped is None:
+                    return io.read(kept[i], op.inputs[i], read_axis, lo, hi)
+                starts = looped.starts(("read", i), lo, hi - lo)
+                return io.read_rows(
+                    kept[i], op.inputs[i], read_axis, starts, hi - lo, looped.position
+                )
+
+            with tf.control_dependencies(run.previous):
                 piece = found.piece(op, start, stop, read)
             if found.combine == "sum":  # a filter's gradient: the pieces' contributions add up
-                total = piece if total is None else total + piece
-                previous = [total.op]
-                continue
-            rows = found.store_rows
-            stored = io.store_piece(stored, piece, axis, start * rows, out.shape.as_list())
-            previous = [io.token(stored)]
-        whole = total if found.combine == "sum" else io.assemble(stored, out, axis)
+                run.total = piece if run.total is None else run.total + piece
+            elif looped is None:
+                run.stored = io.store_piece(run.stored, piece, axis, start * rows, shape)
+            else:
+                starts = looped.starts(("store",), start * rows, (stop - start) * rows)
+                run.stored = io.store_rows(run.stored, piece, axis, starts, shape, looped.position)
+            run.previous = run.get()
+
+        calls = [_calls(found, start, stop) for start, stop in bounds]
+        make_pieces(len(bounds), make, calls, run, getattr(io, "loops", False))
+        whole = run.total if found.combine == "sum" else io.assemble(run.stored, out, axis)
     for reader, position in readers:
         _tf_private.update_input(reader, position, whole)
     # the ops that waited for it wait for its last piece, and no longer for it (it is pruned,
     # never run); not for the assemble, which would then run for them alone
-    last = whole.op if found.combine == "sum" else io.token(stored).op
+    last = whole.op if found.combine == "sum" else io.token(run.stored).op
     _tf_private.move_control_outputs(op, last)
     io.replaced(op, whole)
     return Split(op.name, op.type, len(bounds), axis, size, why)
+
+
+class _Run(Carried):
+    """A split op's pieces as they are made: what the next piece waits for, and what a loop
+    carries (lms/split/looped.py): the output's host array's last store, or the running sum."""
+
+    def __init__(self, previous: list, io: PieceCopies):
+        self.previous, self.io, self.stored, self.total = previous, io, None, None
+
+    def get(self) -> list:
+        return [self.total] if self.total is not None else [self.io.token(self.stored)]
+
+    def set(self, tensors: list) -> None:
+        if self.total is not None:
+            self.total = tensors[0]
+        else:
+            self.io.resume(self.stored, tensors[0])
+        self.previous = [t.op for t in tensors]
+
+    def ready(self) -> bool:
+        return self.total is not None or self.stored is not None
+
+    def after(self, p: int) -> None:
+        """Nothing kept in Python changes from piece to piece."""
+
+
+def _calls(found, start: int, stop: int) -> dict:
+    """Piece [start, stop)'s reads and store, {key: (start, length)} (lms/split/looped.py)."""
+    calls = {("read", i): (lo, hi - lo) for i, (lo, hi) in found.reads(start, stop).items()}
+    calls[("rows",)] = (start, stop - start)
+    calls[("form",)] = (0, found.form(start, stop))
+    if found.combine != "sum":
+        rows = found.store_rows
+        calls[("store",)] = (start * rows, (stop - start) * rows)
+    return calls
 
 
 # the share of the room one piece may take: an eighth (measured on GoogLeNet 1024² and 2048² b1

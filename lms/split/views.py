@@ -98,6 +98,9 @@ class ReductionLayout(ReadAlongAxis):
     def reads(self, start: int, stop: int) -> dict:
         return {0: (start, stop)}
 
+    def form(self, start: int, stop: int) -> tuple:
+        return ()
+
     def piece(self, op, start: int, stop: int, read):
         partial = _tf_private.copy_op(op, [read(0, start, stop), op.inputs[1]])
         if op.type == "Mean":
@@ -170,6 +173,12 @@ class ShiftLayout(ReadAlongAxis):
         Pad's padding)."""
         lo = min(max(start + self.shift, 0), self.size_in)
         return {0: (lo, max(lo, min(stop + self.shift, self.size_in)))}
+
+    def form(self, start: int, stop: int) -> tuple:
+        """The rows filled before and after those read."""
+        lo, hi = self.reads(start, stop)[0]
+        before = min(max(lo - (start + self.shift), 0), stop - start)
+        return before, stop - start - before - (hi - lo)
 
     def piece(self, op, start: int, stop: int, read):
         lo, hi = self.reads(start, stop)[0]

@@ -11,6 +11,7 @@ TensorFlow (`tsl.profiler.protobuf.xplane_pb2`; lms/_tf_private.py finds it).
 import math
 from dataclasses import dataclass
 
+from lms.graph.loops import WHILE_OPS, body_graph, trip_count
 from lms.graph.names import SWAP_IN, swap_kind, transfer_kind
 from lms.observe.xspace import op_events, profiled_space
 from lms.split.rewrite import running_ops
@@ -126,6 +127,17 @@ def step_profile(space, names: dict | None = None) -> StepProfile:
     return StepProfile(events(host), events(copies))
 
 
+def _looped_copies(graph, op, size) -> dict:
+    """The bytes a While of a split op's pieces moves each way, its trips' piece copies."""
+    body, trips = body_graph(graph, op, "body"), trip_count(op)
+    moved = {}
+    for inner in body.get_operations() if body is not None and trips else ():
+        if inner.type != "Placeholder" and (piece := transfer_kind(inner.name)):
+            tensors = inner.outputs if piece == "in" else inner.inputs
+            moved[piece] = moved.get(piece, 0) + trips * max(map(size, tensors), default=0)
+    return moved
+
+
 def swap_graph(graph, batch_size: int | None = None) -> SwapGraph:
     """The swaps of a rewritten step's graph for the step-time model: each swap op's direction,
     bytes and source, and which ops read (data or control) a swap op. `batch_size` substitutes
@@ -159,6 +171,12 @@ def swap_graph(graph, batch_size: int | None = None) -> SwapGraph:
             if op in running:
                 moved = op.outputs if piece == "in" else op.inputs  # (the largest: not a handle)
                 transfers[op.name] = (piece, max(map(size, moved), default=0), None)
+        elif op.type in WHILE_OPS and (looped := _looped_copies(graph, op, size)):
+            # a loop of alike pieces (lms/split/looped.py): its copies, every iteration's
+            running = running_ops(graph) if running is None else running
+            if op in running:
+                for piece, moved in looped.items():
+                    transfers[f"{op.name}/{piece}"] = (piece, moved, None)
     for op in ops:
         if swap_kind(op.name) == "in":
             source = op.inputs[0].op.name

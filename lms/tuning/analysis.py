@@ -26,6 +26,7 @@ def analyze(
     host_device_marker: str | None = None,
     quiet: bool = False,
     paired_reads=frozenset(),
+    kernels: str | None = None,
 ) -> Analysis:
     """Analyse `graph` (a FuncGraph). `variables` default to the graph's captured variables.
 
@@ -33,6 +34,8 @@ def analyze(
     are on the host: their tensors are never swapped.
     `paired_reads`: (op type, input position) reads a swap-in must not feed (the tensor is then
     not swapped); `cpu_paired_reads()` gives those of this TensorFlow's CPU kernels.
+    `kernels`: whose temporaries the simulator counts (`Analysis.kernels`), in the loops' and
+    calls' bodies too (a split op's loop of pieces holds a piece's convolution workspace).
     """
     with collector_paused():
         analysis = read_graph(
@@ -44,14 +47,16 @@ def analyze(
             quiet,
             paired_reads,
         )
+        analysis.kernels = kernels or analysis.kernels
+        inner = (batch_size, analysis.kernels, paired_reads)
         for op, info in zip(graph.get_operations(), analysis.ops, strict=True):
             if not info.runs:  # TensorFlow prunes it: it holds nothing
                 continue
             if op.type in CALL_OPS:
                 on_cpu = host_device_marker is None
-                info.temp_bytes = _call_temp_bytes(graph, op, batch_size, on_cpu)
+                info.temp_bytes = _call_temp_bytes(graph, op, inner, on_cpu)
             elif op.type in WHILE_OPS | IF_OPS:
-                info.temp_bytes = _branch_temp_bytes(graph, op, batch_size)
+                info.temp_bytes = _branch_temp_bytes(graph, op, inner)
     return analysis
 
 
@@ -61,14 +66,24 @@ def cpu_paired_reads() -> frozenset:
     return ONEDNN_PAIRED_READS if _tf_private.onednn_enabled() else frozenset()
 
 
-def _body_temp_bytes(body, batch_size) -> int:
-    """What a function body holds while it runs besides its inputs and outputs."""
-    inner = analyze(body, batch_size, variables=[], trainable_variables=[], quiet=True)
+def _body_temp_bytes(body, inner: tuple) -> int:
+    """What a function body holds while it runs besides its inputs and outputs (`inner`: the
+    batch size, kernels and paired reads it is analysed with)."""
+    batch_size, kernels, paired = inner
+    inner = analyze(
+        body,
+        batch_size,
+        variables=[],
+        trainable_variables=[],
+        quiet=True,
+        paired_reads=paired,
+        kernels=kernels,
+    )
     held = inner.input_bytes + sum(inner.tensors[t].bytes for t in inner.outputs)
     return max(0, simulate(inner).peak_bytes - held)
 
 
-def _branch_temp_bytes(graph, op, batch_size) -> int:
+def _branch_temp_bytes(graph, op, inner: tuple) -> int:
     """A While's body per iteration, or an If's larger branch: held while the op runs. What a
     loop keeps across iterations for its gradient is in its outputs (lms/graph/loops.py)."""
     names = ("body",) if op.type in WHILE_OPS else ("then_branch", "else_branch")
@@ -81,10 +96,10 @@ def _branch_temp_bytes(graph, op, batch_size) -> int:
         function = called_name(op, name)
         if function is None:
             continue
-        key = (function, batch_size)
+        key = (function, *inner)
         if key not in known:
             body = body_graph(graph, op, name)
-            known[key] = _body_temp_bytes(body, batch_size) if body is not None else 0
+            known[key] = _body_temp_bytes(body, inner) if body is not None else 0
         held.append(known[key])
     return max(held, default=0)
 
@@ -99,7 +114,7 @@ def _xla_compiled(call_op, function) -> bool:
     return bool(attribute is not None and attribute.b)
 
 
-def _call_temp_bytes(graph, call_op, batch_size, on_cpu: bool) -> int:
+def _call_temp_bytes(graph, call_op, inner: tuple, on_cpu: bool) -> int:
     """What a function call holds while it runs, besides its inputs and outputs: its body's
     simulated peak less those, plus XLA's expansion of grouped-convolution filter gradients.
 
@@ -113,7 +128,7 @@ def _call_temp_bytes(graph, call_op, batch_size, on_cpu: bool) -> int:
     body = getattr(function, "graph", None)
     if body is None:
         return 0
-    temp = _body_temp_bytes(body, batch_size)
+    temp = _body_temp_bytes(body, inner)
     if on_cpu and _xla_compiled(call_op, function):
         for op in body.get_operations():
             if op.type not in GROUPED_FILTER_GRADIENTS or not op.inputs[0].shape.rank:

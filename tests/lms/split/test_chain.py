@@ -18,7 +18,7 @@ from lms import _tf_private
 from lms.device.copies import DevicePieces
 from lms.device.host_store import HostStore
 from lms.plan_request import Request
-from lms.split import chain as chain_module
+from lms.split import chain_run as chain_module
 from lms.split.chain import chains, split_decided
 from lms.split.chain_size import rows_per_piece
 from lms.split.halo import RowLayout

@@ -23,7 +23,17 @@ MEMBERS = {name for name in vars(PieceLayout) if not name.startswith("_")}
 
 
 def test_every_piece_layout_has_the_members_split_op_uses():
-    want = {"axis", "length", "kept", "combine", "read_axis", "store_rows", "piece", "reads"}
+    want = {
+        "axis",
+        "length",
+        "kept",
+        "combine",
+        "read_axis",
+        "store_rows",
+        "piece",
+        "reads",
+        "form",
+    }
     assert want == MEMBERS
     window = Window(size_in=9, size_out=9, extent=3, stride=1, before=1)
     layouts = [

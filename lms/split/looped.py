@@ -1,0 +1,146 @@
+"""A split op's (or a chain's) pieces that are alike run as one While loop, so that the step's
+graph grows by a piece's ops and not by every piece's (issue 44: GoogLeNet 4096² in 400 MiB made
+106k ops for 7.5k pieces, built twice, and planning took 80x the trace).
+
+Pieces are alike when they differ only by where they read and write: the same rows read from
+each kept input and computed, each read and store moved by the same number of rows from the
+piece before, the same cuts. Border pieces (a window's padding, the last piece's remainder, a
+chain member storing the rest of its rows) differ and are made one by one as before. The run of
+alike pieces [a, b] becomes one loop whose body is piece a made by the same code as every piece
+(lms/split/rewrite.py `split_op`, lms/split/chain.py `split_chain`), except that its host reads
+and stores take the body's piece index and look their rows up in a table
+(`PieceCopies.read_rows`, `store_rows`). That the layouts' pieces are alike wherever their reads
+and cuts are (translation invariance) is tested for every op of 2D and 3D Keras steps
+(tests/lms/split/test_looped.py).
+
+What a loop carries from piece to piece: each host array's last store (its handle: the next
+store follows it) and a reduction's running sum. The loop runs one piece at a time
+(`parallel_iterations=1`, and the index moves on only after the piece's stores). The analysis
+sees the loop as it sees any While (lms/tuning/analysis.py): one op holding its body's peak,
+one piece's, for as long as it runs. Only piece copies that say so loop (`PieceCopies.loops`:
+the emulated device's host store); the others make every piece (a GPU's copies: TensorFlow's
+own, whose placement inside a loop body is not planned here).
+"""
+
+from dataclasses import dataclass
+
+import tensorflow as tf
+
+# the fewest alike pieces worth a loop (a loop adds about a dozen ops of its own)
+MIN_LOOP = 3
+
+
+@dataclass(frozen=True)
+class Looped:
+    """A loop body being made for pieces `first` to `first + len(table) - 1`: each read's and
+    store's starts per piece (`tables`, by the caller's key), and the body's position in them
+    (`position`: an int64 scalar tensor, 0 for piece `first`)."""
+
+    first: int
+    tables: dict  # key -> (starts per piece, length)
+    position: object
+
+    def starts(self, key, start: int, length: int) -> tuple:
+        """The starts of call `key` for every piece of the loop; `start` and `length` are
+        what piece `first` asks (checked: the body is piece `first`)."""
+        starts, known = self.tables[key]
+        if starts[0] != start or known != length:
+            raise AssertionError(
+                f"a looped piece asked {key} rows {start}+{length}, its table {starts[0]}+{known}"
+            )
+        return starts
+
+
+def alike_runs(calls: list, minimum: int = MIN_LOOP) -> list[tuple[int, int]]:
+    """The runs [a, b] of consecutive pieces (never piece 0, which makes the host arrays) whose
+    calls (per piece: {key: (start, length)}) have the same keys and lengths and move by the
+    same rows from the piece before, at least `minimum` long."""
+
+    def signature(p: int):
+        before, now = calls[p - 1], calls[p]
+        if before.keys() != now.keys():
+            return None
+        return tuple((k, now[k][1], now[k][0] - before[k][0]) for k in sorted(now, key=repr))
+
+    runs, p = [], 1
+    while p < len(calls):
+        mark, q = signature(p), p + 1
+        while mark is not None and q < len(calls) and signature(q) == mark:
+            q += 1
+        if mark is not None and q - p >= minimum:
+            runs.append((p, q - 1))
+        p = q
+    return runs
+
+
+def tables(calls: list, a: int, b: int) -> dict:
+    """Each call's starts over pieces [a, b], and its length."""
+    return {
+        key: (tuple(calls[p][key][0] for p in range(a, b + 1)), calls[a][key][1])
+        for key in calls[a]
+    }
+
+
+class Carried:
+    """What a loop carries from piece to piece, as the caller keeps it: `get()` the tensors,
+    `set(tensors)` them (the body's inputs, then the loop's outputs), `ready()` whether every
+    one exists yet (a host array is made by its first store), `after(p)` any state kept in
+    Python set as after piece p."""
+
+    def get(self) -> list: ...
+
+    def set(self, tensors: list) -> None: ...
+
+    def ready(self) -> bool: ...
+
+    def after(self, p: int) -> None: ...
+
+
+def make_pieces(count: int, make, calls: list, carried: Carried, loops: bool) -> int:
+    """Make pieces 0 .. count - 1 by `make(p, looped)` (`looped` None: piece p as itself),
+    each run of alike pieces (`alike_runs` of `calls`) as one loop when `loops`. Returns the
+    loops made."""
+    runs = dict(alike_runs(calls)) if loops else {}
+    p, made = 0, 0
+    while p < count:
+        last = runs.get(p)
+        if last is None or not carried.ready():
+            make(p, None)
+            p += 1
+            continue
+        _loop(p, last, make, tables(calls, p, last), carried)
+        made, p = made + 1, last + 1
+    return made
+
+
+def _loop(first: int, last: int, make, table: dict, carried: Carried) -> None:
+    """Pieces [first, last] as one While loop whose body is piece `first` (`make`)."""
+
+    def cond(index, *state):
+        return index <= last
+
+    def body(index, *state):
+        carried.set(list(state))
+        # (lowered, each carried tensor enters the loop on its own: the piece's reads wait for
+        # all of them, the piece before's stores, not for the index alone)
+        with tf.control_dependencies(state):
+            position = index - first
+        make(first, Looped(first, table, position))
+        out = carried.get()
+        for tensor, before in zip(out, state, strict=True):
+            tensor.set_shape(before.shape)  # (a filter gradient's shape is lost in a body)
+        with tf.control_dependencies(out):  # the next piece's reads after this one's stores
+            following = index + 1
+        return (following, *out)
+
+    start = tf.constant(first, tf.int64)
+    result = tf.while_loop(
+        cond,
+        body,
+        (start, *carried.get()),
+        parallel_iterations=1,
+        maximum_iterations=last - first + 1,  # its trip count, for whoever reads the graph
+        name="lms_pieces",
+    )
+    carried.set(list(result[1:]))
+    carried.after(last)
