@@ -14,9 +14,16 @@ from lms import _tf_private
 from lms.graph.names import REWRITTEN_MARK
 from lms.split.chain_size import ChainMember, chain_pieces, chain_spans, span
 from lms.split.layouts import layout
-from lms.split.looped import Carried, make_pieces
+from lms.split.looped import Carried, looped_bounds, make_pieces
 from lms.split.pieces import PieceCopies
-from lms.split.rewrite import Split, op_bytes, piece_bounds, piece_scope, split_op, value_readers
+from lms.split.rewrite import (
+    Split,
+    op_bytes,
+    piece_scope,
+    piece_shape,
+    split_op,
+    value_readers,
+)
 
 
 @dataclass
@@ -60,7 +67,13 @@ def split_chain(chain: list, io: PieceCopies) -> list[Split]:
     graph = ops[0].graph
     setattr(graph, REWRITTEN_MARK, True)  # the next plan of this step traces it afresh
     driver = members[-1].layout
-    bounds = piece_bounds(driver.length, count)
+    loops = getattr(io, "loops", False)
+
+    def calls_of(bounds):
+        spans = chain_spans(sizing, bounds)
+        return [_chain_calls(members, piece, bounds[p]) for p, piece in enumerate(spans)]
+
+    bounds, calls = looped_bounds(driver.length, count, calls_of, loops)
     spans = chain_spans(sizing, bounds)
     with (
         graph.as_default(),
@@ -99,8 +112,7 @@ def split_chain(chain: list, io: PieceCopies) -> list[Split]:
                     )
             run.previous = [t.op for t in run.get()]
 
-        calls = [_chain_calls(members, piece, bounds[p]) for p, piece in enumerate(spans)]
-        make_pieces(len(bounds), make, calls, run, getattr(io, "loops", False))
+        make_pieces(len(bounds), make, calls, run, loops)
         last = members[-1]
         ending = io.token(last.stored).op if driver.combine == "assemble" else last.total.op
         for member in members:
@@ -227,6 +239,7 @@ def _rows(members, k: int, start: int, stop: int, last_piece: bool, io: PieceCop
             shape[axis] = 0
             return tf.zeros(shape, member.op.outputs[0].dtype)
     rows = member.layout.piece(member.op, lo, hi, read)
+    rows.set_shape(piece_shape(member.layout, member.op.outputs[0], lo, hi))
     if k + 1 == len(members):
         return rows
     if stores and own_lo < own_hi:

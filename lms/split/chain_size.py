@@ -20,7 +20,7 @@ the most, each part sized again.
 import math
 from dataclasses import dataclass
 
-from lms.split.rewrite import piece_bounds
+from lms.split.looped import piece_bounds
 
 
 @dataclass(frozen=True)

@@ -22,12 +22,47 @@ the emulated device's host store); the others make every piece (a GPU's copies: 
 own, whose placement inside a loop body is not planned here).
 """
 
+import math
 from dataclasses import dataclass
 
 import tensorflow as tf
 
 # the fewest alike pieces worth a loop (a loop adds about a dozen ops of its own)
 MIN_LOOP = 3
+# how many fewer rows per piece `looped_bounds` tries (a stride's multiple is within it)
+SEARCH = 8
+
+
+def piece_bounds(length: int, pieces: int, rows: int | None = None) -> list[tuple[int, int]]:
+    """[start, stop) of each piece of [0, length): `pieces` of them (at least 2, at most
+    `length`), all of the same rows but the last, which has what is left (alike pieces loop);
+    or as many as pieces of `rows` rows take."""
+    rows = rows or math.ceil(length / max(2, min(pieces, length)))
+    return [(start, min(start + rows, length)) for start in range(0, length, rows)]
+
+
+def looped_bounds(length: int, pieces: int, calls_of, loops: bool) -> tuple[list, list]:
+    """The bounds of at least `pieces` pieces of [0, length) (`piece_bounds`) and their calls
+    (`calls_of(bounds)`: per piece, {key: (start, length)}). When `loops`: of the rows per
+    piece from `pieces`' down to SEARCH fewer, the most that leave the fewest pieces out of
+    alike runs. A strided op's input gradient reads alike only when its pieces' rows are a
+    multiple of the stride (GoogLeNet 2048²: max pool gradients in pieces of 49 rows read 51
+    and 53 rows in turn, and none looped)."""
+    rows = math.ceil(length / max(2, min(pieces, length)))
+    if not loops:
+        return piece_bounds(length, pieces), None
+    best = None
+    for fewer in range(rows, max(0, rows - SEARCH), -1):
+        bounds = piece_bounds(length, pieces, fewer)
+        if len(bounds) < 2:
+            continue
+        calls = calls_of(bounds)
+        alone = len(bounds) - sum(b - a + 1 for a, b in alike_runs(calls))
+        if best is None or alone < best[0]:
+            best = (alone, bounds, calls)
+        if alone <= 2:  # the first piece and the last: as good as it gets
+            break
+    return best[1], best[2]
 
 
 @dataclass(frozen=True)
@@ -100,7 +135,7 @@ def make_pieces(count: int, make, calls: list, carried: Carried, loops: bool) ->
     """Make pieces 0 .. count - 1 by `make(p, looped)` (`looped` None: piece p as itself),
     each run of alike pieces (`alike_runs` of `calls`) as one loop when `loops`. Returns the
     loops made."""
-    runs = dict(alike_runs(calls)) if loops else {}
+    runs = dict(alike_runs(calls)) if loops and calls else {}
     p, made = 0, 0
     while p < count:
         last = runs.get(p)

@@ -27,13 +27,12 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-import numpy as np
 import tensorflow as tf
 
 from lms import _tf_private
 from lms.graph.names import REWRITTEN_MARK, SPLIT_SCOPE
 from lms.split.layouts import layout
-from lms.split.looped import Carried, make_pieces
+from lms.split.looped import Carried, looped_bounds, make_pieces
 from lms.split.norm import NormLayout, split_norm
 from lms.split.pieces import PieceCopies
 
@@ -106,12 +105,6 @@ def constant_shapes(tensor) -> set:
     return replaced
 
 
-def piece_bounds(length: int, pieces: int) -> list[tuple[int, int]]:
-    """[start, stop) of each of `pieces` pieces (at least 2, at most `length`) of [0, length)."""
-    cuts = np.array_split(np.arange(length), max(2, min(pieces, length)))
-    return [(int(r[0]), int(r[-1]) + 1) for r in cuts]
-
-
 def op_bytes(op) -> int:
     """`op`'s inputs and outputs, whole (a batch norm's saved statistics for its gradient: no
     static shape, nothing on a CPU)."""
@@ -136,7 +129,10 @@ def split_op(op, pieces: int, io: PieceCopies, why: str = "") -> Split:
     graph, out = op.graph, op.outputs[0]
     setattr(graph, REWRITTEN_MARK, True)  # the next plan of this step traces it afresh
     axis = found.axis
-    bounds = piece_bounds(found.length, pieces)
+    loops = getattr(io, "loops", False) and not isinstance(found, NormLayout)
+    bounds, calls = looped_bounds(
+        found.length, pieces, lambda cut: [_calls(found, *b) for b in cut], loops
+    )
     size = op_bytes(op)
     scope = piece_scope(op.name)
     if isinstance(found, NormLayout):  # several outputs, and passes (lms/split/norm.py)
@@ -168,6 +164,7 @@ def split_op(op, pieces: int, io: PieceCopies, why: str = "") -> Split:
 
             with tf.control_dependencies(run.previous):
                 piece = found.piece(op, start, stop, read)
+            piece.set_shape(piece_shape(found, out, start, stop))
             if found.combine == "sum":  # a filter's gradient: the pieces' contributions add up
                 run.total = piece if run.total is None else run.total + piece
             elif looped is None:
@@ -177,8 +174,7 @@ def split_op(op, pieces: int, io: PieceCopies, why: str = "") -> Split:
                 run.stored = io.store_rows(run.stored, piece, axis, starts, shape, looped.position)
             run.previous = run.get()
 
-        calls = [_calls(found, start, stop) for start, stop in bounds]
-        make_pieces(len(bounds), make, calls, run, getattr(io, "loops", False))
+        make_pieces(len(bounds), make, calls, run, loops)
         whole = run.total if found.combine == "sum" else io.assemble(run.stored, out, axis)
     for reader, position in readers:
         _tf_private.update_input(reader, position, whole)
@@ -188,6 +184,16 @@ def split_op(op, pieces: int, io: PieceCopies, why: str = "") -> Split:
     _tf_private.move_control_outputs(op, last)
     io.replaced(op, whole)
     return Split(op.name, op.type, len(bounds), axis, size, why)
+
+
+def piece_shape(found, out, start: int, stop: int) -> list:
+    """The static shape of piece [start, stop) of `out` by layout `found`: in a loop's body the
+    outer tensors a piece reads are the body's inputs, not constants, and shape inference can
+    lose what they said (a sizes vector, a filter's shape)."""
+    shape = out.shape.as_list()
+    if found.combine != "sum":
+        shape[found.axis] = (stop - start) * found.store_rows
+    return shape
 
 
 class _Run(Carried):

@@ -12,9 +12,10 @@ import tensorflow as tf
 
 from lms.split.halo import RowLayout, Window
 from lms.split.layouts import layout
+from lms.split.looped import piece_bounds
 from lms.split.norm import NormLayout
 from lms.split.pieces import Layout, PieceLayout, split_axis
-from lms.split.rewrite import piece_bounds, running_ops
+from lms.split.rewrite import running_ops
 from lms.split.views import ReductionLayout, ShiftLayout
 
 pytestmark = pytest.mark.compat
