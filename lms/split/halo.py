@@ -177,10 +177,11 @@ class RowLayout(ReadAlongAxis):
         first, last = rows.rows_out(start, stop)
         if first >= last:
             return ("none",)
-        early, late = start + rows.before - rows.extent + 1, stop + rows.before
         lo, hi = rows.rows_in(first, last)
-        form = (max(0, -early), max(0, late - rows.size_out), max(0, -lo))
-        form += (max(0, hi - rows.size_in), start - lo, stop - lo)
+        form = (max(0, -lo), max(0, hi - rows.size_in), start - lo, stop - lo)
+        if rows.stride == 1:  # as a forward convolution: the incoming gradient's padding
+            early, late = start + rows.before - rows.extent + 1, stop + rows.before
+            form += (max(0, -early), max(0, late - rows.size_out))
         return form + tuple(rows.scales(first, last))
 
     def piece(self, op, start: int, stop: int, read):

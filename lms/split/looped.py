@@ -89,22 +89,28 @@ class Looped:
 def alike_runs(calls: list, minimum: int = MIN_LOOP) -> list[tuple[int, int]]:
     """The runs [a, b] of consecutive pieces (never piece 0, which makes the host arrays) whose
     calls (per piece: {key: (start, length)}) have the same keys and lengths and move by the
-    same rows from the piece before, at least `minimum` long."""
+    same rows from one piece to the next, at least `minimum` long."""
 
-    def signature(p: int):
-        before, now = calls[p - 1], calls[p]
+    def lengths(p: int) -> tuple:
+        return tuple(sorted(((k, v[1]) for k, v in calls[p].items()), key=repr))
+
+    def moves(p: int):  # from piece p to p + 1
+        before, now = calls[p], calls[p + 1]
         if before.keys() != now.keys():
             return None
-        return tuple((k, now[k][1], now[k][0] - before[k][0]) for k in sorted(now, key=repr))
+        return tuple(sorted(((k, now[k][0] - before[k][0]) for k in now), key=repr))
 
-    runs, p = [], 1
-    while p < len(calls):
-        mark, q = signature(p), p + 1
-        while mark is not None and q < len(calls) and signature(q) == mark:
-            q += 1
-        if mark is not None and q - p >= minimum:
-            runs.append((p, q - 1))
-        p = q
+    runs, a = [], 1
+    while a < len(calls):
+        b = a
+        while b + 1 < len(calls) and lengths(b + 1) == lengths(a):
+            step = moves(b)
+            if step is None or (b > a and step != moves(a)):
+                break
+            b += 1
+        if b - a + 1 >= minimum:
+            runs.append((a, b))
+        a = b + 1
     return runs
 
 

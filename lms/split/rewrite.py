@@ -131,7 +131,7 @@ def split_op(op, pieces: int, io: PieceCopies, why: str = "") -> Split:
     axis = found.axis
     loops = getattr(io, "loops", False) and not isinstance(found, NormLayout)
     bounds, calls = looped_bounds(
-        found.length, pieces, lambda cut: [_calls(found, *b) for b in cut], loops
+        found.length, pieces, lambda cut: [piece_calls(found, *b) for b in cut], loops
     )
     size = op_bytes(op)
     scope = piece_scope(op.name)
@@ -220,7 +220,7 @@ class _Run(Carried):
         """Nothing kept in Python changes from piece to piece."""
 
 
-def _calls(found, start: int, stop: int) -> dict:
+def piece_calls(found, start: int, stop: int) -> dict:
     """Piece [start, stop)'s reads and store, {key: (start, length)} (lms/split/looped.py)."""
     calls = {("read", i): (lo, hi - lo) for i, (lo, hi) in found.reads(start, stop).items()}
     calls[("rows",)] = (start, stop - start)

@@ -1,0 +1,181 @@
+"""Alike pieces as one loop (lms/split/looped.py): the pieces a run of alike calls makes are the
+same ops (the layouts are translation invariant where `alike_runs` says so), loops are made and
+the step still computes the same, with fewer ops.
+
+Marked compat: also run on TensorFlow 2.14.1 (Keras 2)."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from graph_ops import every_op
+
+from lms import _tf_private
+from lms.device.host_store import HostStore
+from lms.graph.loops import WHILE_OPS
+from lms.split.layouts import layout
+from lms.split.looped import alike_runs, looped_bounds, piece_bounds
+from lms.split.norm import NormLayout
+from lms.split.rewrite import piece_calls, running_ops, split_op
+
+pytestmark = pytest.mark.compat
+
+
+def _gradients_step(model, shape):
+    """The step of sum(model(x)²)'s gradients for x and the weights (a tf.function)."""
+
+    @tf.function
+    def step(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            outs = tf.nest.flatten(model(x, training=True))
+            loss = tf.add_n([tf.reduce_sum(out * out) for out in outs])
+        return tape.gradient(loss, [x, *model.trainable_variables])
+
+    return step, shape
+
+
+def _images(batch: int):
+    """Padding, strided, dilated and depthwise convolutions, max and average pools (SAME and
+    VALID, strided and not), a concat: 2D, 40 rows."""
+    inputs = keras.Input((40, 9, 3), batch_size=batch)
+    x = keras.layers.ZeroPadding2D(((3, 2), (1, 1)))(inputs)
+    x = keras.layers.Conv2D(4, 5, strides=2, activation="relu")(x)
+    x = keras.layers.MaxPooling2D(3, 2, padding="same")(x)
+    y = keras.layers.Conv2D(4, 3, padding="same", dilation_rate=2)(x)
+    y = keras.layers.DepthwiseConv2D(3, padding="same")(y)
+    x = keras.layers.Concatenate()([x, keras.layers.AveragePooling2D(3, 1, "same")(y)])
+    x = keras.layers.Conv2D(4, 3, padding="same")(x)
+    return _gradients_step(
+        keras.Model(inputs, keras.layers.AveragePooling2D(2)(x)), [batch, 40, 9, 3]
+    )
+
+
+def _volume(batch: int):
+    """3D convolutions (strided and not), a max pool, an upsampling, a concat: 24 rows."""
+    inputs = keras.Input((24, 6, 6, 2), batch_size=batch)
+    skip = keras.layers.Conv3D(3, 3, padding="same", activation="relu")(inputs)
+    down = keras.layers.Conv3D(4, 3, strides=2, padding="valid")(skip)
+    up = keras.layers.UpSampling3D(2)(keras.layers.MaxPooling3D(2, padding="same")(skip))
+    out = keras.layers.Conv3D(2, 3, padding="same")(keras.layers.Concatenate()([up, skip]))
+    return _gradients_step(keras.Model(inputs, [out, down]), [batch, 24, 6, 6, 2])
+
+
+def _described(ops: list) -> list:
+    """The ops made for one piece as what they compute: type, attributes, output shapes and
+    where each input comes from (an op of the piece by position, or a tensor outside it)."""
+    made = {op: k for k, op in enumerate(ops)}
+    found = []
+    for op in ops:
+        attrs = sorted((key, str(value)) for key, value in op.node_def.attr.items())
+        shapes = [t.shape.as_list() for t in op.outputs]
+        sources = [(made[t.op], t.value_index) if t.op in made else t.name for t in op.inputs]
+        found.append((op.type, attrs, shapes, sources))
+    return found
+
+
+def _piece_ops(graph, op, found, start: int, stop: int) -> list:
+    """The ops `found.piece` makes for [start, stop), each read given zeros of its rows."""
+    axis = found.axis if found.read_axis is None else found.read_axis
+
+    def read(i, lo, hi):
+        shape = op.inputs[i].shape.as_list()
+        shape[axis] = max(hi - lo, 0)
+        return tf.zeros(shape, op.inputs[i].dtype)
+
+    before = set(graph.get_operations())
+    with graph.as_default(), tf.control_dependencies(None):
+        found.piece(op, start, stop, read)
+    return [x for x in graph.get_operations() if x not in before]
+
+
+@pytest.mark.parametrize("batch", [1, 8], ids=["rows", "batch"])
+@pytest.mark.parametrize("build", [_images, _volume], ids=["2d", "3d"])
+def test_the_pieces_of_an_alike_run_are_the_same_ops(build, batch):
+    """For every op of 2D and 3D Keras steps and several piece counts, the first, second and
+    last pieces of each run `alike_runs` finds make the same ops: what a loop's body (piece
+    a, its reads and stores moved by the index) computes for every piece of the run."""
+    step, shape = build(batch)
+    graph = step.get_concrete_function(tf.TensorSpec(shape)).graph
+    running, runs = running_ops(graph), 0
+    for op in list(graph.get_operations()):
+        found = layout(op) if op in running else "pruned"
+        if isinstance(found, (str, NormLayout)):
+            continue
+        for pieces in sorted({3, 5, found.length // 2, found.length}):
+            bounds, calls = looped_bounds(
+                found.length,
+                pieces,
+                lambda cut, found=found: [piece_calls(found, *b) for b in cut],
+                True,
+            )
+            _piece_ops(graph, op, found, *bounds[0])  # (what a layout makes once per op)
+            for a, b in alike_runs(calls):
+                runs += 1
+                first = _described(_piece_ops(graph, op, found, *bounds[a]))
+                for p in (a + 1, b):
+                    again = _described(_piece_ops(graph, op, found, *bounds[p]))
+                    assert again == first, (op.name, op.type, pieces, a, p)
+    assert runs > 10
+
+
+def test_alike_runs_start_after_the_first_piece_and_need_the_same_moves():
+    calls = [{"r": (0, 3)}, {"r": (2, 5)}, {"r": (7, 5)}, {"r": (12, 5)}, {"r": (17, 5)}]
+    assert alike_runs(calls) == [(1, 4)]
+    calls[3] = {"r": (13, 5)}  # moves 5, 6, 4: no three alike
+    assert alike_runs(calls) == []
+    assert piece_bounds(10, 4) == [(0, 3), (3, 6), (6, 9), (9, 10)]
+
+
+def test_a_strided_gradients_pieces_take_rows_that_loop():
+    """A stride-2 max pool's gradient in pieces of an odd count of rows reads 2 and 3 rows of
+    its incoming gradient in turn: no run; `looped_bounds` takes pieces of fewer rows, a
+    multiple of the stride, and all but the borders loop."""
+
+    @tf.function
+    def step(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = tf.nn.max_pool2d(tf.nn.relu(x), 3, 2, "SAME")
+            loss = tf.reduce_sum(y * y)
+        return tape.gradient(loss, x)
+
+    x = tf.random.stateless_normal([1, 60, 5, 2], seed=(1, 2))
+    graph = step.get_concrete_function(x).graph
+    grad = next(op for op in graph.get_operations() if op.type == "MaxPoolGrad")
+    found = layout(grad)
+    calls = [piece_calls(found, *b) for b in piece_bounds(60, 12)]  # 5 rows each
+    assert alike_runs(calls) == []
+    bounds, calls = looped_bounds(60, 12, lambda cut: [piece_calls(found, *b) for b in cut], True)
+    assert all((b - a) % 2 == 0 for a, b in bounds[:-1]) and len(bounds) >= 12
+    (a, b), *more = alike_runs(calls)
+    assert not more and len(bounds) - (b - a + 1) <= 2
+
+
+@pytest.mark.parametrize("build", [_images, _volume], ids=["2d", "3d"])
+def test_a_step_whose_pieces_loop_computes_the_same_with_fewer_ops(build):
+    """Every op that can be split, split in pieces of a few rows with the emulated device's
+    copies: loops are made, the graph has fewer ops than with every piece made, the gradients
+    are the same to 1e-5, and every host array is read as often as kept for."""
+    counts, results = {}, {}
+    for loops in (False, True):
+        step, shape = build(1)
+        x = tf.random.stateless_normal(shape, seed=(5, 6))
+        want = [t.numpy() for t in step(x)]
+        concrete = step.get_concrete_function(x)
+        store, running = HostStore(), running_ops(concrete.graph)
+        io = store.pieces()
+        io.loops = loops
+        for op in list(concrete.graph.get_operations()):
+            found = layout(op) if op in running else "pruned"
+            if not isinstance(found, (str, NormLayout)) and found.length >= 8:
+                split_op(op, found.length // 2, io)
+        counts[loops] = len(every_op(concrete.graph))
+        whiles = [op for op in concrete.graph.get_operations() if op.type in WHILE_OPS]
+        assert bool(whiles) == loops
+        got = _tf_private.concrete_function_from_graph(concrete, concrete.graph)(x)
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_allclose(g.numpy(), w, rtol=1e-5, atol=1e-5 * np.abs(w).max())
+        assert store.held_bytes == 0
+        results[loops] = [g.numpy() for g in got]
+    assert counts[True] < 0.7 * counts[False], counts
