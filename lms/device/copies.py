@@ -79,6 +79,10 @@ class DevicePieces:
     outputs."""
 
     keeps_ops = True
+    # every piece made (no loops: lms/split/looped.py): these copies are placed per op, on the
+    # host and on the device, and how such placements fare inside a loop body lowered into the
+    # step's control flow was not worked out
+    loops = False
 
     def __init__(self, host_device: str = "/device:CPU:0", compute_device: str = "/device:GPU:0"):
         self.host_device, self.compute_device = host_device, compute_device

@@ -125,6 +125,9 @@ class OpInfo:
     outputs: list  # tensor indices
     level: int = 0
     temp_bytes: int = 0  # what the kernel holds besides its inputs and outputs while it runs
+    # the allocations temp_bytes is made of, where known (a loop's or call's body: its buffers
+    # at its peak), so that the allocator's model places them as TensorFlow does, one by one
+    temp_parts: tuple = ()
     runs: bool = True  # False: TensorFlow prunes it (nothing the step returns or keeps needs it)
     aliases: int = -1  # >= 0: its output is input `aliases` (x * 1, x + 0: see _identity_input)
     constant: bool = False  # Grappler folds it into a Const before the step runs (mark_constants)

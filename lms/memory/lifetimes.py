@@ -51,6 +51,8 @@ class Lifetimes:
     transient: np.ndarray  # kernel temporaries per step
     early: np.ndarray  # per step: 1 where its temporary is allocated while the op before runs
     forwarding: "Forwarding"  # who may write into what
+    # per step whose temporary is a body's (`OpInfo.temp_parts`): the allocations it is made of
+    transient_parts: dict
 
 
 def lifetimes(analysis: Analysis, plan: Plan | None = None) -> Lifetimes:
@@ -89,9 +91,12 @@ def lifetimes(analysis: Analysis, plan: Plan | None = None) -> Lifetimes:
     transient = np.zeros(steps + 1, dtype=np.int64)
     held, per_op = kernel_holds(analysis)
     side_by_side = np.zeros(steps + 1, dtype=np.int64)
+    transient_parts = {}
     for index, size in enumerate(per_op):
-        if size:
-            transient[step_of[index]] = max(transient[step_of[index]], size)
+        if size and size > transient[step_of[index]]:
+            transient[step_of[index]] = size
+            parts = ops[index].temp_parts if size == ops[index].temp_bytes else ()
+            transient_parts[int(step_of[index])] = parts
         if held.side_by_side[index] and held.bytes[index]:
             side_by_side[step_of[index]] = max(side_by_side[step_of[index]], held.bytes[index])
     early = np.zeros(steps, dtype=np.int64)
@@ -119,6 +124,7 @@ def lifetimes(analysis: Analysis, plan: Plan | None = None) -> Lifetimes:
         transient[:steps],
         early,
         forwarding,
+        transient_parts,
     )
     analysis.cache[key] = result
     return result

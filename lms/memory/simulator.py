@@ -304,8 +304,10 @@ def buffers(analysis: Analysis, plan: Plan | None = None, placed=None) -> Alloca
         inherit[outputs[dies]] = -1
         last[outputs[dies]] = at[dies]
         first[outputs[dies]] = at[dies]
-    temps = np.flatnonzero(static.transient)
-    extra += [(int(s - static.early[s]), int(s), int(static.transient[s])) for s in temps]
+    for s in np.flatnonzero(static.transient):  # a body's temporary: its own allocations
+        size, parts = int(static.transient[s]), static.transient_parts.get(int(s))
+        begin = int(s - static.early[s])
+        extra += [(begin, int(s), part) for part in (parts or (size,))]
     if plan:
         extra += [(s, s, size) for s, size in list_staging(analysis, plan, static, last)]
     if extra:

@@ -67,7 +67,7 @@ def split_chain(chain: list, io: PieceCopies) -> list[Split]:
     graph = ops[0].graph
     setattr(graph, REWRITTEN_MARK, True)  # the next plan of this step traces it afresh
     driver = members[-1].layout
-    loops = getattr(io, "loops", False)
+    loops = io.loops
 
     def calls_of(bounds):
         spans = chain_spans(sizing, bounds)

@@ -129,7 +129,7 @@ def split_op(op, pieces: int, io: PieceCopies, why: str = "") -> Split:
     graph, out = op.graph, op.outputs[0]
     setattr(graph, REWRITTEN_MARK, True)  # the next plan of this step traces it afresh
     axis = found.axis
-    loops = getattr(io, "loops", False) and not isinstance(found, NormLayout)
+    loops = io.loops and not isinstance(found, NormLayout)
     bounds, calls = looped_bounds(
         found.length, pieces, lambda cut: [piece_calls(found, *b) for b in cut], loops
     )
