@@ -86,6 +86,17 @@ class PieceCopies(Protocol):
         """`piece` stored at `start` along `axis` of the output of `shape`; `stored` is what the
         previous piece's store returned (None for the first). Returns the new `stored`."""
 
+    def read_rows(self, kept, like, axis: int, starts: tuple, length: int, position):
+        """`read` in a loop's body (lms/split/looped.py): rows [starts[i], starts[i] + length)
+        along `axis` of the kept `like`, i the body's `position` (a tensor) among its pieces."""
+
+    def store_rows(self, stored, piece, axis: int, starts: tuple, shape: list, position):
+        """`store_piece` in a loop's body: `piece` at starts[i] along `axis`, i the body's
+        `position`; `stored` was made by a piece before the loop. Returns the new `stored`."""
+
+    def resume(self, stored, token) -> None:
+        """The next store of `stored` follows `token` (what a loop carries for it)."""
+
     def token(self, stored):
         """A tensor the next piece waits for: the last store done."""
 
