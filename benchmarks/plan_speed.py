@@ -72,11 +72,13 @@ def measure(name: str) -> dict:
     }
 
 
-def run_child(name: str, timeout: float) -> dict:
+def run_child(name: str, timeout: float, script: str = __file__) -> dict:
+    """`script --child name` in a fresh process: its JSON line, the load beside it and its
+    seconds (benchmarks/split_plan_speed.py runs its own cases through it too)."""
     load_before = os.getloadavg()[0]
     started = time.perf_counter()
     completed = subprocess.run(
-        [sys.executable, __file__, "--child", name],
+        [sys.executable, script, "--child", name],
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -14,16 +14,15 @@ beside each process.
 
 import argparse
 import json
-import os
-import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "support"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from plan_speed import ratio, run_child, spread  # noqa: E402  (the same columns and processes)
 
 # name: (workload, resolution, device memory): issue 44's sizes
 CASES = {
@@ -60,41 +59,6 @@ def measure(name: str) -> dict:
     }
 
 
-def run_child(name: str, timeout: float) -> dict:
-    load_before = os.getloadavg()[0]
-    started = time.perf_counter()
-    completed = subprocess.run(
-        [sys.executable, __file__, "--child", name],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
-    )
-    if completed.returncode != 0:
-        tail = completed.stderr.strip().splitlines()[-3:]
-        return {"case": name, "error": " | ".join(tail)}
-    result = json.loads(completed.stdout.strip().splitlines()[-1])
-    result["load"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
-    result["process_s"] = round(time.perf_counter() - started, 1)
-    return result
-
-
-def ratio(run: dict) -> float | None:
-    if run.get("trace_s") and run.get("tune_s") is not None:
-        return (run["analysis_s"] + run["tune_s"]) / run["trace_s"]
-    return None
-
-
-def spread(values) -> str:
-    values = [v for v in values if v is not None]
-    if not values:
-        return "-"
-    median = statistics.median(values)
-    if len(values) == 1:
-        return f"{median:.2f}"
-    return f"{median:.2f} ({min(values):.2f}-{max(values):.2f})"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=1, help="fresh processes per case")
@@ -113,7 +77,7 @@ def main() -> None:
     for repeat in range(args.repeats):  # interleaved: a busy period touches every case
         for k, name in enumerate(names, 1):
             print(f"[{repeat + 1}/{args.repeats}] case {k} of {len(names)}: {name}", flush=True)
-            run = run_child(name, args.timeout)
+            run = run_child(name, args.timeout, __file__)
             runs.append({**run, "repeat": repeat})
             print(json.dumps(run), flush=True)
     if args.json:

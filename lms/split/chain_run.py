@@ -6,7 +6,7 @@ and what each member computes in each come from lms/split/chain_size.py (`chain_
 `chain_spans`), which makes no op; runs of alike pieces are one loop (lms/split/looped.py).
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import tensorflow as tf
 
@@ -14,7 +14,7 @@ from lms import _tf_private
 from lms.graph.names import REWRITTEN_MARK
 from lms.split.chain_size import ChainMember, chain_pieces, chain_spans, span
 from lms.split.layouts import layout
-from lms.split.looped import Carried, looped_bounds, make_pieces
+from lms.split.looped import Carried, looped_bounds, make_pieces, read, store
 from lms.split.pieces import PieceCopies
 from lms.split.rewrite import (
     Split,
@@ -38,7 +38,6 @@ class _Member:
     stored: object = None  # what its last store returned (PieceCopies.store_piece)
     owned: int = 0  # rows stored so far
     total: object = None  # a "sum" member's running sum (the chain's last only)
-    tokens: list = field(default_factory=list)  # the stores of the piece being made
 
 
 def split_chain(chain: list, io: PieceCopies) -> list[Split]:
@@ -69,12 +68,14 @@ def split_chain(chain: list, io: PieceCopies) -> list[Split]:
     driver = members[-1].layout
     loops = io.loops
 
+    spans = {}  # per cut tried (its first piece's bounds): each member's spans
+
     def calls_of(bounds):
-        spans = chain_spans(sizing, bounds)
-        return [_chain_calls(members, piece, bounds[p]) for p, piece in enumerate(spans)]
+        spans[bounds[0]] = chain_spans(sizing, bounds)
+        return [_chain_calls(members, piece, bounds[p]) for p, piece in enumerate(spans[bounds[0]])]
 
     bounds, calls = looped_bounds(driver.length, count, calls_of, loops)
-    spans = chain_spans(sizing, bounds)
+    spans = spans.get(bounds[0]) or chain_spans(sizing, bounds)
     with (
         graph.as_default(),
         tf.control_dependencies(None),
@@ -84,8 +85,7 @@ def split_chain(chain: list, io: PieceCopies) -> list[Split]:
             for i in member.layout.kept:
                 if i != member.link:
                     member.kept[i] = io.keep(member.op.inputs[i], len(bounds))
-        run = _ChainRun(members, spans, io)
-        run.previous = [h.op for m in members for h in m.kept.values()]
+        run = _ChainRun([h.op for m in members for h in m.kept.values()], members, spans, io)
 
         def make(p, looped):
             start, stop = bounds[p]
@@ -97,19 +97,9 @@ def split_chain(chain: list, io: PieceCopies) -> list[Split]:
             if driver.combine == "sum":
                 last.total = piece if last.total is None else last.total + piece
             else:
-                rows = driver.store_rows
                 shape = last.op.outputs[0].shape.as_list()
-                if looped is None:
-                    last.stored = io.store_piece(
-                        last.stored, piece, driver.axis, start * rows, shape
-                    )
-                else:
-                    starts = looped.starts(
-                        ("store", len(members) - 1), start * rows, (stop - start) * rows
-                    )
-                    last.stored = io.store_rows(
-                        last.stored, piece, driver.axis, starts, shape, looped.position
-                    )
+                key, at = ("store", len(members) - 1), start * driver.store_rows
+                last.stored = store(io, looped, key, last.stored, piece, driver.axis, at, shape)
             run.previous = [t.op for t in run.get()]
 
         make_pieces(len(bounds), make, calls, run, loops)
@@ -132,8 +122,8 @@ class _ChainRun(Carried):
     """A chain's pieces as they are made (lms/split/looped.py): what a loop carries, each
     stored output's last store (and the last member's running sum)."""
 
-    def __init__(self, members: list, spans: list, io: PieceCopies):
-        self.members, self.spans, self.io, self.previous = members, spans, io, []
+    def __init__(self, previous: list, members: list, spans: list, io: PieceCopies):
+        self.previous, self.members, self.spans, self.io = previous, members, spans, io
 
     def _stores(self) -> list:
         last = self.members[-1]
@@ -147,7 +137,7 @@ class _ChainRun(Carried):
 
     def set(self, tensors: list) -> None:
         stores = self._stores()
-        for stored, tensor in zip(stores, tensors, strict=False):
+        for stored, tensor in zip(stores, tensors[: len(stores)], strict=True):
             self.io.resume(stored, tensor)
         if self.members[-1].layout.combine == "sum":
             self.members[-1].total = tensors[-1]
@@ -223,36 +213,27 @@ def _rows(members, k: int, start: int, stop: int, last_piece: bool, io: PieceCop
     # the rows asked and those it owns (lms/split/chain_size.py, which sizes the chain by it)
     lo, hi, own_lo, own_hi = span(member.layout, member.owned, start, stop, last_piece, stores)
 
-    def read(i, a, b):
+    def read_rows(i, a, b):
         if i == member.link:
             return _rows(members, k - 1, a, b, last_piece, io, looped)
         read_axis = axis if member.layout.read_axis is None else member.layout.read_axis
         kept, like = member.kept[i], member.op.inputs[i]
-        if looped is None:
-            return io.read(kept, like, read_axis, a, b)
-        starts = looped.starts(("read", k, i), a, b - a)
-        return io.read_rows(kept, like, read_axis, starts, b - a, looped.position)
+        return read(io, looped, ("read", k, i), kept, like, read_axis, a, b)
 
     if lo >= hi:  # no rows: each input read emptily (each host copy is read once per piece)
-        with tf.control_dependencies([read(i, 0, 0) for i in member.layout.kept]):
+        with tf.control_dependencies([read_rows(i, 0, 0) for i in member.layout.kept]):
             shape = member.op.outputs[0].shape.as_list()
             shape[axis] = 0
             return tf.zeros(shape, member.op.outputs[0].dtype)
-    rows = member.layout.piece(member.op, lo, hi, read)
+    rows = member.layout.piece(member.op, lo, hi, read_rows)
     rows.set_shape(piece_shape(member.layout, member.op.outputs[0], lo, hi))
     if k + 1 == len(members):
         return rows
     if stores and own_lo < own_hi:
         owned = _cut(rows, axis, own_lo - lo, own_hi - lo)
         shape = member.op.outputs[0].shape.as_list()
-        if looped is None:
-            member.stored = io.store_piece(member.stored, owned, axis, own_lo, shape)
-        else:
-            starts = looped.starts(("store", k), own_lo, own_hi - own_lo)
-            member.stored = io.store_rows(
-                member.stored, owned, axis, starts, shape, looped.position
-            )
-        member.tokens.append(io.token(member.stored))
+        key = ("store", k)
+        member.stored = store(io, looped, key, member.stored, owned, axis, own_lo, shape)
         member.owned = own_hi
     return _cut(rows, axis, start - lo, max(stop, start) - lo)
 

@@ -7,11 +7,11 @@ each kept input and computed, each read and store moved by the same number of ro
 piece before, the same cuts. Border pieces (a window's padding, the last piece's remainder, a
 chain member storing the rest of its rows) differ and are made one by one as before. The run of
 alike pieces [a, b] becomes one loop whose body is piece a made by the same code as every piece
-(lms/split/rewrite.py `split_op`, lms/split/chain.py `split_chain`), except that its host reads
-and stores take the body's piece index and look their rows up in a table
-(`PieceCopies.read_rows`, `store_rows`). That the layouts' pieces are alike wherever their reads
-and cuts are (translation invariance) is tested for every op of 2D and 3D Keras steps
-(tests/lms/split/test_looped.py).
+(lms/split/rewrite.py `split_op`, lms/split/chain_run.py `split_chain`), except that its host
+reads and stores take the body's piece index and look their rows up in a table (`read`,
+`store`: `PieceCopies.read_rows`, `store_rows`). That the layouts' pieces are alike wherever
+their reads and cuts are (translation invariance) is tested for every op of 2D and 3D Keras
+steps (tests/lms/split/test_looped.py).
 
 What a loop carries from piece to piece: each host array's last store (its handle: the next
 store follows it) and a reduction's running sum. The loop runs one piece at a time
@@ -102,16 +102,34 @@ def alike_runs(calls: list, minimum: int = MIN_LOOP) -> list[tuple[int, int]]:
 
     runs, a = [], 1
     while a < len(calls):
-        b = a
-        while b + 1 < len(calls) and lengths(b + 1) == lengths(a):
-            step = moves(b)
-            if step is None or (b > a and step != moves(a)):
+        b, shape, step = a, lengths(a), None
+        while b + 1 < len(calls) and lengths(b + 1) == shape:
+            move = moves(b)
+            if move is None or (step is not None and move != step):
                 break
-            b += 1
+            b, step = b + 1, move
         if b - a + 1 >= minimum:
             runs.append((a, b))
         a = b + 1
     return runs
+
+
+def read(io, looped, key, kept, like, axis: int, lo: int, hi: int):
+    """Rows [lo, hi) of the kept `like` on the device (`PieceCopies.read`); in a loop's body
+    (`looped`), the rows call `key` reads in the body's piece (`read_rows`)."""
+    if looped is None:
+        return io.read(kept, like, axis, lo, hi)
+    starts = looped.starts(key, lo, hi - lo)
+    return io.read_rows(kept, like, axis, starts, hi - lo, looped.position)
+
+
+def store(io, looped, key, stored, piece, axis: int, start: int, shape: list):
+    """`piece` stored at `start` along `axis` (`PieceCopies.store_piece`); in a loop's body, at
+    the start call `key` has in the body's piece (`store_rows`). Returns the new `stored`."""
+    if looped is None:
+        return io.store_piece(stored, piece, axis, start, shape)
+    starts = looped.starts(key, start, piece.shape[axis])
+    return io.store_rows(stored, piece, axis, starts, shape, looped.position)
 
 
 def tables(calls: list, a: int, b: int) -> dict:
@@ -126,7 +144,10 @@ class Carried:
     """What a loop carries from piece to piece, as the caller keeps it: `get()` the tensors,
     `set(tensors)` them (the body's inputs, then the loop's outputs), `ready()` whether every
     one exists yet (a host array is made by its first store), `after(p)` any state kept in
-    Python set as after piece p."""
+    Python set as after piece p. `previous`: what the next piece waits for (the kept inputs
+    on the host for the first, then what the piece before left)."""
+
+    previous: list
 
     def get(self) -> list: ...
 
@@ -137,12 +158,11 @@ class Carried:
     def after(self, p: int) -> None: ...
 
 
-def make_pieces(count: int, make, calls: list, carried: Carried, loops: bool) -> int:
+def make_pieces(count: int, make, calls: list, carried: Carried, loops: bool) -> None:
     """Make pieces 0 .. count - 1 by `make(p, looped)` (`looped` None: piece p as itself),
-    each run of alike pieces (`alike_runs` of `calls`) as one loop when `loops`. Returns the
-    loops made."""
+    each run of alike pieces (`alike_runs` of `calls`) as one loop when `loops`."""
     runs = dict(alike_runs(calls)) if loops and calls else {}
-    p, made = 0, 0
+    p = 0
     while p < count:
         last = runs.get(p)
         if last is None or not carried.ready():
@@ -150,8 +170,7 @@ def make_pieces(count: int, make, calls: list, carried: Carried, loops: bool) ->
             p += 1
             continue
         _loop(p, last, make, tables(calls, p, last), carried)
-        made, p = made + 1, last + 1
-    return made
+        p = last + 1
 
 
 def _loop(first: int, last: int, make, table: dict, carried: Carried) -> None:

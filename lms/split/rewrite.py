@@ -32,7 +32,7 @@ import tensorflow as tf
 from lms import _tf_private
 from lms.graph.names import REWRITTEN_MARK, SPLIT_SCOPE
 from lms.split.layouts import layout
-from lms.split.looped import Carried, looped_bounds, make_pieces
+from lms.split.looped import Carried, looped_bounds, make_pieces, read, store
 from lms.split.norm import NormLayout, split_norm
 from lms.split.pieces import PieceCopies
 
@@ -154,24 +154,18 @@ def split_op(op, pieces: int, io: PieceCopies, why: str = "") -> Split:
         def make(p, looped):
             start, stop = bounds[p]
 
-            def read(i, lo, hi):
-                if looped is None:
-                    return io.read(kept[i], op.inputs[i], read_axis, lo, hi)
-                starts = looped.starts(("read", i), lo, hi - lo)
-                return io.read_rows(
-                    kept[i], op.inputs[i], read_axis, starts, hi - lo, looped.position
-                )
+            def read_rows(i, lo, hi):
+                return read(io, looped, ("read", i), kept[i], op.inputs[i], read_axis, lo, hi)
 
             with tf.control_dependencies(run.previous):
-                piece = found.piece(op, start, stop, read)
+                piece = found.piece(op, start, stop, read_rows)
             piece.set_shape(piece_shape(found, out, start, stop))
             if found.combine == "sum":  # a filter's gradient: the pieces' contributions add up
                 run.total = piece if run.total is None else run.total + piece
-            elif looped is None:
-                run.stored = io.store_piece(run.stored, piece, axis, start * rows, shape)
             else:
-                starts = looped.starts(("store",), start * rows, (stop - start) * rows)
-                run.stored = io.store_rows(run.stored, piece, axis, starts, shape, looped.position)
+                run.stored = store(
+                    io, looped, ("store",), run.stored, piece, axis, start * rows, shape
+                )
             run.previous = run.get()
 
         make_pieces(len(bounds), make, calls, run, loops)

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from graph_ops import every_op
+from split_steps import max_pool_gradient
 
 from lms import _tf_private
 from lms.device.host_store import HostStore
@@ -151,15 +152,7 @@ def test_a_max_pool_gradient_recomputes_its_forward_output_per_piece(batch):
     oneDNN pairs such a read with its fast kernel (5x on GoogLeNet 2048²'s pools), and on a GPU
     the output's bytes stay off the link. The gradient is the same to the bit (ties included:
     the pool reads a ReLU's zeros)."""
-
-    @tf.function
-    def step(x):
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            y = tf.nn.max_pool2d(tf.nn.relu(x), 3, 2, "SAME")
-            loss = tf.reduce_sum(y * y)
-        return tape.gradient(loss, x)
-
+    step = max_pool_gradient()
     x = tf.random.stateless_normal([batch, 23, 17, 3], seed=(7, 8))
     want = step(x).numpy()
     concrete = step.get_concrete_function(x)

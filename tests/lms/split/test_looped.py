@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from graph_ops import every_op
+from split_steps import gradients_step, max_pool_gradient
 
 from lms import _tf_private
 from lms.device.host_store import HostStore
@@ -23,16 +24,7 @@ pytestmark = pytest.mark.compat
 
 def _gradients_step(model, shape):
     """The step of sum(model(x)²)'s gradients for x and the weights (a tf.function)."""
-
-    @tf.function
-    def step(x):
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            outs = tf.nest.flatten(model(x, training=True))
-            loss = tf.add_n([tf.reduce_sum(out * out) for out in outs])
-        return tape.gradient(loss, [x, *model.trainable_variables])
-
-    return step, shape
+    return gradients_step(model), shape
 
 
 def _images(batch: int):
@@ -131,17 +123,8 @@ def test_a_strided_gradients_pieces_take_rows_that_loop():
     """A stride-2 max pool's gradient in pieces of an odd count of rows reads 2 and 3 rows of
     its incoming gradient in turn: no run; `looped_bounds` takes pieces of fewer rows, a
     multiple of the stride, and all but the borders loop."""
-
-    @tf.function
-    def step(x):
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            y = tf.nn.max_pool2d(tf.nn.relu(x), 3, 2, "SAME")
-            loss = tf.reduce_sum(y * y)
-        return tape.gradient(loss, x)
-
     x = tf.random.stateless_normal([1, 60, 5, 2], seed=(1, 2))
-    graph = step.get_concrete_function(x).graph
+    graph = max_pool_gradient().get_concrete_function(x).graph
     grad = next(op for op in graph.get_operations() if op.type == "MaxPoolGrad")
     found = layout(grad)
     calls = [piece_calls(found, *b) for b in piece_bounds(60, 12)]  # 5 rows each

@@ -9,6 +9,7 @@ size from one row: what a chain's pieces are sized by without making them
 import keras
 import pytest
 import tensorflow as tf
+from split_steps import gradients_step
 
 from lms.split.halo import RowLayout, Window
 from lms.split.layouts import layout
@@ -59,15 +60,7 @@ def test_split_axis_is_the_batch_else_the_rows():
 
 def _gradients_step(model, shape):
     """The concrete step of sum(model(x)²)'s gradients for x and the weights."""
-
-    def step(x):
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            outs = tf.nest.flatten(model(x, training=True))
-            loss = tf.add_n([tf.reduce_sum(out * out) for out in outs])
-        return tape.gradient(loss, [x, *model.trainable_variables])
-
-    return tf.function(step).get_concrete_function(tf.TensorSpec(shape))
+    return gradients_step(model).get_concrete_function(tf.TensorSpec(shape))
 
 
 def _images(batch: int):
