@@ -24,7 +24,7 @@ from lms.device.rewriter import one_iteration_at_a_time, rewrite
 from lms.device.target import describe_device
 from lms.errors import NothingFitsError
 from lms.graph.cpu_host import EIGEN_KERNELS_WARNING
-from lms.graph.names import REWRITTEN_MARK, STREAMED_LISTS
+from lms.graph.names import REWRITTEN_MARK, SPLITS_MADE, STREAMED_LISTS
 from lms.graph.pool_reads import recompute_pool_reads
 from lms.loop_lists import loops_warning, stream_loop_lists
 from lms.memory.allocator import BestFitAllocator, cpu_allocator_limit
@@ -32,7 +32,7 @@ from lms.memory.simulator import simulate
 from lms.plan_report import build_report
 from lms.plan_request import Planned, Prepared, Request
 from lms.planning.planner import log_plan, plan
-from lms.split.fit import chain_to_fit, forced_splits, split_to_fit
+from lms.split.fit import chain_to_fit, forced_splits, split_in_rounds
 from lms.tuning.analysis import analyze, cpu_paired_reads
 from lms.tuning.prune import prune
 from lms.tuning.tuner import Tuned, tune
@@ -267,9 +267,11 @@ class Pipeline:
             return tuned
 
         try:
-            split_analysis, tuned, splits = split_to_fit(
-                concrete.graph, analysis, budget, failed, pieces, analyse, tune_split
+            chains = self.options.split_chains and not analysis.loops
+            split_analysis, tuned, splits, made = split_in_rounds(
+                concrete.graph, analysis, budget, failed, pieces, analyse, tune_split, chains
             )
+            setattr(concrete.graph, SPLITS_MADE, made)  # (as they run: `_chain` has nothing to do)
         except NothingFitsError as error:
             if unsplit is not None and not error.splits:  # the graph is as traced: tune's plan
                 return analysis, unsplit, []
@@ -283,6 +285,8 @@ class Pipeline:
         """`chain_to_fit` (lms/split/fit.py) on a fresh trace: (concrete, *its result, pieces),
         or None (the unchained plan stays; a step whose loops' lists were streamed)."""
         if not made or not self.options.split_chains or analysis.loops:
+            return None
+        if getattr(analysis.graph, SPLITS_MADE, False):
             return None
         concrete = _retrace(function, args)
         pieces, analyse = self.mechanism.pieces(), self._recomputing_pools(concrete)

@@ -44,6 +44,9 @@ def swap_kind(name: str) -> str | None:
 # set on a FuncGraph whose loops' tensor lists go through the host store element by element: how
 # many lists (lms/device/list_streams.py)
 STREAMED_LISTS = "_lms_streamed_lists"
+# set on a FuncGraph: its split ops were made as they run, in chains (lms/split/fit.py
+# `split_in_rounds`): no chaining on a fresh trace after
+SPLITS_MADE = "_lms_splits_made"
 # the name scope of the nodes that stream a list's elements, in the loops' bodies
 STREAM_SCOPE = f"{SWAP_SCOPE}_stream"
 # set on a FuncGraph: its loop and branch bodies' own held bytes, by function name and batch size,

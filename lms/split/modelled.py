@@ -1,0 +1,213 @@
+"""Split ops modelled in the analysis without being made (issue 44, item 1): each splitting
+round (lms/split/fit.py) is decided and tuned on a copy of the step's analysis in which every op
+decided so far is three ops, as split_op's pieces look to the simulator, so that the step's graph
+is edited once, when the rounds have found a plan that fits.
+
+Why: made in TensorFlow, a round's pieces took most of the planning time (GoogLeNet 4096²: about
+400 While loops of pieces at 35 ms each, built in the rounds and again when chained, each round's
+graph analysed afresh), and the rounds only need the memory the pieces take.
+
+A split op X of n pieces becomes, in X's place in the order:
+
+- its *keep* (X's index): reads the inputs its pieces read in slices (they live on the device up
+  to there, as up to the host copy's put), writes a token of 0 bytes;
+- its *pieces* (one op, like a loop of them): read the token and the inputs read whole (a
+  filter), hold the largest piece's buffers while they run: its input slices with their halo
+  rows, its output rows and its kernel's temporary, that share of X's (or the whole output for
+  a sum, a filter's gradient, carried from piece to piece);
+- its *assemble*: writes X's outputs whole, which X's readers read. An output that only split
+  ops read stays on the host: 0 bytes here.
+
+The model leaves out the host arrays (the device's fit is what the rounds decide) and the pieces
+made one by one at the borders; the plan the rounds settle on is made, analysed and tuned for real
+(lms/split/fit.py `split_modelled`), and splitting goes on from it when it does not fit.
+"""
+
+import copy
+import dataclasses
+import math
+
+from lms.graph.cpu_host import eigen_host
+from lms.graph.kernels import EIGEN_2D_WORKING_SET, EIGEN_3D_OPS, EIGEN_RULES
+from lms.graph.names import RECOMPUTE_SCOPE
+from lms.graph.pool_reads import FORWARD_MAX_POOLS
+from lms.graph.step import Analysis, OpInfo, TensorInfo
+from lms.memory.lifetimes import kernel_holds
+from lms.split.layouts import layout
+from lms.split.looped import piece_bounds
+from lms.split.norm import NormLayout
+from lms.split.rewrite import piece_scope
+
+
+def modelled(analysis: Analysis, decided: list) -> Analysis:
+    """A copy of `analysis` (of `analysis.graph`) with the ops `decided` ((op name, pieces), each
+    one that can be split) modelled as split (module docstring). `analysis` is left as it is."""
+    graph = analysis.graph
+    index = {op.name: i for i, op in enumerate(analysis.ops)}
+    held = kernel_holds(analysis).per_op
+    ops = [copy.copy(op) for op in analysis.ops]
+    tensors = [copy.copy(t) for t in analysis.tensors]
+    for t in tensors:
+        t.consumers = list(t.consumers)
+    split_at = {index[name]: pieces for name, pieces in decided}
+    before, after = {}, {}  # split op index -> (its other keeps), (its pieces, its assemble)
+    unread = []  # ops whose output a split op no longer reads
+    for i, pieces in split_at.items():
+        op, info = graph.get_operation_by_name(ops[i].name), ops[i]
+        found = layout(op)
+        kept = sorted(_kept_inputs(op, found))
+        scope = piece_scope(info.name)
+        # one keep per kept input, each when its input is made (the first one in op i's place)
+        keeps = [i] + [len(ops) + n for n in range(len(kept) - 1)]
+        loop = len(ops) + len(keeps) - 1
+        assemble = loop + 1
+        tokens = [_tensor(tensors, f"{scope}/kept_{n}", keep) for n, keep in enumerate(keeps)]
+        # a max pool gradient's pieces pool their own rows (lms/split/halo.py, layouts.py)
+        pooled = {1} - set(kept) if info.type in FORWARD_MAX_POOLS else set()
+        whole = [k for k in range(len(info.inputs)) if k not in set(kept) | pooled]
+        moved = {k: (keeps[n], 0) for n, k in enumerate(kept)}
+        moved |= {k: (loop, len(tokens) + n) for n, k in enumerate(whole)}
+        for k, t in enumerate(info.inputs):  # the inputs' readers: the keeps or the pieces
+            entries = tensors[t].consumers
+            entries.remove((i, k))
+            if k in moved:
+                entries.append(moved[k])
+            else:  # a pool the pieces recompute from their own rows
+                unread.append(tensors[t].producer)
+        for n, keep in enumerate(keeps):
+            read = [info.inputs[kept[n]]] if kept else []
+            made = OpInfo(f"{scope}/keep_{n}", "LmsKeep", read, [], [tokens[n]])
+            if keep == i:
+                made.control_inputs = info.control_inputs
+                ops[i] = made
+            else:
+                ops.append(made)
+            tensors[tokens[n]].consumers = [(loop, n)]
+        done = _tensor(tensors, f"{scope}/stored", loop)
+        peak = _piece_peak(op, found, pieces, held[i], kept, analysis.kernels)
+        inputs = tokens + [info.inputs[k] for k in whole]
+        ops.append(OpInfo(f"{scope}/lms_pieces", "LmsPieces", inputs, [], [done]))
+        ops[loop].temp_bytes, ops[loop].temp_parts = sum(peak), tuple(p for p in peak if p)
+        ops.append(OpInfo(f"{scope}/assemble", "LmsAssemble", [done], [], list(info.outputs)))
+        for t in info.outputs:
+            tensors[t].producer = assemble
+        tensors[done].consumers = [(assemble, 0)]
+        before[i], after[i] = keeps[1:], (loop, assemble)
+    for op in ops:  # an op that waited for a split op waits for its pieces
+        if any(c in after for c in op.control_inputs):
+            op.control_inputs = [after[c][0] if c in after else c for c in op.control_inputs]
+    _prune(ops, tensors, unread)
+    keeping = {k for i in split_at for k in (i, *before[i])}
+    for i in split_at:
+        for t in ops[after[i][1]].outputs:
+            readers = {c for c, _ in tensors[t].consumers}
+            if readers and readers <= keeping:  # read in place on the host
+                tensors[t].bytes = 0
+    order = [
+        k
+        for wave in analysis.levels
+        for i in wave
+        for k in (*before.get(i, ()), i, *after.get(i, ()))
+    ]
+    return dataclasses.replace(
+        analysis, ops=ops, tensors=tensors, levels=_levels(ops, tensors, order), cache={}
+    )
+
+
+def _prune(ops: list, tensors: list, unread: list) -> None:
+    """The recomputed pools (lms/graph/pool_reads.py) no op reads any more: pruned, as
+    TensorFlow prunes them once their gradients are split."""
+    while unread:
+        op = ops[unread.pop()]
+        if not op.runs or not op.name.startswith(f"{RECOMPUTE_SCOPE}/"):
+            continue
+        if any(tensors[t].consumers for t in op.outputs):
+            continue
+        op.runs, op.temp_bytes = False, 0
+        for t in op.outputs:
+            tensors[t].bytes = 0
+        for t in op.inputs:
+            tensors[t].consumers = [c for c in tensors[t].consumers if ops[c[0]] is not op]
+            unread.append(tensors[t].producer)
+
+
+def _tensor(tensors: list, name: str, producer: int) -> int:
+    """A token tensor of 0 bytes made by op `producer`: its index."""
+    tensors.append(TensorInfo(name, 0, producer, buffer=len(tensors)))
+    return len(tensors) - 1
+
+
+def _kept_inputs(op, found) -> set:
+    """The inputs of `op` its pieces read in slices (a batch norm's: those as long as its split
+    axis)."""
+    if not isinstance(found, NormLayout):
+        return set(found.kept)
+    return {
+        k
+        for k, t in enumerate(op.inputs)
+        if t.shape.rank and t.shape.rank > found.axis and t.shape[found.axis] == found.length
+    }
+
+
+def _piece_peak(op, found, pieces: int, temp: int, kept: list, kernels: str) -> tuple:
+    """The largest piece's (input slices, output, kernel temporary) bytes (module docstring).
+    A max pool gradient's also holds the pool it recomputes (of its incoming gradient's
+    rows) and its input's rows padded, as its made body does (lms/split/halo.py)."""
+    largest = (0, 0, 0)
+    out = sum((t.shape.num_elements() or 0) * t.dtype.size for t in op.outputs)
+    axis = found.axis if getattr(found, "read_axis", None) is None else found.read_axis
+    for start, stop in piece_bounds(found.length, pieces):
+        share = (stop - start) / found.length
+        reads = {} if isinstance(found, NormLayout) else found.reads(start, stop)
+        slices = {}
+        for k in kept:
+            tensor = op.inputs[k]
+            size = (tensor.shape.num_elements() or 0) * tensor.dtype.size
+            if k in reads and tensor.shape.rank and tensor.shape[axis]:
+                lo, hi = reads[k]
+                slices[k] = size * (hi - lo) // tensor.shape[axis]
+            else:
+                slices[k] = int(size * share)
+        sliced = sum(slices.values())
+        if op.type in FORWARD_MAX_POOLS:  # the pool recomputed, and its input padded (a copy)
+            sliced += slices.get(2, 0) + slices.get(0, 0)
+        output = out if found.combine == "sum" else int(out * share)
+        piece = (sliced, output, _piece_temp(op, found, temp, stop - start, kernels))
+        largest = max(largest, piece, key=sum)
+    return largest
+
+
+def _piece_temp(op, found, temp: int, rows: int, kernels: str) -> int:
+    """A piece's kernel temporary: `temp` (the whole op's) in proportion to its `rows`, or
+    with Eigen's kernels their rule (lms/graph/kernels.py) on the piece's shapes, which is
+    not in proportion (a 2D gradient's working set is a fixed 30 MiB when it shards)."""
+    share = rows / found.length
+    rule = EIGEN_RULES.get(op.type) if kernels == "eigen" else None
+    shapes = [t.shape.as_list() for t in (*op.inputs, *op.outputs)]
+    if rule is None or any(None in shape for shape in shapes):
+        return int(temp * share)
+    for shape in shapes:
+        if len(shape) > found.axis + 1:
+            shape[found.axis] = max(1, math.ceil(shape[found.axis] * share))
+    threads, l3 = eigen_host(op.type in EIGEN_3D_OPS)
+    own = int(rule(shapes, op.outputs[0].dtype.size, threads, l3))
+    if found.combine == "sum" and op.type not in EIGEN_3D_OPS:  # a 2D filter gradient's pieces
+        # shard into the fixed working set as the whole op does, their halo rows added
+        # (measured in made loops: 25.9-30.7 MiB where the rule on the rows alone gave 18.9)
+        own = max(own, min(temp, EIGEN_2D_WORKING_SET))
+    return own
+
+
+def _levels(ops: list, tensors: list, order: list) -> list:
+    """Each op's level (its longest path from the step's start) set, in topological `order`:
+    the waves."""
+    waves = []
+    for i in order:
+        op = ops[i]
+        level = max((ops[tensors[t].producer].level + 1 for t in op.inputs), default=0)
+        level = max([level] + [ops[c].level + 1 for c in op.control_inputs])
+        op.level = level
+        if level == len(waves):
+            waves.append([])
+        waves[level].append(i)
+    return waves
