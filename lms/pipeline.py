@@ -122,11 +122,8 @@ class Pipeline:
         if chained is not None:  # (a closest plan, kept for the closed loop, is chained too)
             concrete, analysis, tuned, splits, failure, pieces = chained
             shortfall = None if failure is None else str(failure)
-        timings = {
-            "trace_s": traced - started,
-            "analysis_s": analysed - traced,
-            "tune_s": time.perf_counter() - analysed,
-        }
+        spans = (traced - started, analysed - traced, time.perf_counter() - analysed)
+        timings = dict(zip(("trace_s", "analysis_s", "tune_s"), spans, strict=True))
         if tuned.plan is not None:
             log_plan(analysis, tuned.plan)
         return Planned(
@@ -232,9 +229,9 @@ class Pipeline:
 
     def _tune_or_split(self, concrete, analysis, parameters, budget, pieces, pruned_for=None):
         """Tune; when nothing fits, or only the bytes asked and not the allocator's chunks, and
-        `split` is "auto", split ops into pieces in rounds and tune again after each
-        (lms/split/fit.py). Returns (analysis, tuned, splits made); a NothingFitsError raised
-        carries the splits made and the analysis of the graph as split."""
+        `split` is "auto", split ops into pieces in rounds decided on a model of them, made once
+        (lms/split/fit.py `split_in_rounds`). Returns (analysis, tuned, splits made); a
+        NothingFitsError raised carries the splits made and the analysis of the graph as split."""
         try:
             analysis, tuned = self._tune_swaps(concrete, analysis, parameters, budget, pruned_for)
         except NothingFitsError as error:
@@ -267,11 +264,10 @@ class Pipeline:
             return tuned
 
         try:
-            chains = self.options.split_chains and not analysis.loops
-            split_analysis, tuned, splits, made = split_in_rounds(
-                concrete.graph, analysis, budget, failed, pieces, analyse, tune_split, chains
+            found = split_in_rounds(
+                *(concrete.graph, analysis, budget, failed, pieces, analyse, tune_split),
+                self.options.split_chains and not analysis.loops,
             )
-            setattr(concrete.graph, SPLITS_MADE, made)  # (as they run: `_chain` has nothing to do)
         except NothingFitsError as error:
             if unsplit is not None and not error.splits:  # the graph is as traced: tune's plan
                 return analysis, unsplit, []
@@ -279,14 +275,14 @@ class Pipeline:
                 return error.analysis, error.closest, error.splits
             error.analysis = error.analysis or analysis  # (the lists' streaming is an edit too)
             raise
-        return split_analysis, tuned, splits
+        return found
 
     def _chain(self, function, args, made, analysis, tuned, parameters, budget):
         """`chain_to_fit` (lms/split/fit.py) on a fresh trace: (concrete, *its result, pieces),
         or None (the unchained plan stays; a step whose loops' lists were streamed)."""
         if not made or not self.options.split_chains or analysis.loops:
             return None
-        if getattr(analysis.graph, SPLITS_MADE, False):
+        if getattr(analysis.graph, SPLITS_MADE, False):  # made as they run (lms/split/fit.py)
             return None
         concrete = _retrace(function, args)
         pieces, analyse = self.mechanism.pieces(), self._recomputing_pools(concrete)

@@ -10,13 +10,18 @@ enough pieces for one piece to take at most an eighth of the room
 plan that fits, after the last round, when the floor is an op that cannot be split, or before a
 round that would take the plan past MAX_PIECES pieces. Splitting is the lever after every
 swapping parameter: a plan that fits by swapping never pays for pieces (their extra host copies
-and smaller kernels)."""
+and smaller kernels).
+
+The rounds are first decided on a model of the split ops (lms/split/modelled.py, nothing made:
+`split_modelled`); the ops of the first round whose modelled plan comes within MODEL_MARGIN of
+the budget are made once, in chains, and tuned. Only when that plan misses the budget do rounds
+go on as above, made one by one, from it (`split_in_rounds`)."""
 
 import logging
 import time
 
 from lms.errors import NothingFitsError
-from lms.graph.names import RECOMPUTE_SCOPE
+from lms.graph.names import RECOMPUTE_SCOPE, SPLITS_MADE
 from lms.memory.lifetimes import footprints, largest_footprint
 from lms.split.chain import only_readers, split_decided
 from lms.split.layouts import layout, splittable
@@ -112,14 +117,14 @@ def _why(bytes_: int, share: float, room: int, budget: int, analysis) -> str:
 
 
 def split_to_fit(
-    graph, analysis, budget: int, error: NothingFitsError, io: PieceCopies, analyse, tune
+    graph, analysis, budget: int, error: NothingFitsError, io: PieceCopies, analyse, tune, made=()
 ):
     """Split in rounds (module docstring) and tune again until a plan fits: (analysis, tuned,
     splits). `analyse()` reads the edited graph again; `tune(analysis)` tunes or raises
     NothingFitsError. Raises the last NothingFitsError, saying why splitting stopped, when none
     fits; it carries the `analysis` of the graph as split and the `splits`, for the closest
-    plan."""
-    splits, previous, closest, capped = [], _closest_peak(error), None, False
+    plan. `made`: the splits the graph has already (split_in_rounds'), counted with its own."""
+    splits, previous, closest, capped = list(made), _closest_peak(error), None, False
     why = f"after splitting {{}} ops, no op left above {ROUNDS[-1]:.2g} of the room"
     for share in ROUNDS:
         room = budget - analysis.resident_bytes
@@ -189,21 +194,18 @@ def split_to_fit(
 
 def split_in_rounds(graph, analysis, budget: int, error, io: PieceCopies, analyse, tune, chained):
     """`split_modelled`, then `split_to_fit` from the plan it made when that does not fit (or
-    from the start when no round fits as modelled): (analysis, tuned, splits, whether they are
-    made as they run, in chains when `chained`, or are to be chained by `chain_to_fit`)."""
+    from the start when no round fits as modelled): (analysis, tuned, splits). When the model's
+    plan fits, its ops are made as they run (in chains when `chained`) and the graph says so
+    (SPLITS_MADE): else `chain_to_fit` chains them on a fresh trace."""
     found = split_modelled(graph, analysis, budget, io, analyse, tune, chained)
     if found is None:
-        return (*split_to_fit(graph, analysis, budget, error, io, analyse, tune), False)
+        return split_to_fit(graph, analysis, budget, error, io, analyse, tune)
     analysis, tuned, made, failure = found
     if failure is None and tuned.simulation.peak_bytes <= budget:
-        return analysis, tuned, made, True
+        setattr(graph, SPLITS_MADE, True)
+        return analysis, tuned, made
     error = failure or NothingFitsError("only with the allocator's padding over", tuned)
-    try:
-        analysis, tuned, more = split_to_fit(graph, analysis, budget, error, io, analyse, tune)
-    except NothingFitsError as stopped:
-        stopped.splits = made + stopped.splits
-        raise
-    return analysis, tuned, made + more, False
+    return split_to_fit(graph, analysis, budget, error, io, analyse, tune, made)
 
 
 def split_modelled(graph, analysis, budget: int, io: PieceCopies, analyse, tune, chained: bool):
