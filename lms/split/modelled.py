@@ -183,9 +183,10 @@ def _piece_temp(op, found, temp: int, rows: int, kernels: str) -> int:
     not in proportion (a 2D gradient's working set is a fixed 30 MiB when it shards)."""
     share = rows / found.length
     rule = EIGEN_RULES.get(op.type) if kernels == "eigen" else None
-    shapes = [t.shape.as_list() for t in (*op.inputs, *op.outputs)]
-    if rule is None or any(None in shape for shape in shapes):
+    tensors = (*op.inputs, *op.outputs)
+    if rule is None or not all(t.shape.is_fully_defined() for t in tensors):
         return int(temp * share)
+    shapes = [t.shape.as_list() for t in tensors]
     for shape in shapes:
         if len(shape) > found.axis + 1:
             shape[found.axis] = max(1, math.ceil(shape[found.axis] * share))
