@@ -11,6 +11,7 @@ store counts what it moves (`Traffic`) and, with an `lms.Link`, moves it at that
 """
 
 import itertools
+import logging
 import threading
 from dataclasses import dataclass, fields
 
@@ -22,7 +23,10 @@ from lms.device.host_arrays import HostArrays
 from lms.device.host_pieces import HostPieces
 from lms.device.nodes import node, type_attr, type_list_attr
 from lms.graph.names import SWAP_IN, SWAP_IN_COPY, SWAP_OUT
+from lms.values.budget import format_size
 from lms.values.link import EmulatedLink, Link
+
+log = logging.getLogger("lms")
 
 # What a transfer costs the host store without a link, for choosing among plans
 # (lms/tuning/prune.py): a numpy_function call and its executor hand-off, about 0.03-0.05 ms,
@@ -74,6 +78,7 @@ class HostStore:
         self._arrays, self._readers = {}, {}  # handle -> array, and the reads left before freed
         self._on_host = {}  # handle -> when its swap-out's transfer is done (with a link)
         self._held = self._peak = 0  # bytes held now, and the most since `take_peak`
+        self._step_peak = 0  # the most bytes held since the last `clear`
         self._lock = threading.Lock()
         self._handles = itertools.count()
         self._tokens = None
@@ -119,6 +124,7 @@ class HostStore:
     def _hold(self, nbytes: int) -> None:  # under the lock
         self._held += nbytes
         self._peak = max(self._peak, self._held)
+        self._step_peak = max(self._step_peak, self._held)
 
     def drop_arena(self) -> int:
         """`HostArrays.drop_arena`, and its region freed now: TensorFlow lets go of the arrays
@@ -137,8 +143,18 @@ class HostStore:
             self._arrays.clear()
             self._readers.clear()
             self._on_host.clear()
-            self._held = 0
+            held_peak, self._held, self._step_peak = self._step_peak, 0, 0
         self.arrays.clear()
+        capacity = self.arrays.outgrown(held_peak)
+        if capacity:  # the step's arrays outgrew the arena: one for what it held
+            log.info(
+                "LMS: the host store held %s at its peak, more than its arena of %s had room "
+                "for: a new arena of %s",
+                *(format_size(held_peak), format_size(self.arrays.arena_bytes)),
+                format_size(capacity),
+            )
+            self.drop_arena()
+            self.arrays.make_arena(capacity)
         return left
 
     def _put(self, array, readers):

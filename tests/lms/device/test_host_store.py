@@ -1,5 +1,6 @@
 """The host store's arrays: swap-outs reuse the bytes of freed host arrays in the plan's arena,
-never those of one TensorFlow still holds (lms/device/host_store.py, host_arena.py)."""
+never those of one TensorFlow still holds, and an arena a step outgrew is made for what the step
+held (lms/device/host_store.py, host_arrays.py, host_arena.py)."""
 
 import numpy as np
 import tensorflow as tf
@@ -66,6 +67,31 @@ def test_the_arena_stays_the_size_the_plan_made_it():
         addresses.add(store._get(handle).ctypes.data)
     assert len(addresses) == 1 and store.arrays.arena_bytes == 64 * 64 * 4
     assert store.held_bytes == 0
+
+
+def test_an_arena_a_step_outgrew_is_made_anew_for_what_the_store_held():
+    """A plan's arena holds one array; a step holds three at once (two cut afresh): after it,
+    the arena is made for the three (and ARENA_SLACK more), and the next step cuts all three
+    from it. A step that fits its arena leaves it as it is."""
+    store = HostStore()
+    store.arrays.allow(None, ONE_ARRAY)
+
+    def step() -> set:
+        handles = [store._put(np.full((64, 64), k, np.float32), 1) for k in range(3)]
+        arrays = [store._get(h) for h in handles]  # all three held at once before these reads
+        for k, array in enumerate(arrays):
+            np.testing.assert_array_equal(array, k)
+        found = {store.arrays._arena.owns(array) for array in arrays}
+        del arrays
+        store.clear()
+        return found
+
+    assert step() == {True, False}
+    assert store.arrays.arena_bytes == int(3 * 64 * 64 * 4 * 1.25)  # (a multiple of 64)
+    assert step() == {True}
+    grown = store.arrays.arena_bytes
+    step()
+    assert store.arrays.arena_bytes == grown
 
 
 def test_a_slice_read_is_not_copied_and_keeps_its_bytes_while_tensorflow_wraps_it():
