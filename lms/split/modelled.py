@@ -9,12 +9,14 @@ graph analysed afresh), and the rounds only need the memory the pieces take.
 
 A split op X of n pieces becomes, in X's place in the order:
 
-- its *keep* (X's index): reads the inputs its pieces read in slices (they live on the device up
-  to there, as up to the host copy's put), writes a token of 0 bytes;
-- its *pieces* (one op, like a loop of them): read the token and the inputs read whole (a
+- its *keeps* (the first in X's index): one per input its pieces read in slices, each run when
+  its input is made, as the host copy's put is (one keep for all held a concat's four inputs
+  at once: GoogLeNet 4096², 208 MiB), each writing a token of 0 bytes;
+- its *pieces* (one op, like a loop of them): read the tokens and the inputs read whole (a
   filter), hold the largest piece's buffers while they run: its input slices with their halo
   rows, its output rows and its kernel's temporary, that share of X's (or the whole output for
-  a sum, a filter's gradient, carried from piece to piece);
+  a sum, a filter's gradient, carried from piece to piece); a max pool gradient's pieces pool
+  their own rows, so the pool recomputed for it (lms/graph/pool_reads.py) is pruned;
 - its *assemble*: writes X's outputs whole, which X's readers read. An output that only split
   ops read stays on the host: 0 bytes here.
 
