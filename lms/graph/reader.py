@@ -115,11 +115,8 @@ def read_graph(
     if hasattr(graph, "control_outputs"):  # a function graph: TensorFlow prunes what is unused
         mark_pruned(ops, tensors, outputs, kept)
 
-    _assign_levels(ops, tensors)
+    levels = assign_levels(ops, tensors)
     mark_constants(tf_ops, ops, tensors, SHAPE_OPS)
-    levels = [[] for _ in range(1 + max((op.level for op in ops), default=-1))]
-    for i, op in enumerate(ops):
-        levels[op.level].append(i)
 
     held = _host_arrays(graph, tf_ops, ops, tensors)
     copies = _cross_device_copies(ops, tensors, devices, host_device_marker)
@@ -241,8 +238,10 @@ def dependencies(ops: list, tensors: list) -> tuple[list, list]:
     return pending, successors
 
 
-def _assign_levels(ops: list, tensors: list) -> None:
-    """Categorized topological sort (Kahn's algorithm, one level per wave)."""
+def assign_levels(ops: list, tensors: list) -> list:
+    """Categorized topological sort (Kahn's algorithm, one level per wave): each op's `level`
+    set; returns the waves, level -> [op index] in index order (`Analysis.levels`; also a
+    modelled analysis's, lms/split/modelled.py)."""
     pending, successors = dependencies(ops, tensors)
     wave = [i for i, n in enumerate(pending) if n == 0]
     level = 0
@@ -255,6 +254,10 @@ def _assign_levels(ops: list, tensors: list) -> None:
                 if pending[s] == 0:
                     following.append(s)
         wave, level = following, level + 1
+    waves = [[] for _ in range(1 + max((op.level for op in ops), default=-1))]
+    for i, op in enumerate(ops):
+        waves[op.level].append(i)
+    return waves
 
 
 def _cross_device_copies(ops: list, tensors: list, devices: list, marker) -> set:

@@ -68,8 +68,10 @@ def _closest_peak(error: NothingFitsError) -> float:
     return error.closest.simulation.peak_bytes if error.closest is not None else float("inf")
 
 
-def _targets(graph, analysis, threshold: float) -> list:
-    """The unsplit ops above `threshold` bytes that can be split, largest first."""
+def _targets(graph, analysis, share: float, room: int) -> list:
+    """The unsplit ops above `share` of `room` bytes that can be split, largest first: (op, its
+    bytes, the pieces it gets: `pieces_for`)."""
+    threshold = share * room
     found = []
     for footprint in sorted(footprints(analysis), key=lambda f: f.bytes, reverse=True):
         if footprint.bytes <= threshold:
@@ -84,7 +86,8 @@ def _targets(graph, analysis, threshold: float) -> list:
             continue
         op = graph.get_operation_by_name(footprint.name)
         if splittable(op) is None:
-            found.append((op, footprint.bytes))
+            pieces = pieces_for(footprint.bytes, room, layout(op).length)
+            found.append((op, footprint.bytes, pieces))
     return found
 
 
@@ -105,6 +108,18 @@ def _piece_floor(analysis, splits, room: int, reason: str = "") -> str | None:
         f"bytes, {share:.1f}x its share of the op's inputs and outputs (the halo's rows and "
         "the kernel's temporary)" + (f"; {reason}" if reason else "")
     )
+
+
+def _analysed_and_tuned(analyse, tune) -> tuple:
+    """The edited graph analysed (`analyse()`) and tuned (`tune(analysis)`): (analysis, the
+    tuned plan or the tuner's closest, its NothingFitsError or None, the plan's peak)."""
+    analysis, failure = analyse(), None
+    try:
+        tuned = tune(analysis)
+    except NothingFitsError as error:
+        tuned, failure = error.closest, error
+    peak = tuned.simulation.peak_bytes if tuned is not None else float("inf")
+    return analysis, tuned, failure, peak
 
 
 def _why(bytes_: int, share: float, room: int, budget: int, analysis) -> str:
@@ -141,10 +156,7 @@ def split_to_fit(
             why = _piece_floor(analysis, splits, room, reason)
             why = why or f"splitting cannot lower the floor: {floor.name}: {reason}"
             raise error.stopped(why, analysis, splits)
-        targets = [
-            (op, bytes_, pieces_for(bytes_, room, layout(op).length))
-            for op, bytes_ in _targets(graph, analysis, share * room)
-        ]
+        targets = _targets(graph, analysis, share, room)
         if not targets:
             continue
         planned = sum(split.pieces for split in splits) + sum(n for *_, n in targets)
@@ -220,10 +232,7 @@ def split_modelled(graph, analysis, budget: int, io: PieceCopies, analyse, tune,
     if room <= 0:
         return None
     for share in ROUNDS:
-        targets = [
-            (op, bytes_, pieces_for(bytes_, room, layout(op).length))
-            for op, bytes_ in _targets(graph, current, share * room)
-        ]
+        targets = _targets(graph, current, share, room)
         if not targets:
             continue
         total += sum(n for *_, n in targets)
@@ -249,12 +258,7 @@ def split_modelled(graph, analysis, budget: int, io: PieceCopies, analyse, tune,
         return None
     decided += only_readers(graph, decided) if chained else []
     splits = split_decided(graph, decided, io, chained)
-    analysis, failure = analyse(), None
-    try:
-        tuned = tune(analysis)
-    except NothingFitsError as error:
-        tuned, failure = error.closest, error
-    peak = tuned.simulation.peak_bytes if tuned is not None else float("inf")
+    analysis, tuned, failure, peak = _analysed_and_tuned(analyse, tune)
     log.info(
         "Split %d ops as the rounds decided on the model: simulated peak %s (%.1f s)",
         *(len(splits), format_size(peak), time.perf_counter() - started),
@@ -275,12 +279,7 @@ def chain_to_fit(graph, made: list, io: PieceCopies, analyse, tune, budget: int,
     linked = sum(1 for split in splits if split.chained_after)
     if not linked:
         return None
-    analysis, failure = analyse(), None
-    try:
-        tuned = tune(analysis)
-    except NothingFitsError as error:
-        tuned, failure = error.closest, error
-    peak = tuned.simulation.peak_bytes if tuned is not None else float("inf")
+    analysis, tuned, failure, peak = _analysed_and_tuned(analyse, tune)
     alone, took = unchained.simulation.peak_bytes, time.perf_counter() - started
     if peak > max(budget, alone):
         log.info(

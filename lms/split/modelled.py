@@ -33,6 +33,7 @@ from lms.graph.cpu_host import eigen_host
 from lms.graph.kernels import EIGEN_2D_WORKING_SET, EIGEN_3D_OPS, EIGEN_RULES
 from lms.graph.names import RECOMPUTE_SCOPE
 from lms.graph.pool_reads import FORWARD_MAX_POOLS
+from lms.graph.reader import assign_levels
 from lms.graph.step import Analysis, OpInfo, TensorInfo
 from lms.memory.lifetimes import kernel_holds
 from lms.split.layouts import layout
@@ -52,7 +53,7 @@ def modelled(analysis: Analysis, decided: list) -> Analysis:
     for t in tensors:
         t.consumers = list(t.consumers)
     split_at = {index[name]: pieces for name, pieces in decided}
-    before, after = {}, {}  # split op index -> (its other keeps), (its pieces, its assemble)
+    keeping, after = set(), {}  # every keep; split op index -> (its pieces, its assemble)
     unread = []  # ops whose output a split op no longer reads
     for i, pieces in split_at.items():
         op, info = graph.get_operation_by_name(ops[i].name), ops[i]
@@ -94,26 +95,19 @@ def modelled(analysis: Analysis, decided: list) -> Analysis:
         for t in info.outputs:
             tensors[t].producer = assemble
         tensors[done].consumers = [(assemble, 0)]
-        before[i], after[i] = keeps[1:], (loop, assemble)
+        keeping.update(keeps)
+        after[i] = (loop, assemble)
     for op in ops:  # an op that waited for a split op waits for its pieces
         if any(c in after for c in op.control_inputs):
             op.control_inputs = [after[c][0] if c in after else c for c in op.control_inputs]
     _prune(ops, tensors, unread)
-    keeping = {k for i in split_at for k in (i, *before[i])}
     for i in split_at:
         for t in ops[after[i][1]].outputs:
             readers = {c for c, _ in tensors[t].consumers}
             if readers and readers <= keeping:  # read in place on the host
                 tensors[t].bytes = 0
-    order = [
-        k
-        for wave in analysis.levels
-        for i in wave
-        for k in (*before.get(i, ()), i, *after.get(i, ()))
-    ]
-    return dataclasses.replace(
-        analysis, ops=ops, tensors=tensors, levels=_levels(ops, tensors, order), cache={}
-    )
+    levels = assign_levels(ops, tensors)
+    return dataclasses.replace(analysis, ops=ops, tensors=tensors, levels=levels, cache={})
 
 
 def _prune(ops: list, tensors: list, unread: list) -> None:
@@ -199,18 +193,3 @@ def _piece_temp(op, found, temp: int, rows: int, kernels: str) -> int:
         # (measured in made loops: 25.9-30.7 MiB where the rule on the rows alone gave 18.9)
         own = max(own, min(temp, EIGEN_2D_WORKING_SET))
     return own
-
-
-def _levels(ops: list, tensors: list, order: list) -> list:
-    """Each op's level (its longest path from the step's start) set, in topological `order`:
-    the waves."""
-    waves = []
-    for i in order:
-        op = ops[i]
-        level = max((ops[tensors[t].producer].level + 1 for t in op.inputs), default=0)
-        level = max([level] + [ops[c].level + 1 for c in op.control_inputs])
-        op.level = level
-        if level == len(waves):
-            waves.append([])
-        waves[level].append(i)
-    return waves

@@ -20,6 +20,7 @@ from lms.graph.pool_reads import recompute_pool_reads
 from lms.memory.lifetimes import footprints
 from lms.memory.simulator import simulate
 from lms.split.chain import split_decided
+from lms.split.layouts import splittable
 from lms.split.modelled import modelled
 from lms.split.rewrite import piece_scope
 from lms.tuning.analysis import analyze
@@ -47,8 +48,6 @@ def _step(rows: int = 256):
 
 def _large(analysis, count: int) -> list:
     """The `count` running ops with the largest footprints that can be split, 8 pieces each."""
-    from lms.split.layouts import splittable
-
     found = []
     for footprint in sorted(footprints(analysis), key=lambda f: f.bytes, reverse=True):
         if footprint.name.startswith((f"{SPLIT_SCOPE}/", f"{RECOMPUTE_SCOPE}/")):
