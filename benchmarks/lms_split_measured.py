@@ -9,6 +9,8 @@ simulated, measured) and the last plan's timings. Needs TF_CPU_ALLOCATOR_USE_BFC
         googlenet 2048 1 400MiB auto alone    # split ops not chained (split_chains=False)
         googlenet 2048 1 400MiB auto alone fixed   # the first plan kept (no closed loop): chained
                                                   # and alone then split the same ops
+        unet3d 144 1 400MiB auto chained loop fixed-arena  # the host store's arena left the size
+                                                  # the plan made it, even when a step outgrows it
 
 The workload is one of the suite's, or a Keras application's name (MobileNetV2, DenseNet121):
 models outside the suite.
@@ -29,6 +31,7 @@ import tensorflow as tf  # noqa: E402
 from lms_cases import named_case  # noqa: E402
 
 import lms  # noqa: E402
+from lms.device.host_arrays import HostArrays  # noqa: E402
 
 SETTLE = 6  # calls before measuring: the closed loop's plans and their measured steps
 
@@ -43,8 +46,17 @@ def measured(function, case, steps: int) -> tuple[int, float]:
 
 
 def main(
-    workload: str, resolution: str, batch: str, memory: str, split: str, chains="", loop=""
+    workload: str,
+    resolution: str,
+    batch: str,
+    memory: str,
+    split: str,
+    chains="",
+    loop="",
+    arena="",
 ) -> None:
+    if arena == "fixed-arena":  # the control of issue 44 session 7's arena growth
+        HostArrays.outgrown = lambda self, held_peak_bytes: 0
     case = named_case(workload, int(resolution), int(batch))
     if split == "plain":
         float(case.step(case.images, case.labels))
