@@ -14,6 +14,8 @@ from split_steps import gradients_step, max_pool_gradient
 from lms import _tf_private
 from lms.device.host_store import HostStore
 from lms.graph.loops import WHILE_OPS
+from lms.graph.names import HOST_ARRAYS, PIECE_OUT
+from lms.graph.reader import read_graph
 from lms.split.layouts import layout
 from lms.split.looped import alike_runs, looped_bounds, piece_bounds
 from lms.split.norm import NormLayout
@@ -162,3 +164,47 @@ def test_a_step_whose_pieces_loop_computes_the_same_with_fewer_ops(build):
         assert store.held_bytes == 0
         results[loops] = [g.numpy() for g in got]
     assert counts[True] < 0.7 * counts[False], counts
+
+
+def _handle_readers(graph, creator) -> set:
+    """The ops that read host array `creator` makes, found from the graph's data flow alone: its
+    handle goes from store to store (PIECE_OUT), through a loop (its output at the input's
+    position), to the reads (PIECE_IN) and whatever else takes it."""
+    readers, frontier = set(), [creator.outputs[0]]
+    while frontier:
+        tensor = frontier.pop()
+        for consumer in tensor.consumers():
+            readers.add(consumer)
+            if consumer.type in WHILE_OPS:
+                frontier += [
+                    consumer.outputs[k] for k, t in enumerate(consumer.inputs) if t is tensor
+                ]
+            elif consumer.name.rsplit("/", 1)[-1].startswith(PIECE_OUT):
+                frontier.append(consumer.outputs[0])
+    return readers
+
+
+@pytest.mark.parametrize("build", [_images, _volume], ids=["2d", "3d"])
+def test_a_host_array_is_held_until_its_last_reader_also_after_a_loop(build):
+    """The analysis holds each split op's host array (`Analysis.host_arrays`) until every op
+    that reads its handle has run, also the readers of the handle a loop gives back (an output
+    read in place by a later split op, the assemble). Before, an array a loop filled was freed
+    when the loop ended: the 3D U-Net 64³ in 250 MiB simulated 598 MiB on the host and held 901."""
+    step, shape = build(1)
+    graph = step.get_concrete_function(tf.TensorSpec(shape)).graph
+    store, running = HostStore(), running_ops(graph)
+    io = store.pieces()
+    for op in list(graph.get_operations()):
+        found = layout(op) if op in running else "pruned"
+        if not isinstance(found, (str, NormLayout)) and found.length >= 8:
+            split_op(op, found.length // 2, io)
+    ops, running = graph.get_operations(), running_ops(graph)  # the pieces' ops too
+    held = [{ops[i] for i in members} for _, members in read_graph(graph, quiet=True).host_arrays]
+    after_loops = 0
+    for _, names in getattr(graph, HOST_ARRAYS).values():
+        creator = graph.get_operation_by_name(names[0])
+        (members,) = [m for m in held if creator in m]
+        readers = {op for op in _handle_readers(graph, creator) if op in running}
+        assert readers <= members, sorted(op.name for op in readers - members)
+        after_loops += any(op.type in WHILE_OPS for op in readers)
+    assert after_loops >= 5
