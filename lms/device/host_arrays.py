@@ -252,9 +252,12 @@ class HostArrays:
         page faulted in as it is written), the capacity of one for the bytes the store held at
         its peak, `held_peak_bytes`, and ARENA_SLACK more (within the RAM allowed), if that is
         larger; else 0. The simulated host peak the arena is first made for can be short of
-        what the store holds (the 3D U-Net 144³ split: 6.8 GiB simulated, 12.0 held; 7.1 GB
-        a step cut afresh and its pieces stored at 1.1 GB/s, 3.5 with room for them: 102 s a
-        step, 79). The caller makes it (`HostStore`: the old region let go first)."""
+        what the store holds: the executor can run beside each other ops the simulated order
+        runs apart (tests/lms/device/test_host_memory.py saw 1.5x once in 36 runs). Before the
+        analysis held an array a loop filled until its last reader, the 3D U-Net 144³ split
+        simulated 6.8 GiB and held 12.0: 7.1 GB a step cut afresh and its pieces stored at
+        1.1 GB/s, 3.5 with room for them (102 s a step, 79). The caller makes it (`HostStore`:
+        the old region let go first)."""
         with self._lock:
             missed, self._missed = self._missed, False
             if not missed or self._arena is None:

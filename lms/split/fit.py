@@ -8,9 +8,9 @@ of it (what still crowds the closest plan's peak beside the op running there). E
 enough pieces for one piece to take at most an eighth of the room
 (lms.split.rewrite.PIECE_SHARE); one tuning per round, not per op. Splitting stops at the first
 plan that fits, after the last round, when the floor is an op that cannot be split, or before a
-round that would take the plan past MAX_PIECES pieces. Splitting is the lever after every
-swapping parameter: a plan that fits by swapping never pays for pieces (their extra host copies
-and smaller kernels).
+round that would take the plan past its cap of pieces (`pieces_cap`). Splitting is the lever
+after every swapping parameter: a plan that fits by swapping never pays for pieces (their extra
+host copies and smaller kernels).
 
 The rounds are first decided on a model of the split ops (lms/split/modelled.py, nothing made:
 `split_modelled`); the ops of the first round whose modelled plan comes within MODEL_MARGIN of
@@ -34,11 +34,18 @@ log = logging.getLogger("lms")
 # shares of the room above which an op is split, round by round (the last two: Eigen's CPU
 # kernels, whose convolution gradients' temporaries crowd ResNet50 1024² b1 after four rounds)
 ROUNDS = (1.0, 0.75, 0.5, 1 / 3, 1 / 4, 1 / 6)
-# the most pieces one plan may have: each adds about ten ops to the graph (reads, halo, store)
-# and its analysis and tuning time. GoogLeNet 4096² b1 in 400 MiB fits with 7,565 (81 s, 2.3 GiB
-# of planning process), ResNet50 2048² b1 with 8,271 (39 s, 1.9 GiB); ResNet50 4096² b1, whose
-# input alone leaves a sixth of the room, had passed 13 GiB before its first round was built.
+# the most pieces one plan may have where every piece is made as ops of its own (a GPU's piece
+# copies, lms/split/pieces.py `PieceCopies.loops` False): each adds about ten ops to the graph
+# (reads, halo, store) and its analysis and tuning time. GoogLeNet 4096² b1 in 400 MiB fit with
+# 7,565 (81 s, 2.3 GiB of planning process), ResNet50 2048² b1 with 8,271 (39 s, 1.9 GiB);
+# ResNet50 4096² b1, whose input alone leaves a sixth of the room, had passed 13 GiB before its
+# first round was built.
 MAX_PIECES = 16384
+# the same where alike pieces run as one loop (the emulated device's copies, lms/split/looped.py):
+# the graph grows by an op's border pieces and one loop body, not by its pieces; what is left per
+# piece is the step's own cost, three host calls of about 50 µs (ResNet50 2688² b1 in 400 MiB:
+# 20,098 pieces in its first round, past MAX_PIECES).
+MAX_LOOPED_PIECES = 131072
 # the model of split ops (lms/split/modelled.py) leaves out the pieces' own ops, which move where
 # a plan's swaps and enforced order put their copies: its plans come out above the plans of the
 # ops made, in 400 MiB (360 of budget): GoogLeNet 4096² b1 501 and 421 MiB modelled after rounds
@@ -46,6 +53,16 @@ MAX_PIECES = 16384
 # 413 after rounds three and four). A round whose modelled plan comes within this of the budget
 # is made and tuned; at 1.2 ResNet50 went on to round four, 736 ops split where 446 fit.
 MODEL_MARGIN = 1.25
+
+
+def pieces_cap(io: PieceCopies) -> int:
+    """The most pieces a plan may have with `io`'s piece copies: MAX_LOOPED_PIECES where alike
+    pieces run as one loop, else MAX_PIECES."""
+    return MAX_LOOPED_PIECES if io.loops else MAX_PIECES
+
+
+def _cap_name(io: PieceCopies) -> str:
+    return "MAX_LOOPED_PIECES" if io.loops else "MAX_PIECES"
 
 
 def forced_splits(graph, wanted: dict, io: PieceCopies, chained: bool = True) -> list[Split]:
@@ -160,10 +177,10 @@ def split_to_fit(
         if not targets:
             continue
         planned = sum(split.pieces for split in splits) + sum(n for *_, n in targets)
-        if planned > MAX_PIECES:  # checked before the graph grows by them
+        if planned > pieces_cap(io):  # checked before the graph grows by them
             why = (
                 f"{{}} ops split; the next round would make {planned:,} pieces, over the "
-                f"{MAX_PIECES:,} a plan may have (lms.split.fit.MAX_PIECES)"
+                f"{pieces_cap(io):,} a plan may have (lms.split.fit.{_cap_name(io)})"
             )
             capped = True
             break
@@ -236,7 +253,7 @@ def split_modelled(graph, analysis, budget: int, io: PieceCopies, analyse, tune,
         if not targets:
             continue
         total += sum(n for *_, n in targets)
-        if total > MAX_PIECES:
+        if total > pieces_cap(io):
             return None
         for op, bytes_, pieces in targets:
             decided.append((op.name, pieces, _why(bytes_, share, room, budget, analysis)))

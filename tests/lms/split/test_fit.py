@@ -108,9 +108,22 @@ def test_auto_split_stops_before_a_round_would_pass_the_pieces_a_plan_may_have(m
     unbounded = lms.LMS(device_memory="150MiB", calibration_steps=0).plan_only(*args)
     assert unbounded.fits
     made = [s["pieces"] for s in unbounded.splits]
-    monkeypatch.setattr(lms.split.fit, "MAX_PIECES", sum(made) // 2)
+    # the emulated device's alike pieces loop: its cap is MAX_LOOPED_PIECES (pieces_cap)
+    monkeypatch.setattr(lms.split.fit, "MAX_LOOPED_PIECES", sum(made) // 2)
     with caplog.at_level(logging.INFO, logger="lms"):
         bounded = lms.LMS(device_memory="150MiB", calibration_steps=0).plan_only(*args)
     assert not bounded.fits
     assert sum(s["pieces"] for s in bounded.splits) <= sum(made) // 2
-    assert "over the" in caplog.text and "lms.split.fit.MAX_PIECES" in caplog.text
+    assert "over the" in caplog.text and "lms.split.fit.MAX_LOOPED_PIECES" in caplog.text
+
+
+def test_pieces_made_one_by_one_have_the_lower_cap():
+    """A GPU's piece copies make every piece as ops of its own (no loops): MAX_PIECES bounds
+    the graph; the emulated device's loop alike pieces, and only the step's cost per piece is
+    left: MAX_LOOPED_PIECES."""
+    from lms.device.copies import DevicePieces
+    from lms.device.host_store import HostStore
+
+    assert lms.split.fit.pieces_cap(HostStore().pieces()) == lms.split.fit.MAX_LOOPED_PIECES
+    assert lms.split.fit.pieces_cap(DevicePieces()) == lms.split.fit.MAX_PIECES
+    assert lms.split.fit.MAX_PIECES < lms.split.fit.MAX_LOOPED_PIECES
