@@ -42,10 +42,11 @@ ROUNDS = (1.0, 0.75, 0.5, 1 / 3, 1 / 4, 1 / 6)
 # first round was built.
 MAX_PIECES = 16384
 # the same where alike pieces run as one loop (the emulated device's copies, lms/split/looped.py):
-# the graph grows by an op's border pieces and one loop body, not by its pieces; what is left per
-# piece is the step's own cost, three host calls of about 50 µs (ResNet50 2688² b1 in 400 MiB:
-# 20,098 pieces in its first round, past MAX_PIECES).
-MAX_LOOPED_PIECES = 131072
+# the graph grows by an op's border pieces and one loop body, not by its pieces, but deciding
+# each piece's rows and loops still takes about 0.4 ms a piece (GoogLeNet 5120² b1 in 400 MiB:
+# 165,518 pieces, 155 s of planning for a plan that did not fit; ResNet50 2688² b1, 33,285
+# pieces, 20 s and fits, where MAX_PIECES stopped it before its first round).
+MAX_LOOPED_PIECES = 65536
 # the model of split ops (lms/split/modelled.py) leaves out the pieces' own ops, which move where
 # a plan's swaps and enforced order put their copies: its plans come out above the plans of the
 # ops made, in 400 MiB (360 of budget): GoogLeNet 4096² b1 501 and 421 MiB modelled after rounds
