@@ -70,7 +70,7 @@ def main(argv=None) -> None:
     calibration = {"calibration_steps": 0} if args.fixed else {}
     planner = lms.LMS(device_memory=args.memory, split="auto", **calibration)
     step = planner.wrap(split.step)
-    for _ in range(SETTLE):
+    for _ in range(2 if args.fixed else SETTLE):  # fixed: planned, then warm
         float(step(split.images, split.labels))
     while step.calibrating:  # the steps timed make, measure or correct no plan
         float(step(split.images, split.labels))
