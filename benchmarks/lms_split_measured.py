@@ -36,6 +36,15 @@ from lms.device.host_arrays import HostArrays  # noqa: E402
 SETTLE = 6  # calls before measuring: the closed loop's plans and their measured steps
 
 
+def settle(step, case, calls: int = SETTLE) -> None:
+    """`calls` calls of the wrapped `step`, then more until the closed loop keeps a plan: the
+    steps timed after make, measure or correct no plan (also split_rate_interleaved.py's)."""
+    for _ in range(calls):
+        float(step(case.images, case.labels))
+    while step.calibrating:
+        float(step(case.images, case.labels))
+
+
 def measured(function, case, steps: int) -> tuple[int, float]:
     tf.config.experimental.reset_memory_stats("CPU:0")
     started = time.perf_counter()
@@ -68,10 +77,7 @@ def main(
         device_memory=memory, split=split, split_chains=chains != "alone", **calibration
     )
     step = planner.wrap(case.step)
-    for _ in range(SETTLE):
-        float(step(case.images, case.labels))
-    while step.calibrating:  # no plan made, measured or corrected in the steps timed
-        float(step(case.images, case.labels))
+    settle(step, case)
     step.reset_traffic()
     peak, seconds = measured(step, case, 3)
     report, traffic = planner.report, step.traffic()

@@ -29,9 +29,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "support")]
-
-SETTLE = 6  # calls before timing: the closed loop's plans and their measured steps
+sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "support"), str(ROOT / "benchmarks")]
 
 
 def _seconds(step, case, calls: int) -> float:
@@ -63,6 +61,7 @@ def main(argv=None) -> None:
 
     import tensorflow as tf
     from lms_cases import named_case
+    from lms_split_measured import SETTLE, settle
 
     import lms
 
@@ -70,10 +69,7 @@ def main(argv=None) -> None:
     calibration = {"calibration_steps": 0} if args.fixed else {}
     planner = lms.LMS(device_memory=args.memory, split="auto", **calibration)
     step = planner.wrap(split.step)
-    for _ in range(2 if args.fixed else SETTLE):  # fixed: planned, then warm
-        float(step(split.images, split.labels))
-    while step.calibrating:  # the steps timed make, measure or correct no plan
-        float(step(split.images, split.labels))
+    settle(step, split, 2 if args.fixed else SETTLE)  # fixed: planned, then warm
     # the split step's peak, measured before the plain model's variables share the device
     tf.config.experimental.reset_memory_stats("CPU:0")
     float(step(split.images, split.labels))
