@@ -15,7 +15,7 @@ steps (tests/lms/split/test_looped.py).
 
 What a loop carries from piece to piece: each host array's last store (its handle: the next
 store follows it) and a reduction's running sum. The loop runs one piece at a time
-(`parallel_iterations=1`, and the index moves on only after the piece's stores). The analysis
+(`parallel_iterations=1`: an iteration starts once the one before is done). The analysis
 sees the loop as it sees any While (lms/tuning/analysis.py): one op holding its body's peak,
 one piece's, for as long as it runs. Only piece copies that say so loop (`PieceCopies.loops`:
 the emulated device's host store); the others make every piece (a GPU's copies: TensorFlow's
@@ -174,26 +174,34 @@ def make_pieces(count: int, make, calls: list, carried: Carried, loops: bool) ->
 
 
 def _loop(first: int, last: int, make, table: dict, carried: Carried) -> None:
-    """Pieces [first, last] as one While loop whose body is piece `first` (`make`)."""
+    """Pieces [first, last] as one While loop whose body is piece `first` (`make`).
+
+    The body's piece depends on the loop's index alone, never on what the loop carries: one
+    piece runs at a time because `parallel_iterations=1` starts an iteration only once the one
+    before is done. A piece that waited for the carried stores would close a cycle through
+    the lowered loop's back edges, and oneDNN's graph rewrite, which visits the graph in a
+    depth-first post order that does not skip back edges, then reached a max pool gradient
+    before its pool in some bodies (which ones changed from process to process): those got
+    TensorFlow's own kernel, without the pool's workspace (GoogLeNet 4096² in 400 MiB: 35-253
+    of 783 pieces, 1.2-5.4 s of a 26-32 s step)."""
 
     def cond(index, *state):
         return index <= last
 
     def body(index, *state):
         carried.set(list(state))
-        # (lowered, each carried tensor enters the loop on its own: the piece's reads wait for
-        # all of them, the piece before's stores, not for the index alone)
-        with tf.control_dependencies(state):
-            position = index - first
+        position = index - first
+        carried.previous = [position.op]  # the piece waits for its index alone (docstring)
         make(first, Looped(first, table, position))
         out = carried.get()
         for tensor, before in zip(out, state, strict=True):
             tensor.set_shape(before.shape)  # (a filter gradient's shape is lost in a body)
-        with tf.control_dependencies(out):  # the next piece's reads after this one's stores
-            following = index + 1
-        return (following, *out)
+        return (index + 1, *out)
 
-    start = tf.constant(first, tf.int64)
+    # lowered, each loop variable enters the loop on its own: the first piece's reads, which
+    # wait for the index alone, must not start before what the pieces before left
+    with tf.control_dependencies([*carried.previous, *carried.get()]):
+        start = tf.constant(first, tf.int64)
     result = tf.while_loop(
         cond,
         body,
