@@ -184,12 +184,10 @@ def _handle_readers(graph, creator) -> set:
     return readers
 
 
-@pytest.mark.parametrize("build", [_images, _volume], ids=["2d", "3d"])
-def test_a_host_array_is_held_until_its_last_reader_also_after_a_loop(build):
-    """The analysis holds each split op's host array (`Analysis.host_arrays`) until every op
-    that reads its handle has run, also the readers of the handle a loop gives back (an output
-    read in place by a later split op, the assemble). Before, an array a loop filled was freed
-    when the loop ended: the 3D U-Net 64³ in 250 MiB simulated 598 MiB on the host and held 901."""
+def _split_looped(build):
+    """The step of `build` (batch 1, kept: its graph refers to the model's variables) and its
+    traced graph with every op that can be split, split in halves with the emulated device's
+    copies (alike pieces loop)."""
     step, shape = build(1)
     graph = step.get_concrete_function(tf.TensorSpec(shape)).graph
     store, running = HostStore(), running_ops(graph)
@@ -198,6 +196,16 @@ def test_a_host_array_is_held_until_its_last_reader_also_after_a_loop(build):
         found = layout(op) if op in running else "pruned"
         if not isinstance(found, (str, NormLayout)) and found.length >= 8:
             split_op(op, found.length // 2, io)
+    return step, graph
+
+
+@pytest.mark.parametrize("build", [_images, _volume], ids=["2d", "3d"])
+def test_a_host_array_is_held_until_its_last_reader_also_after_a_loop(build):
+    """The analysis holds each split op's host array (`Analysis.host_arrays`) until every op
+    that reads its handle has run, also the readers of the handle a loop gives back (an output
+    read in place by a later split op, the assemble). Before, an array a loop filled was freed
+    when the loop ended: the 3D U-Net 64³ in 250 MiB simulated 598 MiB on the host and held 901."""
+    step, graph = _split_looped(build)
     ops, running = graph.get_operations(), running_ops(graph)  # the pieces' ops too
     held = [{ops[i] for i in members} for _, members in read_graph(graph, quiet=True).host_arrays]
     after_loops = 0
@@ -231,14 +239,7 @@ def test_a_loops_piece_waits_for_its_index_alone(build):
     max pool gradients before their pools: TensorFlow's own kernel, without the pool's workspace,
     for 1 to 7 of GoogLeNet 4096²'s 7 alike loops, which ones changing from process to process.
     A cycle is the graph's, so the graph is what is tested, on either kernel set."""
-    step, shape = build(1)
-    graph = step.get_concrete_function(tf.TensorSpec(shape)).graph
-    store, running = HostStore(), running_ops(graph)
-    io = store.pieces()
-    for op in list(graph.get_operations()):
-        found = layout(op) if op in running else "pruned"
-        if not isinstance(found, (str, NormLayout)) and found.length >= 8:
-            split_op(op, found.length // 2, io)
+    step, graph = _split_looped(build)
     reads = pools = 0
     for loop in [op for op in graph.get_operations() if op.type in WHILE_OPS]:
         body = _tf_private.library_function(graph, loop, "body").graph
