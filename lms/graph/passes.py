@@ -1,7 +1,6 @@
 """What TensorFlow's graph passes do to a step before it runs, mirrored on the analysis's ops
 and tensors (lms/graph/step.py) so that it simulates what runs: IdentityN bypassed, reads that never
-happen dropped, neutral arithmetic (x * 1) and slices of the first axis as aliases, pruned ops
-marked, constants found."""
+happen dropped, neutral arithmetic (x * 1) as an alias, pruned ops marked, constants found."""
 
 import math
 
@@ -167,32 +166,3 @@ def mark_pruned(ops, tensors, graph_outputs, kept: set) -> None:
                 tensors[t].consumers.remove((index, position))
         for t in op.outputs:
             tensors[t].bytes = 0
-
-
-# TensorFlow's Slice and StridedSlice return a view of their input's buffer, not a copy, when only
-# the first axis is sliced and each of its rows' bytes are a multiple of Eigen's alignment
-# (`IsDim0SliceAligned`: 16, 32 or 64 bytes by the build's vector width; 64 holds for all).
-DIM0_VIEW_ALIGNMENT = 64
-
-
-def dim0_view_input(op) -> int:
-    """0 when `op` (a Slice or StridedSlice with constant bounds) returns a view of input 0's
-    buffer (DIM0_VIEW_ALIGNMENT), else -1. A split chain cuts its pieces' rows so
-    (lms/split/chain_run.py `_cut`)."""
-    if op.type not in ("Slice", "StridedSlice") or not op.outputs[0].shape.is_fully_defined():
-        return -1
-    shape, out = op.inputs[0].shape, op.outputs[0].shape.as_list()
-    if not shape.is_fully_defined() or shape.rank != len(out) or shape.rank < 1:
-        return -1
-    if op.type == "StridedSlice":
-        masks = ("ellipsis_mask", "new_axis_mask", "shrink_axis_mask")
-        strides = op.inputs[3].op
-        if any(op.get_attr(m) for m in masks) or strides.type != "Const":
-            return -1
-        if any(s != 1 for s in tf.make_ndarray(strides.get_attr("value")).tolist()):
-            return -1
-    dims = shape.as_list()
-    if dims[1:] != out[1:] or dims[0] == 0:
-        return -1
-    row_bytes = math.prod(dims[1:]) * op.inputs[0].dtype.size
-    return 0 if row_bytes % DIM0_VIEW_ALIGNMENT == 0 else -1

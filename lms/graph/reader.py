@@ -12,7 +12,6 @@ from lms.graph.loops import IF_OPS, WHILE_OPS, accumulated_lists, passed_lists
 from lms.graph.names import HOST_ARRAYS, RECOMPUTED_SCOPES
 from lms.graph.passes import (
     bypass_identity_n,
-    dim0_view_input,
     drop_dead_reads,
     drop_shape_reads,
     identity_input,
@@ -107,7 +106,7 @@ def read_graph(
             inputs.append(t)
             tensors[t].consumers.append((i, position))
         edges += len(inputs) + len(ops[i].control_inputs)
-        ops[i].aliases = max(identity_input(op), dim0_view_input(op))
+        ops[i].aliases = identity_input(op)
     outputs = [tensor_index[t.ref()] for t in graph.outputs if t.ref() in tensor_index]
     kept = {op.name for op in getattr(graph, "control_outputs", None) or []}
     bypassed = bypass_identity_n(ops, tensors, set(outputs), kept)

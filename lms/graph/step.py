@@ -129,7 +129,7 @@ class OpInfo:
     # at its peak), so that the allocator's model places them as TensorFlow does, one by one
     temp_parts: tuple = ()
     runs: bool = True  # False: TensorFlow prunes it (nothing the step returns or keeps needs it)
-    aliases: int = -1  # >= 0: its output is input `aliases`'s buffer (x * 1, a first-axis slice)
+    aliases: int = -1  # >= 0: its output is input `aliases` (x * 1, x + 0: see _identity_input)
     constant: bool = False  # Grappler folds it into a Const before the step runs (mark_constants)
 
 

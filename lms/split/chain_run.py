@@ -239,16 +239,9 @@ def _rows(members, k: int, start: int, stop: int, last_piece: bool, io: PieceCop
 
 
 def _cut(rows, axis: int, begin: int, end: int):
-    """Rows [begin, end) of `rows` along `axis` (`rows` itself when that is all of it). With
-    only axes of 1 before `axis` (a batch of 1), cut as the first axis of a reshape, which
-    TensorFlow gives as a view of `rows`'s buffer, not a copy (lms/graph/passes.py
-    `dim0_view_input`, which the analysis follows); else sliced (a copy)."""
+    """Rows [begin, end) of `rows` along `axis` (`rows` itself when that is all of it)."""
     if begin == 0 and end == rows.shape[axis]:
         return rows
-    shape = rows.shape.as_list()
-    if all(d == 1 for d in shape[:axis]):
-        view = tf.reshape(rows, shape[axis:])[begin:end]
-        return tf.reshape(view, [*shape[:axis], end - begin, *shape[axis + 1 :]])
     index = [slice(None)] * rows.shape.rank
     index[axis] = slice(begin, end)
     return rows[tuple(index)]
