@@ -218,15 +218,14 @@ def test_a_host_array_is_held_until_its_last_reader_also_after_a_loop(build):
     assert after_loops >= 5
 
 
-def _dependents(graph, tensors: list) -> set:
-    """The ops of `graph` that depend on `tensors`, by data or control."""
-    found, frontier = set(), [t.op for t in tensors]
+def _ancestors(op) -> set:
+    """The ops `op` depends on, by data or control."""
+    found, frontier = set(), [op]
     while frontier:
-        op = frontier.pop()
-        for after in [c for t in op.outputs for c in t.consumers()] + list(op._control_outputs):
-            if after not in found:
-                found.add(after)
-                frontier.append(after)
+        for before in [t.op for t in frontier[-1].inputs] + list(frontier.pop().control_inputs):
+            if before not in found:
+                found.add(before)
+                frontier.append(before)
     return found
 
 
@@ -246,13 +245,11 @@ def test_a_loops_piece_waits_for_its_index_alone(build):
         # while_v2's loop counter and trip count, the index, then what the loop carries and
         # what it captures (given back as it came)
         pairs = list(zip(body.inputs, body.outputs, strict=False))[3:]
-        carried = [given for given, back in pairs if back is not given]
+        carried = {given.op for given, back in pairs if back is not given}
         assert carried  # each loop carries its stores or its sum
-        waiting = _dependents(body, carried)
         body_reads = [op for op in body.get_operations() if PIECE_IN in op.name]
         body_pools = [op for op in body.get_operations() if op.type in ("MaxPool", "MaxPool3D")]
-        assert not waiting & set(body_reads + body_pools), sorted(
-            op.name for op in waiting & set(body_reads + body_pools)
-        )
+        waiting = [op.name for op in body_reads + body_pools if _ancestors(op) & carried]
+        assert not waiting, waiting
         reads, pools = reads + len(body_reads), pools + len(body_pools)
     assert reads and pools  # the step's max pool gradient loops too
