@@ -1,12 +1,13 @@
 """A chain's pieces made (lms/split/chain.py decides the chains; docs/lms.md, "Splitting"):
 piece p of the chain is its last op's piece p, whose read of the op before it is that op's piece
 over the rows it asks for (with the halo its window needs), recursively down the chain; a
-member's rows go to the host only when something outside the chain reads them. How many pieces
+member's rows go to the host only when something outside the chain reads them, and a member's
+side ops (chain.py) sum over the rows it owns in the same pieces. How many pieces
 and what each member computes in each come from lms/split/chain_size.py (`chain_pieces`,
 `chain_spans`), which makes no op; runs of alike pieces are one loop (lms/split/looped.py).
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import tensorflow as tf
 
@@ -27,6 +28,19 @@ from lms.split.rewrite import (
 
 
 @dataclass
+class _Side:
+    """A split op whose pieces sum over a member's rows in the chain's pieces (chain.py)."""
+
+    op: object
+    layout: object
+    position: int  # its input read from the member's rows
+    pieces: int  # the pieces it was given alone
+    why: str
+    kept: dict = field(default_factory=dict)  # its other inputs' host copies, by position
+    total: object = None  # its running sum
+
+
+@dataclass
 class _Member:
     """One op of a chain as its pieces are made."""
 
@@ -38,31 +52,48 @@ class _Member:
     stored: object = None  # what its last store returned (PieceCopies.store_piece)
     owned: int = 0  # rows stored so far
     total: object = None  # a "sum" member's running sum (the chain's last only)
+    sides: list = field(default_factory=list)  # its side ops (`_Side`)
+
+    @property
+    def owns(self) -> bool:
+        """Whether its pieces hand on the rows they own: stored for readers outside the chain,
+        summed by its side ops."""
+        return bool(self.readers or self.sides)
 
 
 def split_chain(chain: list, io: PieceCopies) -> list[Split]:
     """Replace the ops of `chain` ((op, pieces, why) each, from `chains`) by the chain's pieces
     (module docstring), along the last op's rows: at least as many as any of its ops was given,
     and enough that none computes a larger piece than the largest piece of one op alone
-    (lms/split/chain_size.py; else the chain is cut in two). One op alone is `split_op`'s."""
-    if len(chain) == 1:
+    (lms/split/chain_size.py; else the chain is cut in two). One op alone is `split_op`'s.
+    Entries (op, pieces, why, (k, position)) after the members are side ops of member k."""
+    entries = [entry for entry in chain if len(entry) == 3]
+    side_entries = [entry for entry in chain if len(entry) == 4]
+    if len(entries) == 1 and not side_entries:
         op, pieces, why = chain[0]
         if isinstance(layout(op), str):  # a fused batch norm's gradient, split with its forward
             return []
         return [split_op(op, pieces, io, why)]
-    ops = [op for op, *_ in chain]
+    ops = [op for op, *_ in entries]
     members = []
     for k, op in enumerate(ops):
         link = None if k == 0 else input_position(op, ops[k - 1].outputs[0])
+        sides = [_Side(s, layout(s), p, n, why) for s, n, why, (j, p) in side_entries if j == k]
         readers = _outside_readers(op, ops[k + 1] if k + 1 < len(ops) else None)
-        members.append(_Member(op, layout(op), link, {}, readers))
+        readers = [(r, i) for r, i in readers if r not in {side.op for side in sides}]
+        members.append(_Member(op, layout(op), link, {}, readers, sides=sides))
     sizing = [
-        ChainMember(m.layout, m.link, bool(m.readers), op_bytes(m.op), pieces)
-        for m, (_, pieces, _) in zip(members, chain, strict=True)
+        ChainMember(
+            m.layout, m.link, m.owns, op_bytes(m.op), max([n, *(s.pieces for s in m.sides)])
+        )
+        for m, (_, n, _) in zip(members, entries, strict=True)
     ]
     count, cut = chain_pieces(sizing)
     if cut is not None:  # a halo wider than a piece alone: two chains (chain_size.py)
-        return split_chain(chain[: cut + 1], io) + split_chain(chain[cut + 1 :], io)
+        head = [e for e in side_entries if e[3][0] <= cut]
+        tail = [(*e[:3], (e[3][0] - cut - 1, e[3][1])) for e in side_entries if e[3][0] > cut]
+        first = split_chain(entries[: cut + 1] + head, io)
+        return first + split_chain(entries[cut + 1 :] + tail, io)
     graph = ops[0].graph
     setattr(graph, REWRITTEN_MARK, True)  # the next plan of this step traces it afresh
     driver = members[-1].layout
@@ -85,7 +116,12 @@ def split_chain(chain: list, io: PieceCopies) -> list[Split]:
             for i in member.layout.kept:
                 if i != member.link:
                     member.kept[i] = io.keep(member.op.inputs[i], len(bounds))
-        run = _ChainRun([h.op for m in members for h in m.kept.values()], members, spans, io)
+            for side in member.sides:
+                for i in side.layout.kept:
+                    if i != side.position:
+                        side.kept[i] = io.keep(side.op.inputs[i], len(bounds))
+        kept = [h for m in members for h in [*m.kept.values(), *_side_kept(m)]]
+        run = _ChainRun([h.op for h in kept], members, spans, io)
 
         def make(p, looped):
             start, stop = bounds[p]
@@ -107,15 +143,26 @@ def split_chain(chain: list, io: PieceCopies) -> list[Split]:
         ending = io.token(last.stored).op if driver.combine == "assemble" else last.total.op
         for member in members:
             _finish(member, io, last=member is members[-1])
+            for side in member.sides:
+                _finish_side(side, io)
     for member in members:
         _tf_private.move_control_outputs(member.op, getattr(ending, "op", ending))
+        for side in member.sides:
+            _tf_private.move_control_outputs(side.op, side.total.op)
     names = [m.op.name for m in members]
     splits = []
-    for k, ((op, _, why), member) in enumerate(zip(chain, members, strict=True)):
+    for k, ((op, _, why), member) in enumerate(zip(entries, members, strict=True)):
         after = names[k - 1] if k else ""
         axis = member.layout.axis
         splits.append(Split(op.name, op.type, len(bounds), axis, op_bytes(op), why, after))
+        for side in member.sides:
+            found = (side.op.name, side.op.type, len(bounds), side.layout.axis)
+            splits.append(Split(*found, op_bytes(side.op), side.why, op.name))
     return splits
+
+
+def _side_kept(member: _Member) -> list:
+    return [h for side in member.sides for h in side.kept.values()]
 
 
 class _ChainRun(Carried):
@@ -130,22 +177,26 @@ class _ChainRun(Carried):
         stored = [m.stored for m in self.members[:-1] if m.readers]
         return stored + ([] if last.layout.combine == "sum" else [last.stored])
 
-    def get(self) -> list:
+    def _sums(self) -> list:
+        """What holds a running sum: the last member when its pieces are summed, side ops."""
         last = self.members[-1]
+        holders = [last] if last.layout.combine == "sum" else []
+        return holders + [side for member in self.members for side in member.sides]
+
+    def get(self) -> list:
         tokens = [self.io.token(stored) for stored in self._stores()]
-        return tokens + ([last.total] if last.layout.combine == "sum" else [])
+        return tokens + [holder.total for holder in self._sums()]
 
     def set(self, tensors: list) -> None:
         stores = self._stores()
         for stored, tensor in zip(stores, tensors[: len(stores)], strict=True):
             self.io.resume(stored, tensor)
-        if self.members[-1].layout.combine == "sum":
-            self.members[-1].total = tensors[-1]
+        for holder, tensor in zip(self._sums(), tensors[len(stores) :], strict=True):
+            holder.total = tensor
         self.previous = [t.op for t in tensors]
 
     def ready(self) -> bool:
-        last = self.members[-1]
-        made = last.total is not None if last.layout.combine == "sum" else True
+        made = all(holder.total is not None for holder in self._sums())
         return made and all(stored is not None for stored in self._stores())
 
     def after(self, p: int) -> None:
@@ -169,9 +220,19 @@ def _chain_calls(members: list, spans: list, bounds: tuple) -> dict:
                 calls[("read", k, i)] = (a, b - a)
         if k < last:
             calls[("cut", k)] = (piece.start - lo, piece.stop - piece.start)
+            if member.owns:
+                calls[("own", k)] = (piece.own_lo, piece.own_hi - piece.own_lo)
+                calls[("owned", k)] = (0, piece.own_lo - lo)
             if member.readers:
                 calls[("store", k)] = (piece.own_lo, piece.own_hi - piece.own_lo)
-                calls[("owned", k)] = (0, piece.own_lo - lo)
+        own = (lo, hi) if k == last else (piece.own_lo, piece.own_hi)
+        for j, side in enumerate(member.sides):
+            form = side.layout.form(*own) if own[0] < own[1] else "empty"
+            calls[("side form", k, j)] = (0, form)
+            reads = side.layout.reads(*own) if own[0] < own[1] else {}
+            for i in (i for i in side.layout.kept if i != side.position):
+                a, b = reads.get(i, (0, 0))
+                calls[("side", k, j, i)] = (a, b - a)
     if members[-1].layout.combine != "sum":
         rows, (start, stop) = members[-1].layout.store_rows, bounds
         calls[("store", last)] = (start * rows, (stop - start) * rows)
@@ -203,15 +264,45 @@ def _finish(member: _Member, io: PieceCopies, last: bool) -> None:
     io.replaced(op, whole)
 
 
+def _finish_side(side: _Side, io: PieceCopies) -> None:
+    """`side`'s readers read its sum over the chain's pieces; `io` told it is replaced."""
+    for reader, position in value_readers(side.op.outputs[0]):
+        _tf_private.update_input(reader, position, side.total)
+    io.replaced(side.op, side.total)
+
+
+def _side_pieces(member: _Member, k: int, rows, lo: int, hi: int, io, looped) -> None:
+    """Each of `member`'s side ops over its rows [lo, hi) (`rows`, on the device), added to its
+    sum; with no rows, each of its host copies read emptily (each is read once per piece)."""
+    for j, side in enumerate(member.sides):
+        axis = side.layout.axis if side.layout.read_axis is None else side.layout.read_axis
+
+        def read_rows(i, a, b, side=side, j=j, axis=axis):
+            if i == side.position:  # exactly rows [lo, hi) of the member (chain.py side_position)
+                return rows
+            kept, like = side.kept[i], side.op.inputs[i]
+            return read(io, looped, ("side", k, j, i), kept, like, axis, a, b)
+
+        out = side.op.outputs[0]
+        if lo < hi:
+            part = side.layout.piece(side.op, lo, hi, read_rows)
+        else:
+            with tf.control_dependencies([read_rows(i, 0, 0) for i in side.kept]):
+                part = tf.zeros(out.shape, out.dtype)
+        part.set_shape(out.shape)
+        side.total = part if side.total is None else side.total + part
+
+
 def _rows(members, k: int, start: int, stop: int, last_piece: bool, io: PieceCopies, looped=None):
     """Rows [start, stop) of member k's output on the device, for the chain's piece being made:
     member k's piece over those rows (and over the rows it owns, stored on the host when
     something outside the chain reads them), its chained input read from member k - 1's."""
     member = members[k]
     axis = member.layout.axis
-    stores = bool(member.readers) and k + 1 < len(members)
+    last = k + 1 == len(members)
+    owns, stores = member.owns and not last, bool(member.readers) and not last
     # the rows asked and those it owns (lms/split/chain_size.py, which sizes the chain by it)
-    lo, hi, own_lo, own_hi = span(member.layout, member.owned, start, stop, last_piece, stores)
+    lo, hi, own_lo, own_hi = span(member.layout, member.owned, start, stop, last_piece, owns)
 
     def read_rows(i, a, b):
         if i == member.link:
@@ -221,20 +312,26 @@ def _rows(members, k: int, start: int, stop: int, last_piece: bool, io: PieceCop
         return read(io, looped, ("read", k, i), kept, like, read_axis, a, b)
 
     if lo >= hi:  # no rows: each input read emptily (each host copy is read once per piece)
+        _side_pieces(member, k, None, 0, 0, io, looped)
         with tf.control_dependencies([read_rows(i, 0, 0) for i in member.layout.kept]):
             shape = member.op.outputs[0].shape.as_list()
             shape[axis] = 0
             return tf.zeros(shape, member.op.outputs[0].dtype)
     rows = member.layout.piece(member.op, lo, hi, read_rows)
     rows.set_shape(piece_shape(member.layout, member.op.outputs[0], lo, hi))
-    if k + 1 == len(members):
+    if last:
+        _side_pieces(member, k, rows, lo, hi, io, looped)
         return rows
-    if stores and own_lo < own_hi:
+    if owns and own_lo < own_hi:
         owned = _cut(rows, axis, own_lo - lo, own_hi - lo)
-        shape = member.op.outputs[0].shape.as_list()
-        key = ("store", k)
-        member.stored = store(io, looped, key, member.stored, owned, axis, own_lo, shape)
+        if stores:
+            shape = member.op.outputs[0].shape.as_list()
+            key = ("store", k)
+            member.stored = store(io, looped, key, member.stored, owned, axis, own_lo, shape)
+        _side_pieces(member, k, owned, own_lo, own_hi, io, looped)
         member.owned = own_hi
+    elif owns:
+        _side_pieces(member, k, None, 0, 0, io, looped)
     return _cut(rows, axis, start - lo, max(stop, start) - lo)
 
 

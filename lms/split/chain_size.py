@@ -26,8 +26,9 @@ from lms.split.looped import piece_bounds
 @dataclass(frozen=True)
 class ChainMember:
     """What sizing needs of a chain's op: its layout, the input read from the member before it
-    (None: the first), whether something outside the chain reads its output (its pieces then
-    store the rows they own), its inputs' and outputs' bytes and the pieces it was given."""
+    (None: the first), whether its pieces hand on the rows they own (`stores`: something
+    outside the chain reads its output, or a side op sums over it: chain.py), its inputs' and
+    outputs' bytes and the pieces it was given (or a side op of it, if more)."""
 
     layout: object
     link: int | None

@@ -19,7 +19,7 @@ from lms.device.copies import DevicePieces
 from lms.device.host_store import HostStore
 from lms.plan_request import Request
 from lms.split import chain_run as chain_module
-from lms.split.chain import chains, split_decided
+from lms.split.chain import chains, only_readers, split_decided
 from lms.split.chain_size import chain_spans, rows_per_piece
 from lms.split.halo import RowLayout
 from lms.split.layouts import splittable
@@ -134,6 +134,84 @@ def test_the_gpu_paths_chains_compute_the_same_on_the_cpu(batch):
     splits, got = _split_and_run(batch, 3, DevicePieces(), chained=True)
     _assert_same(got, want)
     assert sum(1 for s in splits if s.chained_after) >= 5
+
+
+def _biased_step_python(x, k1, b1, k2, b2):
+    """conv + bias -> ReLU -> conv + bias -> ReLU, a squared loss, and the gradients: each
+    ReLU's gradient is read by a filter's gradient, a bias's and (the first conv's input
+    gradient) an input gradient."""
+    with tf.GradientTape() as tape:
+        tape.watch([x, k1, b1, k2, b2])
+        y = tf.nn.relu(tf.nn.bias_add(tf.nn.conv2d(x, k1, 1, "SAME"), b1))
+        y = tf.nn.relu(tf.nn.bias_add(tf.nn.conv2d(y, k2, 1, "SAME"), b2))
+        loss = tf.reduce_sum(y * y)
+    return [y, *tape.gradient(loss, [x, k1, b1, k2, b2])]
+
+
+def _biased_inputs(batch: int):
+    x, k1, k2 = _inputs(batch)
+    b1 = tf.random.stateless_normal([4], seed=(7, 8))
+    b2 = tf.random.stateless_normal([5], seed=(9, 10))
+    return x, k1, b1, k2, b2
+
+
+def _split_biased(batch: int, pieces: int, io, sides: bool, monkeypatch):
+    """The biased step with every op split (chained), side ops as chain.py makes them or, not
+    `sides`, none (`side_position` gives none): (splits, outputs)."""
+    from lms.split import chain as chain_decisions
+
+    with monkeypatch.context() as patched:
+        if not sides:
+            patched.setattr(chain_decisions, "side_position", lambda *args: None)
+        args = _biased_inputs(batch)
+        concrete = tf.function(_biased_step_python).get_concrete_function(*args)
+        decided = _every_splittable(concrete.graph, pieces)
+        splits = split_decided(concrete.graph, decided, io, chained=True)
+        got = _tf_private.concrete_function_from_graph(concrete, concrete.graph)(*args)
+    return splits, [t.numpy() for t in got]
+
+
+@pytest.mark.parametrize("pieces", [2, 5])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_a_sum_over_a_members_rows_runs_in_its_chains_pieces(batch, pieces, monkeypatch):
+    """A filter's and a bias's gradient reading a ReLU gradient's rows sum over them in the
+    ReLU gradient's chain (side ops, chain.py): the same outputs and gradients, no host array
+    left, and fewer bytes moved each way than with each in pieces of its own reading the rows
+    back from the host; through TensorFlow's copies (a GPU's) too."""
+    args = _biased_inputs(batch)
+    want = [t.numpy() for t in tf.function(_biased_step_python)(*args)]
+    moved = {}
+    for sides in (True, False):
+        store = HostStore()
+        splits, got = _split_biased(batch, pieces, store.pieces(), sides, monkeypatch)
+        _assert_same(got, want)
+        assert store.held_bytes == 0
+        traffic = store.take_traffic()
+        moved[sides] = (traffic.in_bytes, traffic.out_bytes)
+        after = {(s.op_type, s.chained_after.rsplit("/", 1)[-1]) for s in splits}
+        summed = {(t, a) for t, a in after if t in ("Conv2DBackpropFilter", "BiasAddGrad")}
+        if sides:
+            assert {t for t, a in summed if a.startswith("ReluGrad")} == {
+                "Conv2DBackpropFilter",
+                "BiasAddGrad",
+            }, splits
+        else:
+            assert all(not a for _, a in summed), splits
+    assert moved[True][0] < moved[False][0] and moved[True][1] < moved[False][1], moved
+    splits, got = _split_biased(batch, pieces, DevicePieces(), True, monkeypatch)
+    _assert_same(got, want)
+
+
+def test_a_bias_gradient_not_decided_is_split_as_a_side_op():
+    """`only_readers` adds a reader that sums over a decided op's rows (a bias's gradient of
+    a split ReLU gradient), in as many pieces, whatever else reads that op."""
+    args = _biased_inputs(1)
+    graph = tf.function(_biased_step_python).get_concrete_function(*args).graph
+    relu_grads = [op for op in graph.get_operations() if op.type == "ReluGrad"]
+    added = only_readers(graph, [(op.name, 3, "") for op in relu_grads])
+    types = collections.Counter(graph.get_operation_by_name(n).type for n, *_ in added)
+    assert types["BiasAddGrad"] == 2 and types["Conv2DBackpropFilter"] == 2, added
+    assert all(pieces == 3 for _, pieces, _ in added)
 
 
 def test_split_chains_option_plans_the_same_splits_chained_or_alone():
