@@ -125,6 +125,9 @@ def _with_sides(graph, found: list, ops: dict, layouts: dict, index: dict) -> li
         names = [entry[0] for entry in chain]
         first, known = ops[names[0]], set()
         for k, name in enumerate(names):
+            after = ops[names[k + 1]] if k + 1 < len(names) else None
+            if after is not None and after.type == "BiasAddGrad":
+                continue  # a filter gradient beside it would be fused with it (chain_run.py)
             for reader in ops[name].outputs[0].consumers():
                 side = reader.name
                 if side not in alone or side in taken or side in names:

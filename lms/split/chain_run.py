@@ -285,12 +285,29 @@ def _side_pieces(member: _Member, k: int, rows, lo: int, hi: int, io, looped) ->
 
         out = side.op.outputs[0]
         if lo < hi:
-            part = side.layout.piece(side.op, lo, hi, read_rows)
+            part = _side_piece(side, lo, hi, read_rows, rows)
         else:
             with tf.control_dependencies([read_rows(i, 0, 0) for i in side.kept]):
                 part = tf.zeros(out.shape, out.dtype)
         part.set_shape(out.shape)
         side.total = part if side.total is None else side.total + part
+
+
+def _side_piece(side: _Side, lo: int, hi: int, read_rows, rows):
+    """`side`'s piece over rows [lo, hi) (`rows`). A bias's gradient is made as the Sum it is
+    (over every axis but the channels'), not as a BiasAddGrad: oneDNN's graph rewrite fuses a
+    BiasAddGrad with a filter's gradient reading the same tensor into one op, which then waits
+    for the inputs of both; with the filter gradient's input read placed after the bias
+    gradient in the enforced op order (pieces made outside a loop), the step's graph had a
+    cycle, and TensorFlow's own order ran instead (GoogLeNet 1024² in 150 MiB)."""
+    op = side.op
+    if op.type != "BiasAddGrad":
+        return side.layout.piece(op, lo, hi, read_rows)
+    channels = 1 if op.get_attr("data_format") == b"NCHW" else rows.shape.rank - 1
+    axes = [a for a in range(rows.shape.rank) if a != channels]
+    if rows.dtype in (tf.float16, tf.bfloat16):  # summed in float32, as the kernel does
+        return tf.cast(tf.reduce_sum(tf.cast(rows, tf.float32), axes), rows.dtype)
+    return tf.reduce_sum(rows, axes)
 
 
 def _rows(members, k: int, start: int, stop: int, last_piece: bool, io: PieceCopies, looped=None):

@@ -214,6 +214,23 @@ def test_a_bias_gradient_not_decided_is_split_as_a_side_op():
     assert all(pieces == 3 for _, pieces, _ in added)
 
 
+def test_a_split_googlenet_step_with_side_ops_runs_in_its_enforced_order(caplog):
+    """GoogLeNet 1024² b1 in 150 MiB, split in chains with side ops, runs in the op order its
+    plan enforces: with oneDNN's kernels, a BiasAddGrad beside a filter gradient on the same
+    rows was fused with it across that order's control edges (a cycle: TensorFlow refused the
+    order and the step ran in its own), until chain_run.py made such a bias gradient a Sum
+    and chain.py put no side beside a BiasAddGrad member. (With Eigen's kernels nothing is
+    fused: the cycle cannot arise.)"""
+    case = workload_case("googlenet", 1024, 1)
+    planner = lms.LMS(device_memory="150MiB", calibration_steps=0)
+    step = planner.wrap(case.step)
+    with caplog.at_level("WARNING", logger="lms"):
+        float(step(case.images, case.labels))
+    assert "made a cycle" not in caplog.text
+    sides = [s for s in planner.report.splits if s["op_type"] == "Conv2DBackpropFilter"]
+    assert any(s.get("chained_after") for s in sides), planner.report.splits
+
+
 def test_split_chains_option_plans_the_same_splits_chained_or_alone():
     """LMS(split={...}) chains the ops it splits by default and not with split_chains=False;
     both steps compute what the plain step computes."""
