@@ -284,11 +284,16 @@ class Pipeline:
             return None
         if getattr(analysis.graph, SPLITS_MADE, False):  # made as they run (lms/split/fit.py)
             return None
-        concrete = _retrace(function, args)
-        pieces, analyse = self.mechanism.pieces(), self._recomputing_pools(concrete)
         tune_chained = functools.partial(self._tune_or_apply, parameters=parameters, budget=budget)
-        found = chain_to_fit(concrete.graph, made, pieces, analyse, tune_chained, budget, tuned)
-        return None if found is None else (concrete, *found, pieces)
+        for sides in (True, False):  # without side ops only when they made the plan worse
+            concrete = _retrace(function, args)
+            pieces, analyse = self.mechanism.pieces(), self._recomputing_pools(concrete)
+            found = chain_to_fit(
+                concrete.graph, made, pieces, analyse, tune_chained, budget, tuned, sides
+            )
+            if found != "sides":
+                break
+        return None if found in (None, "sides") else (concrete, *found, pieces)
 
     def _tune_swaps(self, concrete, analysis, parameters, budget, pruned_for=None):
         """Tune (`_tune_paired_first`); when no plan fits, or only the bytes asked, stream the

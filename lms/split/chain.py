@@ -67,11 +67,12 @@ def side_position(before, after, before_op, after_op) -> int | None:
     return positions[0]
 
 
-def chains(graph, decided: list) -> list[list]:
+def chains(graph, decided: list, sides: bool = True) -> list[list]:
     """The ops `decided` ((op name, pieces, why) each) grouped into chains (module docstring),
-    each a list of those entries in the order its pieces run them; ops in no chain alone. The
-    chains come in the graph's order of their first op, so that a split op's producer is split
-    before it (its readers then read its host array in place)."""
+    each a list of those entries in the order its pieces run them, then its side ops when
+    `sides`; ops in no chain alone. The chains come in the graph's order of their first op, so
+    that a split op's producer is split before it (its readers then read its host array in
+    place)."""
     ops = {name: graph.get_operation_by_name(name) for name, *_ in decided}
     entries = {entry[0]: entry for entry in decided}
     index = {op: k for k, op in enumerate(graph.get_operations())}
@@ -110,7 +111,7 @@ def chains(graph, decided: list) -> list[list]:
         while chain[-1][0] in successor:
             chain.append(entries[successor[chain[-1][0]]])
         found.append(chain)
-    return _with_sides(graph, found, ops, layouts, index)
+    return _with_sides(graph, found, ops, layouts, index) if sides else found
 
 
 def _with_sides(graph, found: list, ops: dict, layouts: dict, index: dict) -> list[list]:
@@ -245,7 +246,7 @@ def _reaches(op, first, index: dict, known: set) -> bool:
     return False
 
 
-def only_readers(graph, decided: list) -> list:
+def only_readers(graph, decided: list, sums: bool = True) -> list:
     """For each op of `decided` whose output one op alone reads (shape reads aside), that reads
     it as a chain would and is not split: that reader, in as many pieces, to chain after it.
     Else the whole output would be put together on the device for it (its host copy read back
@@ -253,9 +254,10 @@ def only_readers(graph, decided: list) -> list:
     is followed in turn by its own only reader when that is element-wise too (a BiasAdd's Relu:
     GoogLeNet 4096² in 400 MiB ended 38 chains at a BiasAdd, 1.2 GB a step stored and read back
     whole); not further: the plan was tuned for the ops decided, and an element-wise op in
-    pieces holds less than whole, where a window op's pieces bring halos. Also every reader not
-    split that sums over the op's rows (`side_position`: a bias's gradient), in as many pieces:
-    a side op of the op's chain (GoogLeNet 4096²: 25 BiasAddGrads read back 1.1 GB whole)."""
+    pieces holds less than whole, where a window op's pieces bring halos. Also, when `sums`,
+    every reader not split that sums over the op's rows (`side_position`: a bias's gradient),
+    in as many pieces: a side op of the op's chain (GoogLeNet 4096²: 25 BiasAddGrads read back
+    1.1 GB whole)."""
     names, running, added = {name for name, *_ in decided}, running_ops(graph), []
     queue = [(graph.get_operation_by_name(name), pieces, False) for name, pieces, _ in decided]
     while queue:
@@ -265,7 +267,7 @@ def only_readers(graph, decided: list) -> list:
         for reader in readers:
             if reader.name in names or splittable(reader):
                 continue
-            if side_position(layout(op), layout(reader), op, reader) is not None:
+            if sums and side_position(layout(op), layout(reader), op, reader) is not None:
                 names.add(reader.name)
                 why = f"it sums over the rows of {op.name}, which is split: in its pieces"
                 added.append((reader.name, pieces, why))
@@ -283,11 +285,14 @@ def only_readers(graph, decided: list) -> list:
     return added
 
 
-def split_decided(graph, decided: list, io: PieceCopies, chained: bool = True) -> list[Split]:
+def split_decided(
+    graph, decided: list, io: PieceCopies, chained: bool = True, sides: bool = True
+) -> list[Split]:
     """Split the ops `decided` ((op name, pieces, why) each) of `graph`, in chains
-    (`chains`) when `chained`, else each alone; producers before their readers."""
+    (`chains`, with side ops when `sides`) when `chained`, else each alone; producers before
+    their readers."""
     if chained:
-        groups = chains(graph, decided)
+        groups = chains(graph, decided, sides)
     else:
         index = {op.name: k for k, op in enumerate(graph.get_operations())}
         groups = [[entry] for entry in sorted(decided, key=lambda e: index[e[0]])]

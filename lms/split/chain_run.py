@@ -157,7 +157,7 @@ def split_chain(chain: list, io: PieceCopies) -> list[Split]:
         splits.append(Split(op.name, op.type, len(bounds), axis, op_bytes(op), why, after))
         for side in member.sides:
             found = (side.op.name, side.op.type, len(bounds), side.layout.axis)
-            splits.append(Split(*found, op_bytes(side.op), side.why, op.name))
+            splits.append(Split(*found, op_bytes(side.op), side.why, op.name, side=True))
     return splits
 
 

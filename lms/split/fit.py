@@ -284,28 +284,36 @@ def split_modelled(graph, analysis, budget: int, io: PieceCopies, analyse, tune,
     return analysis, tuned, splits, failure
 
 
-def chain_to_fit(graph, made: list, io: PieceCopies, analyse, tune, budget: int, unchained):
+def chain_to_fit(
+    graph, made: list, io: PieceCopies, analyse, tune, budget: int, unchained, sides=True
+):
     """The ops `made` (Splits, decided in rounds, each op alone) split again in `graph` (a fresh
-    trace of the step) in chains (lms/split/chain.py), analysed (`analyse()`) and tuned
-    (`tune(analysis)`, raising NothingFitsError) once: (analysis, tuned, splits, the tuner's
-    NothingFitsError or None) when that plan fits `budget` or comes closer than `unchained` (the
-    plan of the ops alone: also the closest, when nothing fit), else None.
+    trace of the step) in chains (lms/split/chain.py; with side ops when `sides`), analysed
+    (`analyse()`) and tuned (`tune(analysis)`, raising NothingFitsError) once: (analysis,
+    tuned, splits, the tuner's NothingFitsError or None) when that plan fits `budget` or comes
+    closer than `unchained` (the plan of the ops alone: also the closest, when nothing fit);
+    else None, or "sides" when that plan had side ops: chained again without them, it may come
+    closer (with Eigen's kernels a filter gradient's temporary does not shrink with its piece,
+    and beside a chain's rows it came out higher than alone).
     Rounds split one op at a time, so a chain is made once, when the splits are known."""
     started = time.perf_counter()
     decided = [(s.op, s.pieces, s.why) for s in made]
-    splits = split_decided(graph, decided + only_readers(graph, decided), io)
+    splits = split_decided(graph, decided + only_readers(graph, decided, sides), io, sides=sides)
     linked = sum(1 for split in splits if split.chained_after)
     if not linked:
         return None
     analysis, tuned, failure, peak = _analysed_and_tuned(analyse, tune)
     alone, took = unchained.simulation.peak_bytes, time.perf_counter() - started
     if peak > max(budget, alone):
+        with_sides = any(split.side for split in splits)
         log.info(
             "Chained %d of %d split ops: simulated peak %s, over the budget of %s; each op stays "
-            "split alone (%.1f s)",
-            *(linked, len(splits), format_size(peak), format_size(budget), took),
+            "split alone%s (%.1f s)",
+            *(linked, len(splits), format_size(peak), format_size(budget)),
+            ", or is chained again without side ops" if with_sides else "",
+            took,
         )
-        return None
+        return "sides" if with_sides else None
     tuned.baseline = unchained.baseline  # "without LMS" stays the step as traced
     log.info(
         "Chained %d of %d split ops (their pieces pass on the device): simulated peak %s (each "

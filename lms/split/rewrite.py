@@ -50,6 +50,7 @@ class Split:
     bytes: int  # the op's inputs and outputs, whole
     why: str = ""
     chained_after: str = ""  # the split op whose pieces it reads on the device (lms/split/chain.py)
+    side: bool = False  # it sums over `chained_after`'s rows in that op's chain (a side op)
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
