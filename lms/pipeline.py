@@ -152,8 +152,7 @@ class Pipeline:
             plan_ = planned.tuned.plan
             callable_ = rewrite(concrete, planned.analysis, plan_, self.mechanism.swaps)
         elif planned.splits or planned.analysis.loops:
-            # split, or loops to run as simulated, but nothing swapped: the edited graph needs
-            # a callable
+            # split, or loops to run as simulated, nothing swapped: the edited graph's callable
             graph = concrete.graph
             one_iteration_at_a_time(planned.analysis, graph.get_operations())
             callable_ = _tf_private.concrete_function_from_graph(concrete, graph)
@@ -278,22 +277,18 @@ class Pipeline:
         return found
 
     def _chain(self, function, args, made, analysis, tuned, parameters, budget):
-        """`chain_to_fit` (lms/split/fit.py) on a fresh trace: (concrete, *its result, pieces),
-        or None (the unchained plan stays; a step whose loops' lists were streamed)."""
-        if not made or not self.options.split_chains or analysis.loops:
+        """`chain_to_fit` (lms/split/fit.py) on a fresh trace, with side ops (without, if they
+        made it worse): (concrete, *its result, pieces), or None (the unchained plan stays)."""
+        made_as_run = getattr(analysis.graph, SPLITS_MADE, False)  # (lms/split/fit.py)
+        if not made or not self.options.split_chains or analysis.loops or made_as_run:
             return None
-        if getattr(analysis.graph, SPLITS_MADE, False):  # made as they run (lms/split/fit.py)
-            return None
-        tune_chained = functools.partial(self._tune_or_apply, parameters=parameters, budget=budget)
-        for sides in (True, False):  # without side ops only when they made the plan worse
+        tune = functools.partial(self._tune_or_apply, parameters=parameters, budget=budget)
+        for sides in (True, False):
             concrete = _retrace(function, args)
             pieces, analyse = self.mechanism.pieces(), self._recomputing_pools(concrete)
-            found = chain_to_fit(
-                concrete.graph, made, pieces, analyse, tune_chained, budget, tuned, sides
-            )
+            found = chain_to_fit(concrete.graph, made, pieces, analyse, tune, budget, tuned, sides)
             if found != "sides":
-                break
-        return None if found in (None, "sides") else (concrete, *found, pieces)
+                return None if found is None else (concrete, *found, pieces)
 
     def _tune_swaps(self, concrete, analysis, parameters, budget, pruned_for=None):
         """Tune (`_tune_paired_first`); when no plan fits, or only the bytes asked, stream the
