@@ -29,6 +29,7 @@ chain's, so that the member's rows need not go to the host for it and come back 
 then its members, each followed by nothing or by its side ops, in one loop.
 """
 
+from lms.planning.ordering import SIBLING_FUSED_OPS
 from lms.split.chain_run import input_position, split_chain
 from lms.split.layouts import ELEMENTWISE_OPS, layout, splittable
 from lms.split.norm import NormLayout
@@ -53,10 +54,7 @@ def _linkable(before, after, position: int) -> bool:
 # 400 MiB: 10.5 GB a step more read from the host, 9.2 more written, 7.4 → 9.0 s a step). And
 # images only: the 3D U-Net 96³'s side ops wrote 0.9 GB a step less and read 0.4 more, for no
 # faster a step (23.6 against 23.2 s) and a measured peak 1.10x its simulated one (1.07 without).
-SIDE_OPS = frozenset(
-    {"BiasAddGrad", "Conv2DBackpropFilter", "Conv3DBackpropFilterV2"}
-    | {"DepthwiseConv2dNativeBackpropFilter"}
-)
+SIDE_OPS = frozenset({"BiasAddGrad", "Conv2DBackpropFilter", "DepthwiseConv2dNativeBackpropFilter"})
 
 
 def side_position(before, after, before_op, after_op) -> int | None:
@@ -141,7 +139,7 @@ def _with_sides(graph, found: list, ops: dict, layouts: dict, index: dict) -> li
         first, known = ops[names[0]], set()
         for k, name in enumerate(names):
             after = ops[names[k + 1]] if k + 1 < len(names) else None
-            if after is not None and after.type == "BiasAddGrad":
+            if after is not None and after.type in SIBLING_FUSED_OPS:
                 continue  # a filter gradient beside it would be fused with it (chain_run.py)
             for reader in ops[name].outputs[0].consumers():
                 side = reader.name
@@ -157,13 +155,9 @@ def _with_sides(graph, found: list, ops: dict, layouts: dict, index: dict) -> li
                 taken[side] = (names[0], k, position)
     if not taken:
         return found
+    members = {ops[entry[0]]: chain[0][0] for chain in found for entry in chain}
     while True:  # give back the sides of chains left in a cycle, until none is
-        chain_of = {}
-        for chain in found:
-            for entry in chain:
-                chain_of[ops[entry[0]]] = chain[0][0]
-        for side, (head, *_) in taken.items():
-            chain_of[ops[side]] = head
+        chain_of = members | {ops[side]: head for side, (head, *_) in taken.items()}
         stuck = _in_cycles(graph, chain_of)
         given_back = [side for side, (head, *_) in taken.items() if head in stuck]
         if not given_back:
@@ -276,15 +270,17 @@ def only_readers(graph, decided: list, sums: bool = True) -> list:
     queue = [(graph.get_operation_by_name(name), pieces, False) for name, pieces, _ in decided]
     while queue:
         op, pieces, elementwise_only = queue.pop(0)
+        op_layout = layout(op)
         readers = {c for c in op.outputs[0].consumers() if c in running}
         readers = sorted((c for c in readers if c.type not in SHAPE_OPS), key=lambda c: c.name)
         for reader in readers:
             if reader.name in names or splittable(reader):
                 continue
-            position = side_position(layout(op), layout(reader), op, reader) if sums else None
+            reader_layout = layout(reader)
+            position = side_position(op_layout, reader_layout, op, reader) if sums else None
             # only a sum with nothing else to read (a bias's gradient): a filter's gradient not
             # split would need its other input on the host for the pieces
-            if position is not None and set(layout(reader).kept) == {position}:
+            if position is not None and set(reader_layout.kept) == {position}:
                 names.add(reader.name)
                 why = f"it sums over the rows of {op.name}, which is split: in its pieces"
                 added.append((reader.name, pieces, why))
@@ -294,7 +290,7 @@ def only_readers(graph, decided: list, sums: bool = True) -> list:
         if elementwise_only and reader.type not in ELEMENTWISE_OPS:
             continue
         position = input_position(reader, op.outputs[0])
-        if _linkable(layout(op), layout(reader), position):
+        if _linkable(op_layout, layout(reader), position):
             names.add(reader.name)
             added.append((reader.name, pieces, f"its input {op.name} is split: chained after it"))
             # (images only: the 3D U-Net 96³ split 89 ops so, for no fewer host bytes and 23.2

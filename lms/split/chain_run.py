@@ -120,7 +120,7 @@ def split_chain(chain: list, io: PieceCopies) -> list[Split]:
                 for i in side.layout.kept:
                     if i != side.position:
                         side.kept[i] = io.keep(side.op.inputs[i], len(bounds))
-        kept = [h for m in members for h in [*m.kept.values(), *_side_kept(m)]]
+        kept = [h for m in members for h in [*m.kept.values(), *_side_handles(m)]]
         run = _ChainRun([h.op for h in kept], members, spans, io)
 
         def make(p, looped):
@@ -161,7 +161,8 @@ def split_chain(chain: list, io: PieceCopies) -> list[Split]:
     return splits
 
 
-def _side_kept(member: _Member) -> list:
+def _side_handles(member: _Member) -> list:
+    """The host copies `member`'s side ops read."""
     return [h for side in member.sides for h in side.kept.values()]
 
 
