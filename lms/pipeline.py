@@ -32,7 +32,7 @@ from lms.memory.simulator import simulate
 from lms.plan_report import build_report
 from lms.plan_request import Planned, Prepared, Request
 from lms.planning.planner import log_plan, plan
-from lms.split.fit import chain_to_fit, forced_splits, split_in_rounds
+from lms.split.fit import chain_to_fit, forced_splits, split_in_rounds, unless_past_swapping
 from lms.tuning.analysis import analyze, cpu_paired_reads
 from lms.tuning.prune import prune
 from lms.tuning.tuner import Tuned, tune
@@ -214,11 +214,10 @@ class Pipeline:
 
     def allocator_model(self):
         """A factory of the allocator model plans are checked with, or None (bytes asked only).
-        A GPU's allocator holds all its memory in one region unless memory growth is on
-        (TensorFlow's default: off). The emulated device's is the CPU's, which grows by regions
-        up to its own limit, not the device memory LMS plans for: regions double past the
-        budget (GoogLeNet 1216² b2 everything swapped for 640 MiB: modelled with regions capped
-        at 640 MiB 693 MiB, with the CPU's limit 623, measured 610-625)."""
+        A GPU's holds all its memory in one region unless memory growth is on (TensorFlow's
+        default: off). The emulated device's is the CPU's, whose regions double up to its own
+        limit, past the budget (GoogLeNet 1216² b2 all swapped, 640 MiB: 693 MiB modelled with
+        regions capped at the budget, 623 with the CPU's limit, 610-625 measured)."""
         if self.options.allocator is None:
             return None
         if not self.device.target.on_cpu:
@@ -232,6 +231,9 @@ class Pipeline:
         (lms/split/fit.py `split_in_rounds`). Returns (analysis, tuned, splits made); a
         NothingFitsError raised carries the splits made and the analysis of the graph as split."""
         try:
+            if self.options.split == "auto" and parameters.needs_tuning and not analysis.loops:
+                recomputed = lambda: self._recomputing_pools(concrete)()  # noqa: E731 (lazy)
+                analysis = unless_past_swapping(analysis, budget, recomputed)
             analysis, tuned = self._tune_swaps(concrete, analysis, parameters, budget, pruned_for)
         except NothingFitsError as error:
             if self.options.split != "auto":
@@ -247,8 +249,8 @@ class Pipeline:
             failed = NothingFitsError("only with the allocator's padding over", tuned)
             unsplit = tuned
 
-        # "without LMS" stays the step as traced, not as split
-        plain = failed.closest.baseline if failed.closest is not None else None
+        closest = failed.closest  # "without LMS" stays the step as traced, not as split
+        plain = closest.baseline if closest else simulate(analysis)  # (as the tuner's error)
 
         analyse = self._recomputing_pools(concrete)  # (the pools' outputs kept were given up)
 
@@ -292,12 +294,10 @@ class Pipeline:
 
     def _tune_swaps(self, concrete, analysis, parameters, budget, pruned_for=None):
         """Tune (`_tune_paired_first`); when no plan fits, or only the bytes asked, stream the
-        loops' lists where they can be (lms/loop_lists.py) and tune again: a swap plan, tried
-        before any split, and only then (a py_func call per iteration each way). In rounds: each
-        streams the largest lists left that cover the closest plan's excess over the budget, and
-        at least as many bytes as were streamed before (the excess can move to another loop's
-        gradient), until a plan fits or no list is left. Returns (analysis, tuned) of the plan
-        kept."""
+        loops' lists (lms/loop_lists.py: a py_func call per iteration each way), before any
+        split, in rounds: each streams the largest lists left that cover the closest plan's
+        excess and at least the bytes streamed before (the excess can move to another loop's
+        gradient), until a plan fits or no list is left. Returns (analysis, tuned) kept."""
         if not parameters.needs_tuning:  # parameters given are applied as given
             return self._tune_paired_first(concrete, analysis, parameters, budget, pruned_for)
         plain, streamed_bytes = None, 0

@@ -76,6 +76,49 @@ def forced_splits(graph, wanted: dict, io: PieceCopies, chained: bool = True) ->
     return split_decided(graph, decided, io, chained)
 
 
+def past_swapping(analysis, budget: int) -> NothingFitsError | None:
+    """When the largest op alone (its own device bytes, `largest_footprint`) is over the room the
+    budget leaves beside the resident bytes and can be split: why no swap plan can fit (the
+    error tuning would raise, without its closest plan), so that splitting starts without
+    tuning swaps first (GoogLeNet 4096² b1 in 400 MiB: two tunings, paired reads and pools
+    recomputed, 0.5 s of its 1.1 s of rounds decided on the model). None otherwise: tuning
+    decides, and keeps the closest plan when the floor is an op no split lowers."""
+    floor, room = largest_footprint(analysis), budget - analysis.resident_bytes
+    if room <= 0 or floor.bytes <= room:
+        return None
+    if splittable(analysis.graph.get_operation_by_name(floor.name)) is not None:
+        return None
+    return NothingFitsError(
+        f"no LMS parameters fit the budget of {format_size(budget)}: the largest operation, "
+        f"{floor.name}, needs {format_size(floor.bytes)} and resident variables and inputs "
+        f"{format_size(analysis.resident_bytes)}: no swapping gets under "
+        f"{format_size(floor.bytes + analysis.resident_bytes)}",
+        analysis=analysis,
+    )
+
+
+def unless_past_swapping(analysis, budget: int, recomputed):
+    """`analysis`, unless no swap plan can fit it (`past_swapping`): then raises why, with the
+    analysis tuning would have left (`recomputed()`: max pools recomputed where oneDNN pairs
+    them, lms/graph/pool_reads.py), so that splitting starts without tuning swaps."""
+    if past_swapping(analysis, budget) is None:
+        return analysis
+    if any(t.paired_with for t in analysis.tensors):
+        analysis = recomputed()
+    past = past_swapping(analysis, budget)
+    if past is not None:
+        raise past
+    return analysis
+
+
+def _closest_swaps(analysis, tune):
+    """The closest swap plan of `analysis` (`tune(analysis)`, which cannot fit), or None."""
+    try:
+        return tune(analysis)
+    except NothingFitsError as error:
+        return error.closest
+
+
 def _closest_peak(error: NothingFitsError) -> float:
     return error.closest.simulation.peak_bytes if error.closest is not None else float("inf")
 
@@ -223,7 +266,12 @@ def split_in_rounds(graph, analysis, budget: int, error, io: PieceCopies, analys
     (SPLITS_MADE): else `chain_to_fit` chains them on a fresh trace."""
     found = split_modelled(graph, analysis, budget, io, analyse, tune, chained)
     if found is None:
-        return split_to_fit(graph, analysis, budget, error, io, analyse, tune)
+        try:
+            return split_to_fit(graph, analysis, budget, error, io, analyse, tune)
+        except NothingFitsError as stopped:
+            if stopped.closest is None and not stopped.splits:  # swaps were not tuned
+                stopped.closest = _closest_swaps(analysis, tune)  # (`unless_past_swapping`)
+            raise
     analysis, tuned, made, failure = found
     if failure is None and tuned.simulation.peak_bytes <= budget:
         setattr(graph, SPLITS_MADE, True)
