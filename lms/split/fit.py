@@ -28,7 +28,15 @@ from lms.split.chain import only_readers, split_decided
 from lms.split.layouts import layout, splittable
 from lms.split.modelled import modelled
 from lms.split.pieces import PieceCopies
-from lms.split.rewrite import SCOPE, Split, piece_scope, pieces_for, running_ops, split_op
+from lms.split.rewrite import (
+    SCOPE,
+    Split,
+    op_bytes,
+    piece_scope,
+    pieces_for,
+    running_ops,
+    split_op,
+)
 from lms.values.budget import format_size
 
 log = logging.getLogger("lms")
@@ -109,6 +117,43 @@ def unless_past_swapping(analysis, budget: int, recomputed):
     if past is not None:
         raise past
     return analysis
+
+
+def _unsplittable_floor(graph, analysis, room: int) -> str | None:
+    """The op of `analysis` (the model, lms/split/modelled.py) whose own bytes are over `room`
+    and that cannot be split: no round lowers its floor (DeepLabV3+ 1024² b1 in 400 MiB went
+    through six modelled rounds at 507 MiB, then split round by round, 87 s to say so). None
+    when the floor is under the room or a piece (made ones are named `_piece_floor`)."""
+    floor = largest_footprint(analysis)
+    if floor.bytes <= room or floor.name.startswith(f"{SCOPE}/"):
+        return None
+    op = graph.get_operation_by_name(floor.name)
+    return floor.name if splittable(op) is not None else None
+
+
+# a round after the first that fits is taken while its swaps move fewer bytes a step than the
+# first's by more than this share of the bytes of the ops it adds to the split ones (inputs and
+# outputs: what split alone they would move; in chains they move less). A plan that fits
+# with the fewest ops split can swap more than splitting a few more would move (400 MiB,
+# measured: GoogLeNet 2048² b1 split 25 ops, its swaps 9.2 GB a step, 9.9 GB read from the
+# host, 5.2 s a step, where 72 ops read 6.4 GB, 4.7 s; ResNet50 2560² 803 ops 81.5 GB, 34.8
+# s, 1009 ops 74.4 GB, 32.9 s)
+SWAPS_FOR_SPLITS = 0.5
+
+
+def _swap_traffic(analysis, tuned) -> int:
+    """The bytes a tuned plan's swaps move a step: out, and in as often as they come back."""
+    plan = tuned.plan
+    return 0 if plan is None else plan.swapped_bytes(analysis) + plan.swapped_in_bytes(analysis)
+
+
+def _pays(graph, chosen: tuple, split: list, traffic: int) -> bool:
+    """Whether splitting `split` (entries: op name first) in place of `chosen`'s ops (a round
+    that fits, its swap traffic) saves more swap traffic than SWAPS_FOR_SPLITS of the bytes of
+    the ops it adds."""
+    before = {entry[0] for entry in chosen[0] + chosen[1]}
+    added = sum(op_bytes(graph.get_operation_by_name(e[0])) for e in split if e[0] not in before)
+    return chosen[2] - traffic > SWAPS_FOR_SPLITS * added
 
 
 def _closest_swaps(analysis, tune):
@@ -291,12 +336,15 @@ def split_modelled(graph, analysis, budget: int, io: PieceCopies, analyse, tune,
     room = budget - analysis.resident_bytes
     if room <= 0:
         return None
+    chosen = None  # (decided, readers, swap traffic) of the round that fits, once one does
     for share in ROUNDS:
         targets = _targets(graph, current, share, room)
         if not targets:
             continue
         total += sum(n for *_, n in targets)
         if total > pieces_cap(io):
+            if chosen is not None:
+                break
             return None
         for op, bytes_, pieces in targets:
             decided.append((op.name, pieces, _why(bytes_, share, room, budget, analysis)))
@@ -305,9 +353,10 @@ def split_modelled(graph, analysis, budget: int, io: PieceCopies, analyse, tune,
         readers = only_readers(graph, decided) if chained else []
         current = modelled(analysis, [(name, pieces) for name, pieces, *_ in decided + readers])
         try:
-            peak = tune(current).simulation.peak_bytes
+            tuned = tune(current)
         except NothingFitsError as error:
-            peak = _closest_peak(error)
+            tuned = error.closest
+        peak = tuned.simulation.peak_bytes if tuned is not None else float("inf")
         log.info(
             "Splitting as modelled, %d ops above %.2g of the room: closest plan %s",
             *(len(decided), share, format_size(peak)),
@@ -316,11 +365,23 @@ def split_modelled(graph, analysis, budget: int, io: PieceCopies, analyse, tune,
         # MiB modelled, 350 made; ResNet50 1856² 333 and 329; the 3D U-Net 128³ 347 and 347.
         # Over the budget by less, once made, did not fit: GoogLeNet's first round 372 and 372)
         if peak <= budget:
+            traffic = _swap_traffic(current, tuned)
+            if chosen is not None and not _pays(graph, chosen, decided + readers, traffic):
+                break
+            chosen = (list(decided), list(readers), traffic)
+            continue
+        if chosen is not None:
             break
-    else:
+        stuck = _unsplittable_floor(graph, current, room)
+        if stuck is not None:  # made once: the rounds after stop at it (`split_to_fit`)
+            log.info("Splitting as modelled stops: its floor %s cannot be split", stuck)
+            chosen = (decided, readers, None)
+            break
+    if chosen is None:
         took = time.perf_counter() - started
         log.info("No splitting round fits as modelled (%.1f s): splitting round by round", took)
         return None
+    decided, readers, _ = chosen
     decided += readers
     splits = split_decided(graph, decided, io, chained)
     analysis, tuned, failure, peak = _analysed_and_tuned(analyse, tune)
