@@ -32,7 +32,8 @@ from lms.memory.simulator import simulate
 from lms.plan_report import build_report
 from lms.plan_request import Planned, Prepared, Request
 from lms.planning.planner import log_plan, plan
-from lms.split.fit import chain_to_fit, forced_splits, split_in_rounds, unless_past_swapping
+from lms.split.fit import chain_to_fit, forced_splits, split_in_rounds
+from lms.split.worth import unless_past_swapping
 from lms.tuning.analysis import analyze, cpu_paired_reads
 from lms.tuning.prune import prune
 from lms.tuning.tuner import Tuned, tune
@@ -214,10 +215,10 @@ class Pipeline:
 
     def allocator_model(self):
         """A factory of the allocator model plans are checked with, or None (bytes asked only).
-        A GPU's holds all its memory in one region unless memory growth is on (TensorFlow's
-        default: off). The emulated device's is the CPU's, whose regions double up to its own
-        limit, past the budget (GoogLeNet 1216² b2 all swapped, 640 MiB: 693 MiB modelled with
-        regions capped at the budget, 623 with the CPU's limit, 610-625 measured)."""
+        A GPU's holds all its memory in one region unless memory growth is on (off by default).
+        The emulated device's is the CPU's, whose regions double up to its own limit, past the
+        budget (GoogLeNet 1216² b2, all swapped, 640 MiB: 693 MiB modelled with regions capped
+        at the budget, 623 with the CPU's limit, 610-625 measured)."""
         if self.options.allocator is None:
             return None
         if not self.device.target.on_cpu:
@@ -346,8 +347,8 @@ class Pipeline:
             if not any(t.paired_with for t in analysis.tensors):
                 raise
         log.info(
-            "Nothing fits with the max pool outputs oneDNN pairs with their gradients kept on "
-            "the device; planning again with each gradient reading its pool recomputed"
+            "Nothing fits with the max pool outputs oneDNN pairs with their gradients kept "
+            "on the device; planning again with each gradient reading its pool recomputed"
         )
         recomputed = self._recomputing_pools(concrete)()
         return recomputed, self._tune_or_apply(recomputed, parameters, budget, pruned_for)
@@ -382,8 +383,7 @@ class Pipeline:
             log.warning(
                 "The given LMS parameters give a simulated peak of %.3f GiB, above the budget "
                 "of %.3f GiB",
-                simulation.peak_bytes / 2**30,
-                budget / 2**30,
+                *(simulation.peak_bytes / 2**30, budget / 2**30),
             )
         return Tuned(parameters, given, simulation, baseline, 2, dropped, pruned_for)
 

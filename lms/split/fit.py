@@ -14,9 +14,11 @@ host copies and smaller kernels).
 
 The rounds are first decided on a model of the split ops (lms/split/modelled.py, nothing made:
 `split_modelled`), each round's ops with the only readers they will be made with; the ops of
-the first round whose modelled plan fits the budget are made once, in chains, and tuned. Only
-when that plan misses the budget do rounds go on as above, made one by one, from it
-(`split_in_rounds`)."""
+the first round whose modelled plan fits the budget (or of a later one, while its splits save
+more swap traffic than they add: lms/split/worth.py `splits_pay`) are made once, in chains, and
+tuned. Only when that plan misses the budget do rounds go on as above, made one by one, from it
+(`split_in_rounds`). A step whose largest op alone is over the room starts splitting without
+tuning swaps (`past_swapping`)."""
 
 import logging
 import time
@@ -28,15 +30,8 @@ from lms.split.chain import only_readers, split_decided
 from lms.split.layouts import layout, splittable
 from lms.split.modelled import modelled
 from lms.split.pieces import PieceCopies
-from lms.split.rewrite import (
-    SCOPE,
-    Split,
-    op_bytes,
-    piece_scope,
-    pieces_for,
-    running_ops,
-    split_op,
-)
+from lms.split.rewrite import SCOPE, Split, piece_scope, pieces_for, running_ops, split_op
+from lms.split.worth import splits_pay, swap_traffic, unsplittable_floor
 from lms.values.budget import format_size
 
 log = logging.getLogger("lms")
@@ -82,78 +77,6 @@ def forced_splits(graph, wanted: dict, io: PieceCopies, chained: bool = True) ->
             continue
         decided.append((op.name, pieces, "asked for (split option)"))
     return split_decided(graph, decided, io, chained)
-
-
-def past_swapping(analysis, budget: int) -> NothingFitsError | None:
-    """When the largest op alone (its own device bytes, `largest_footprint`) is over the room the
-    budget leaves beside the resident bytes and can be split: why no swap plan can fit (the
-    error tuning would raise, without its closest plan), so that splitting starts without
-    tuning swaps first (GoogLeNet 4096² b1 in 400 MiB: two tunings, paired reads and pools
-    recomputed, 0.5 s of its 1.1 s of rounds decided on the model). None otherwise: tuning
-    decides, and keeps the closest plan when the floor is an op no split lowers."""
-    floor, room = largest_footprint(analysis), budget - analysis.resident_bytes
-    if room <= 0 or floor.bytes <= room:
-        return None
-    if splittable(analysis.graph.get_operation_by_name(floor.name)) is not None:
-        return None
-    return NothingFitsError(
-        f"no LMS parameters fit the budget of {format_size(budget)}: the largest operation, "
-        f"{floor.name}, needs {format_size(floor.bytes)} and resident variables and inputs "
-        f"{format_size(analysis.resident_bytes)}: no swapping gets under "
-        f"{format_size(floor.bytes + analysis.resident_bytes)}",
-        analysis=analysis,
-    )
-
-
-def unless_past_swapping(analysis, budget: int, recomputed):
-    """`analysis`, unless no swap plan can fit it (`past_swapping`): then raises why, with the
-    analysis tuning would have left (`recomputed()`: max pools recomputed where oneDNN pairs
-    them, lms/graph/pool_reads.py), so that splitting starts without tuning swaps."""
-    if past_swapping(analysis, budget) is None:
-        return analysis
-    if any(t.paired_with for t in analysis.tensors):
-        analysis = recomputed()
-    past = past_swapping(analysis, budget)
-    if past is not None:
-        raise past
-    return analysis
-
-
-def _unsplittable_floor(graph, analysis, room: int) -> str | None:
-    """The op of `analysis` (the model, lms/split/modelled.py) whose own bytes are over `room`
-    and that cannot be split: no round lowers its floor (DeepLabV3+ 1024² b1 in 400 MiB went
-    through six modelled rounds at 507 MiB, then split round by round, 87 s to say so). None
-    when the floor is under the room or a piece (made ones are named `_piece_floor`)."""
-    floor = largest_footprint(analysis)
-    if floor.bytes <= room or floor.name.startswith(f"{SCOPE}/"):
-        return None
-    op = graph.get_operation_by_name(floor.name)
-    return floor.name if splittable(op) is not None else None
-
-
-# a round after the first that fits is taken while its swaps move fewer bytes a step than the
-# first's by more than this share of the bytes of the ops it adds to the split ones (inputs and
-# outputs: what split alone they would move; in chains they move less). A plan that fits
-# with the fewest ops split can swap more than splitting a few more would move (400 MiB,
-# measured: GoogLeNet 2048² b1 split 25 ops, its swaps 9.2 GB a step, 9.9 GB read from the
-# host, 5.2 s a step, where 72 ops read 6.4 GB, 4.7 s; ResNet50 2560² 803 ops 81.5 GB, 34.8
-# s, 1009 ops 74.4 GB, 32.9 s)
-SWAPS_FOR_SPLITS = 0.5
-
-
-def _swap_traffic(analysis, tuned) -> int:
-    """The bytes a tuned plan's swaps move a step: out, and in as often as they come back."""
-    plan = tuned.plan
-    return 0 if plan is None else plan.swapped_bytes(analysis) + plan.swapped_in_bytes(analysis)
-
-
-def _pays(graph, chosen: tuple, split: list, traffic: int) -> bool:
-    """Whether splitting `split` (entries: op name first) in place of `chosen`'s ops (a round
-    that fits, its swap traffic) saves more swap traffic than SWAPS_FOR_SPLITS of the bytes of
-    the ops it adds."""
-    before = {entry[0] for entry in chosen[0] + chosen[1]}
-    added = sum(op_bytes(graph.get_operation_by_name(e[0])) for e in split if e[0] not in before)
-    return chosen[2] - traffic > SWAPS_FOR_SPLITS * added
 
 
 def _closest_swaps(analysis, tune):
@@ -365,14 +288,14 @@ def split_modelled(graph, analysis, budget: int, io: PieceCopies, analyse, tune,
         # MiB modelled, 350 made; ResNet50 1856² 333 and 329; the 3D U-Net 128³ 347 and 347.
         # Over the budget by less, once made, did not fit: GoogLeNet's first round 372 and 372)
         if peak <= budget:
-            traffic = _swap_traffic(current, tuned)
-            if chosen is not None and not _pays(graph, chosen, decided + readers, traffic):
+            traffic = swap_traffic(current, tuned)
+            if chosen is not None and not splits_pay(graph, chosen, decided + readers, traffic):
                 break
             chosen = (list(decided), list(readers), traffic)
             continue
         if chosen is not None:
             break
-        stuck = _unsplittable_floor(graph, current, room)
+        stuck = unsplittable_floor(graph, current, room)
         if stuck is not None:  # made once: the rounds after stop at it (`split_to_fit`)
             log.info("Splitting as modelled stops: its floor %s cannot be split", stuck)
             chosen = (decided, readers, None)

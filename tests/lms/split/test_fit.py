@@ -128,28 +128,3 @@ def test_pieces_made_one_by_one_have_the_lower_cap():
     assert lms.split.fit.pieces_cap(HostStore().pieces()) == lms.split.fit.MAX_LOOPED_PIECES
     assert lms.split.fit.pieces_cap(DevicePieces()) == lms.split.fit.MAX_PIECES
     assert lms.split.fit.MAX_PIECES < lms.split.fit.MAX_LOOPED_PIECES
-
-
-def test_a_step_past_swapping_splits_without_tuning_swaps_first(monkeypatch, caplog):
-    """GoogLeNet 1024² b1 in 150 MiB: its largest op (the first pool's gradient) alone is over
-    the room beside the resident bytes, so no swap plan can fit (`past_swapping`): the rounds
-    start without tuning swaps (which only says that, twice: pools paired, then recomputed),
-    and the plan is the one they made after those tunings."""
-    case = workload_case("googlenet", 1024, 1)
-    args = (case.step, case.images, case.labels)
-    with caplog.at_level(logging.INFO, logger="lms"):
-        skipped = lms.LMS(device_memory="150MiB", calibration_steps=0).plan_only(*args)
-    messages = [r.getMessage() for r in caplog.records]
-    first_round = next(k for k, m in enumerate(messages) if m.startswith("to split "))
-    assert not any("No swapout_threshold fits" in m for m in messages[:first_round])
-    caplog.clear()
-    monkeypatch.setattr(lms.split.fit, "past_swapping", lambda analysis, budget: None)
-    with caplog.at_level(logging.INFO, logger="lms"):
-        tuned = lms.LMS(device_memory="150MiB", calibration_steps=0).plan_only(*args)
-    messages = [r.getMessage() for r in caplog.records]
-    first_round = next(k for k, m in enumerate(messages) if m.startswith("to split "))
-    assert any("No swapout_threshold fits" in m for m in messages[:first_round])
-    assert skipped.fits and tuned.fits
-    assert [s["op"] for s in skipped.splits] == [s["op"] for s in tuned.splits]
-    assert skipped.peak_bytes_with_lms == tuned.peak_bytes_with_lms
-    assert skipped.peak_bytes_without_lms == tuned.peak_bytes_without_lms  # the step as traced
