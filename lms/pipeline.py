@@ -251,7 +251,7 @@ class Pipeline:
             unsplit = tuned
 
         closest = failed.closest  # "without LMS" stays the step as traced, not as split
-        plain = closest.baseline if closest else simulate(analysis)  # (as the tuner's error)
+        plain = simulate(analysis) if closest is None else closest.baseline  # (as the tuner's)
 
         analyse = self._recomputing_pools(concrete)  # (the pools' outputs kept were given up)
 

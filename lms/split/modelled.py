@@ -9,9 +9,11 @@ graph analysed afresh), and the rounds only need the memory the pieces take.
 
 A split op X of n pieces becomes, in X's place in the order:
 
-- its *keeps* (the first in X's index): one per input its pieces read in slices, each run when
-  its input is made, as the host copy's put is (one keep for all held a concat's four inputs
-  at once: GoogLeNet 4096², 208 MiB), each writing a token of 0 bytes;
+- its *keeps* (the first in X's index): one per input its pieces read in slices that no split
+  op kept before (the made ops keep one host copy per tensor; a later one reads the earlier
+  keep's token), each run when its input is made, as the host copy's put is (one keep for all
+  held a concat's four inputs at once: GoogLeNet 4096², 208 MiB), each writing a token of 0
+  bytes; a keep of another split op's output reads its pieces' token (its host array);
 - its *pieces* (one op, like a loop of them): read the tokens and the inputs read whole (a
   filter), hold the largest piece's buffers while they run: its input slices with their halo
   rows, its output rows and its kernel's temporary, that share of X's (or the whole output for

@@ -40,11 +40,10 @@ def unless_past_swapping(analysis, budget: int, recomputed):
     """`analysis`, unless no swap plan can fit it (`past_swapping`): then raises why, with the
     analysis tuning would have left (`recomputed()`: max pools recomputed where oneDNN pairs
     them, lms/graph/pool_reads.py), so that splitting starts without tuning swaps."""
-    if past_swapping(analysis, budget) is None:
-        return analysis
-    if any(t.paired_with for t in analysis.tensors):
-        analysis = recomputed()
     past = past_swapping(analysis, budget)
+    if past is not None and any(t.paired_with for t in analysis.tensors):
+        analysis = recomputed()
+        past = past_swapping(analysis, budget)
     if past is not None:
         raise past
     return analysis
