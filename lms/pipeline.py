@@ -102,7 +102,7 @@ class Pipeline:
         shortfall = None
         try:
             analysis, tuned, made = self._tune_or_split(
-                concrete, analysis, parameters, budget, pieces, pruned_for
+                concrete, analysis, parameters, budget, pieces, pruned_for, request.made
             )
         except NothingFitsError as error:
             splits += error.splits
@@ -133,7 +133,7 @@ class Pipeline:
 
     def prepare(self, function, args, request: Request = Request()) -> Prepared:
         """`plan`, then check the host's memory for it and rewrite the step: what runs."""
-        planned = self.plan(function, args, request)
+        planned = self.plan(function, args, replace(request, made=True))
         simulation, target = planned.tuned.simulation, self.device.target
         ram = check_host_memory(
             simulation.host_peak_bytes,
@@ -226,11 +226,14 @@ class Pipeline:
             return functools.partial(BestFitAllocator, device.device_bytes, device.growth)
         return functools.partial(BestFitAllocator, cpu_allocator_limit(), True)
 
-    def _tune_or_split(self, concrete, analysis, parameters, budget, pieces, pruned_for=None):
+    def _tune_or_split(
+        self, concrete, analysis, parameters, budget, pieces, pruned_for=None, made=True
+    ):
         """Tune; when nothing fits, or only the bytes asked and not the allocator's chunks, and
         `split` is "auto", split ops into pieces in rounds decided on a model of them, made once
-        (lms/split/fit.py `split_in_rounds`). Returns (analysis, tuned, splits made); a
-        NothingFitsError raised carries the splits made and the analysis of the graph as split."""
+        (lms/split/fit.py `split_in_rounds`; with `made` False, a plan that fits as modelled is
+        not made). Returns (analysis, tuned, splits); a NothingFitsError raised carries the
+        splits made and the analysis of the graph as split."""
         try:
             if self.options.split == "auto" and parameters.needs_tuning and not analysis.loops:
                 recomputed = lambda: self._recomputing_pools(concrete)()  # noqa: E731 (lazy)
@@ -269,6 +272,7 @@ class Pipeline:
             found = split_in_rounds(
                 *(concrete.graph, analysis, budget, failed, pieces, analyse, tune_split),
                 self.options.split_chains and not analysis.loops,
+                made,
             )
         except NothingFitsError as error:
             if unsplit is not None and not error.splits:  # the graph is as traced: tune's plan
@@ -283,8 +287,14 @@ class Pipeline:
         """`chain_to_fit` (lms/split/fit.py) on a fresh trace, with side ops (without, if they
         made it worse): (concrete, *its result, pieces), or None (the unchained plan stays)."""
         made_as_run = getattr(analysis.graph, SPLITS_MADE, False)  # (lms/split/fit.py)
-        if not made or not self.options.split_chains or analysis.loops or made_as_run:
-            return None
+        if (
+            not made
+            or not self.options.split_chains
+            or analysis.loops
+            or made_as_run
+            or analysis.modelled
+        ):
+            return None  # (a modelled plan is reported as it is: `Request.made`)
         tune = functools.partial(self._tune_or_apply, parameters=parameters, budget=budget)
         for sides in (True, False):
             concrete = _retrace(function, args)

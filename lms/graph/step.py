@@ -163,6 +163,8 @@ class Analysis:
     # what the step holds in host memory besides swapped tensors: split ops' host arrays and,
     # computing on a GPU, the host's tensors: [(bytes, [op indices that create, fill or read it])]
     host_arrays: list = field(default_factory=list)
+    # a copy with split ops modelled, not made (lms/split/modelled.py): its graph is as traced
+    modelled: bool = False
     # plan-independent facts, computed once
     cache: dict[CacheKey, object] = field(default_factory=dict, repr=False)
 

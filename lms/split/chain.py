@@ -301,11 +301,11 @@ def only_readers(graph, decided: list, sums: bool = True) -> list:
 
 
 def split_decided(
-    graph, decided: list, io: PieceCopies, chained: bool = True, sides: bool = True
+    graph, decided: list, io: PieceCopies, chained: bool = True, sides: bool = True, made=True
 ) -> list[Split]:
     """Split the ops `decided` ((op name, pieces, why) each) of `graph`, in chains
     (`chains`, with side ops when `sides`) when `chained`, else each alone; producers before
-    their readers."""
+    their readers. With `made` False, `graph` is left as it is: the Splits it would make."""
     if chained:
         groups = chains(graph, decided, sides)
     else:
@@ -314,5 +314,5 @@ def split_decided(
     splits = []
     for group in groups:
         entries = [(graph.get_operation_by_name(name), *rest) for name, *rest in group]
-        splits += split_chain(entries, io)
+        splits += split_chain(entries, io, made)
     return splits

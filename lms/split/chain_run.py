@@ -22,6 +22,7 @@ from lms.split.rewrite import (
     op_bytes,
     piece_scope,
     piece_shape,
+    planned_split,
     split_op,
     value_readers,
 )
@@ -61,19 +62,21 @@ class _Member:
         return bool(self.readers or self.sides)
 
 
-def split_chain(chain: list, io: PieceCopies) -> list[Split]:
+def split_chain(chain: list, io: PieceCopies, made: bool = True) -> list[Split]:
     """Replace the ops of `chain` ((op, pieces, why) each, from `chains`) by the chain's pieces
     (module docstring), along the last op's rows: at least as many as any of its ops was given,
     and enough that none computes a larger piece than the largest piece of one op alone
     (lms/split/chain_size.py; else the chain is cut in two). One op alone is `split_op`'s.
-    Entries (op, pieces, why, (k, position)) after the members are side ops of member k."""
+    Entries (op, pieces, why, (k, position)) after the members are side ops of member k.
+    With `made` False nothing is made: the Splits it would make, their pieces counted as it
+    counts them (a plan only reported: lms/split/fit.py `split_modelled`)."""
     entries = [entry for entry in chain if len(entry) == 3]
     side_entries = [entry for entry in chain if len(entry) == 4]
     if len(entries) == 1 and not side_entries:
         op, pieces, why = chain[0]
         if isinstance(layout(op), str):  # a fused batch norm's gradient, split with its forward
             return []
-        return [split_op(op, pieces, io, why)]
+        return [(split_op if made else planned_split)(op, pieces, io, why)]
     ops = [op for op, *_ in entries]
     members = []
     for k, op in enumerate(ops):
@@ -92,21 +95,40 @@ def split_chain(chain: list, io: PieceCopies) -> list[Split]:
     if cut is not None:  # a halo wider than a piece alone: two chains (chain_size.py)
         head = [e for e in side_entries if e[3][0] <= cut]
         tail = [(*e[:3], (e[3][0] - cut - 1, e[3][1])) for e in side_entries if e[3][0] > cut]
-        first = split_chain(entries[: cut + 1] + head, io)
-        return first + split_chain(entries[cut + 1 :] + tail, io)
-    graph = ops[0].graph
-    setattr(graph, REWRITTEN_MARK, True)  # the next plan of this step traces it afresh
+        first = split_chain(entries[: cut + 1] + head, io, made)
+        return first + split_chain(entries[cut + 1 :] + tail, io, made)
     driver = members[-1].layout
-    loops = io.loops
-
     spans = {}  # per cut tried (its first piece's bounds): each member's spans
 
     def calls_of(bounds):
         spans[bounds[0]] = chain_spans(sizing, bounds)
         return [_chain_calls(members, piece, bounds[p]) for p, piece in enumerate(spans[bounds[0]])]
 
-    bounds, calls = looped_bounds(driver.length, count, calls_of, loops)
-    spans = spans.get(bounds[0]) or chain_spans(sizing, bounds)
+    bounds, calls = looped_bounds(driver.length, count, calls_of, io.loops)
+    if made:
+        spans = spans.get(bounds[0]) or chain_spans(sizing, bounds)
+        _make_chain(members, spans, bounds, calls, io)
+    names = [m.op.name for m in members]
+    splits = []
+    for k, ((op, _, why), member) in enumerate(zip(entries, members, strict=True)):
+        after = names[k - 1] if k else ""
+        axis = member.layout.axis
+        splits.append(Split(op.name, op.type, len(bounds), axis, op_bytes(op), why, after))
+        for side in member.sides:
+            found = (side.op.name, side.op.type, len(bounds), side.layout.axis)
+            splits.append(Split(*found, op_bytes(side.op), side.why, op.name, side=True))
+    return splits
+
+
+def _make_chain(members: list, spans: list, bounds: list, calls, io: PieceCopies) -> None:
+    """The chain's pieces made in its graph (`split_chain`): its members' and side ops'
+    inputs kept, the pieces (alike runs looped), each member's output put together for its
+    readers outside the chain, and what waited for a member waiting for the chain's end."""
+    ops = [m.op for m in members]
+    graph = ops[0].graph
+    setattr(graph, REWRITTEN_MARK, True)  # the next plan of this step traces it afresh
+    driver = members[-1].layout
+    loops = io.loops
     with (
         graph.as_default(),
         tf.control_dependencies(None),
@@ -149,16 +171,6 @@ def split_chain(chain: list, io: PieceCopies) -> list[Split]:
         _tf_private.move_control_outputs(member.op, getattr(ending, "op", ending))
         for side in member.sides:
             _tf_private.move_control_outputs(side.op, side.total.op)
-    names = [m.op.name for m in members]
-    splits = []
-    for k, ((op, _, why), member) in enumerate(zip(entries, members, strict=True)):
-        after = names[k - 1] if k else ""
-        axis = member.layout.axis
-        splits.append(Split(op.name, op.type, len(bounds), axis, op_bytes(op), why, after))
-        for side in member.sides:
-            found = (side.op.name, side.op.type, len(bounds), side.layout.axis)
-            splits.append(Split(*found, op_bytes(side.op), side.why, op.name, side=True))
-    return splits
 
 
 def _side_handles(member: _Member) -> list:

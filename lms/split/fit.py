@@ -227,12 +227,16 @@ def split_to_fit(
     raise error.stopped(why, analysis, splits)
 
 
-def split_in_rounds(graph, analysis, budget: int, error, io: PieceCopies, analyse, tune, chained):
+def split_in_rounds(
+    graph, analysis, budget: int, error, io: PieceCopies, analyse, tune, chained, made=True
+):
     """`split_modelled`, then `split_to_fit` from the plan it made when that does not fit (or
     from the start when no round fits as modelled): (analysis, tuned, splits). When the model's
     plan fits, its ops are made as they run (in chains when `chained`) and the graph says so
-    (SPLITS_MADE): else `chain_to_fit` chains them on a fresh trace."""
-    found = split_modelled(graph, analysis, budget, io, analyse, tune, chained)
+    (SPLITS_MADE): else `chain_to_fit` chains them on a fresh trace. With `made` False (a plan
+    only reported) and pieces that loop, a plan that fits as modelled is not made: the model's
+    analysis (`Analysis.modelled`), its tuned plan and the Splits that would be made."""
+    found = split_modelled(graph, analysis, budget, io, analyse, tune, chained, made)
     if found is None:
         try:
             return split_to_fit(graph, analysis, budget, error, io, analyse, tune)
@@ -248,18 +252,25 @@ def split_in_rounds(graph, analysis, budget: int, error, io: PieceCopies, analys
     return split_to_fit(graph, analysis, budget, error, io, analyse, tune, made)
 
 
-def split_modelled(graph, analysis, budget: int, io: PieceCopies, analyse, tune, chained: bool):
+def split_modelled(
+    graph, analysis, budget: int, io: PieceCopies, analyse, tune, chained: bool, made=True
+):
     """The rounds of `split_to_fit` decided on `analysis` with the ops split so far modelled
     (lms/split/modelled.py), nothing made until a round's plan fits as modelled; then those ops
     (and their only readers, `only_readers`, when `chained`) split once, in chains when
     `chained`, analysed (`analyse()`) and tuned (`tune(analysis)`, which raises
     NothingFitsError) for real: (analysis, tuned, splits, the tuner's NothingFitsError or None).
-    None, the graph untouched, when no round fits as modelled."""
+    None, the graph untouched, when no round fits as modelled. With `made` False and pieces
+    that loop (`PieceCopies.loops`: what the model models), a round that fits as modelled is
+    not made: (its model, its tuned plan, the Splits that would be made, None). Pieces made
+    one by one (a GPU's copies) are made: the model is short of them (ResNet50 16000² b1 in
+    32 GiB: 28.3 GiB modelled, 33.6 made)."""
     started, decided, total, current = time.perf_counter(), [], 0, analysis
     room = budget - analysis.resident_bytes
     if room <= 0:
         return None
-    chosen = None  # (decided, readers, swap traffic) of the round that fits, once one does
+    known = {}  # each split op's layout and largest piece, across the rounds (`modelled`)
+    chosen = None  # (decided, readers, traffic, model, tuned) of the round that fits, once one does
     for share in ROUNDS:
         targets = _targets(graph, current, share, room)
         if not targets:
@@ -274,7 +285,7 @@ def split_modelled(graph, analysis, budget: int, io: PieceCopies, analyse, tune,
             log.info("to split %s (%s) into %d pieces: %s", op.name, op.type, *decided[-1][1:])
         # modelled as they would be made: with their only readers (lms/split/chain.py)
         readers = only_readers(graph, decided) if chained else []
-        current = modelled(analysis, [(name, pieces) for name, pieces, *_ in decided + readers])
+        current = modelled(analysis, [(n, pieces) for n, pieces, *_ in decided + readers], known)
         try:
             tuned = tune(current)
         except NothingFitsError as error:
@@ -291,21 +302,29 @@ def split_modelled(graph, analysis, budget: int, io: PieceCopies, analyse, tune,
             traffic = swap_traffic(current, tuned)
             if chosen is not None and not splits_pay(graph, chosen, decided + readers, traffic):
                 break
-            chosen = (list(decided), list(readers), traffic)
+            chosen = (list(decided), list(readers), traffic, current, tuned)
             continue
         if chosen is not None:
             break
         stuck = unsplittable_floor(graph, current, room)
         if stuck is not None:  # made once: the rounds after stop at it (`split_to_fit`)
             log.info("Splitting as modelled stops: its floor %s cannot be split", stuck)
-            chosen = (decided, readers, None)
+            chosen = (decided, readers, None, current, None)
             break
     if chosen is None:
         took = time.perf_counter() - started
         log.info("No splitting round fits as modelled (%.1f s): splitting round by round", took)
         return None
-    decided, readers, _ = chosen
+    decided, readers, _, model, tuned = chosen
     decided += readers
+    if not made and io.loops and tuned is not None:  # fits as modelled: reported, not made
+        splits = split_decided(graph, decided, io, chained, made=False)
+        log.info(
+            "Split %d ops as the rounds decided on the model, not made (a plan only reported): "
+            "simulated peak %s (%.1f s)",
+            *(len(splits), format_size(tuned.simulation.peak_bytes), time.perf_counter() - started),
+        )
+        return model, tuned, splits, None
     splits = split_decided(graph, decided, io, chained)
     analysis, tuned, failure, peak = _analysed_and_tuned(analyse, tune)
     log.info(

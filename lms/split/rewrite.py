@@ -131,9 +131,7 @@ def split_op(op, pieces: int, io: PieceCopies, why: str = "") -> Split:
     setattr(graph, REWRITTEN_MARK, True)  # the next plan of this step traces it afresh
     axis = found.axis
     loops = io.loops and not isinstance(found, NormLayout)
-    bounds, calls = looped_bounds(
-        found.length, pieces, lambda cut: [piece_calls(found, *b) for b in cut], loops
-    )
+    bounds, calls = _bounds(found, pieces, io)
     size = op_bytes(op)
     scope = piece_scope(op.name)
     if isinstance(found, NormLayout):  # several outputs, and passes (lms/split/norm.py)
@@ -179,6 +177,25 @@ def split_op(op, pieces: int, io: PieceCopies, why: str = "") -> Split:
     _tf_private.move_control_outputs(op, last)
     io.replaced(op, whole)
     return Split(op.name, op.type, len(bounds), axis, size, why)
+
+
+def planned_split(op, pieces: int, io: PieceCopies, why: str = "") -> Split:
+    """The Split `split_op` would make of `op`, its pieces counted as it counts them, without
+    making anything (a plan only reported: lms/split/fit.py `split_modelled`)."""
+    found = layout(op)
+    if isinstance(found, str):
+        raise ValueError(f"cannot split {op.name}: {found}")
+    bounds, _ = _bounds(found, pieces, io)
+    return Split(op.name, op.type, len(bounds), found.axis, op_bytes(op), why)
+
+
+def _bounds(found, pieces: int, io: PieceCopies) -> tuple[list, list]:
+    """The pieces' bounds and calls of an op of layout `found` (lms/split/looped.py
+    `looped_bounds`; a batch norm's pieces do not loop)."""
+    loops = io.loops and not isinstance(found, NormLayout)
+    return looped_bounds(
+        found.length, pieces, lambda cut: [piece_calls(found, *b) for b in cut], loops
+    )
 
 
 def piece_shape(found, out, start: int, stop: int) -> list:
