@@ -19,7 +19,7 @@ readers.
 import tensorflow as tf
 
 from lms import _tf_private
-from lms.graph.names import RECOMPUTE_SCOPE, RECOMPUTED_SCOPES
+from lms.graph.names import RECOMPUTE_SCOPE, RECOMPUTED_SCOPES, REWRITTEN_MARK
 
 FORWARD_MAX_POOLS = {"MaxPoolGrad": tf.raw_ops.MaxPool, "MaxPool3DGrad": tf.raw_ops.MaxPool3D}
 
@@ -50,4 +50,7 @@ def recompute_pool_reads(graph) -> int:
             pooled = max_pooled(op, op.inputs[0], op.get_attr("padding").decode())
         _tf_private.update_input(op, 1, pooled)
         rerouted += 1
+    if rerouted:  # an edit: the next plan of this step traces it afresh (a plan only reported
+        # left it so, and the next planned the edited graph as if traced: another plan)
+        setattr(graph, REWRITTEN_MARK, True)
     return rerouted

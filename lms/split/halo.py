@@ -77,6 +77,21 @@ class Window:
         inside = np.minimum(first + self.extent, self.size_in) - np.maximum(first, 0)
         return self.extent / inside
 
+    def border_scales(self, start: int, stop: int) -> tuple:
+        """`scales` of output rows [start, stop) as (row - start, scale) for the rows whose
+        window leaves the image (every other row's is 1): what tells two pieces' forms apart,
+        without an array a piece (a chain's bounds try up to eight cuts of every piece:
+        GoogLeNet 4096² b1, 12,711 forms)."""
+        first_inside = -(-self.before // self.stride)  # windows wholly inside the image
+        last_inside = (self.size_in - self.extent + self.before) // self.stride
+        rows = [*range(start, min(stop, first_inside)), *range(max(start, last_inside + 1), stop)]
+        found = []
+        for row in sorted(set(rows)):
+            first = row * self.stride - self.before
+            inside = min(first + self.extent, self.size_in) - max(first, 0)
+            found.append((row - start, self.extent / inside if inside else float("inf")))
+        return tuple(found)
+
     def rows_out(self, start: int, stop: int) -> tuple[int, int]:
         """The output rows whose windows touch input rows [start, stop)."""
         first = math.ceil((start + self.before - self.extent + 1) / self.stride)
@@ -173,7 +188,7 @@ class RowLayout(ReadAlongAxis):
         if self.kind != "input_grad":
             lo, hi = rows.rows_in(start, stop)
             form = (max(0, -lo), max(0, hi - rows.size_in))
-            return form + tuple(rows.scales(start, stop))
+            return form + rows.border_scales(start, stop)
         first, last = rows.rows_out(start, stop)
         if first >= last:
             return ("none",)
@@ -182,7 +197,7 @@ class RowLayout(ReadAlongAxis):
         if rows.stride == 1:  # as a forward convolution: the incoming gradient's padding
             early, late = start + rows.before - rows.extent + 1, stop + rows.before
             form += (max(0, -early), max(0, late - rows.size_out))
-        return form + tuple(rows.scales(first, last))
+        return form + rows.border_scales(first, last)
 
     def piece(self, op, start: int, stop: int, read):
         """Piece [start, stop) of `op` (rows of what `length` counts); `read(i, lo, hi)` reads

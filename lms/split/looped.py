@@ -91,14 +91,23 @@ def alike_runs(calls: list, minimum: int = MIN_LOOP) -> list[tuple[int, int]]:
     calls (per piece: {key: (start, length)}) have the same keys and lengths and move by the
     same rows from one piece to the next, at least `minimum` long."""
 
+    orders = {}  # a piece's keys as made -> in a set order (alike pieces make them alike)
+
+    def order(keys) -> tuple:
+        made = tuple(keys)
+        if made not in orders:
+            orders[made] = tuple(sorted(made, key=repr))
+        return orders[made]
+
     def lengths(p: int) -> tuple:
-        return tuple(sorted(((k, v[1]) for k, v in calls[p].items()), key=repr))
+        found = calls[p]
+        return tuple((k, found[k][1]) for k in order(found))
 
     def moves(p: int):  # from piece p to p + 1
         before, now = calls[p], calls[p + 1]
         if before.keys() != now.keys():
             return None
-        return tuple(sorted(((k, now[k][0] - before[k][0]) for k in now), key=repr))
+        return tuple((k, now[k][0] - before[k][0]) for k in order(now))
 
     runs, a = [], 1
     while a < len(calls):
