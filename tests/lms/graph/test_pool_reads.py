@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 
 from lms import _tf_private
+from lms.graph.names import REWRITTEN_MARK
 from lms.graph.pool_reads import recompute_pool_reads
 from lms.graph.step import ONEDNN_PAIRED_READS
 from lms.tuning.analysis import analyze
@@ -32,8 +33,11 @@ def test_a_gradient_reads_its_pool_recomputed_after_its_incoming_gradient(three_
     want = step(x).numpy()
     concrete = step.get_concrete_function(x)
     graph = concrete.graph
+    assert not getattr(graph, REWRITTEN_MARK, False)
     assert recompute_pool_reads(graph) == 1
     assert recompute_pool_reads(graph) == 0  # once per gradient
+    # an edit: the step's next plan traces it afresh (a plan only reported leaves it so)
+    assert getattr(graph, REWRITTEN_MARK, False)
     grad = next(
         op for op in graph.get_operations() if op.type.startswith("MaxPool") and "Grad" in op.type
     )

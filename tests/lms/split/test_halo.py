@@ -173,3 +173,27 @@ def test_a_max_pool_gradient_recomputes_its_forward_output_per_piece(batch):
     got = _tf_private.concrete_function_from_graph(concrete, concrete.graph)(x)
     np.testing.assert_array_equal(got.numpy(), want)
     assert store.held_bytes == 0
+
+
+def test_a_windows_border_scales_are_its_scales_that_are_not_one():
+    """`Window.border_scales` (what tells alike pieces' forms apart) names every row of a span
+    whose scale is not 1, with that scale, for every window of up to 13 rows, extent 5, stride
+    3 and padding 3, and every span of its output rows (`scales`, an array a row, is what the
+    pieces compute with)."""
+    from lms.split.halo import Window
+
+    spans = 0
+    for size_in in range(1, 14):
+        for extent in range(1, 6):
+            for stride in range(1, 4):
+                for before in range(extent):  # (a window never lies wholly in the padding)
+                    size_out = (size_in + 2 * before - extent) // stride + 1
+                    window = Window(size_in, size_out, extent, stride, before)
+                    for a in range(size_out):
+                        for b in range(a + 1, size_out + 1):
+                            scales = window.scales(a, b)
+                            want = [(k, float(v)) for k, v in enumerate(scales) if v != 1]
+                            found = [(k, v) for k, v in window.border_scales(a, b) if v != 1]
+                            assert found == want, (size_in, extent, stride, before, a, b)
+                            spans += 1
+    assert spans > 5000

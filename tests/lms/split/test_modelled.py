@@ -248,3 +248,57 @@ def test_auto_split_edits_the_graph_once_after_rounds_decided_on_the_model(caplo
     else:  # the model is short of the made step here (below): rounds go on from what was made
         assert planned.splits
     assert planned.tuned.simulation.peak_bytes <= planned.budget_bytes
+
+
+@pytest.mark.kernels
+def test_the_modelled_host_arrays_are_near_the_made_steps():
+    """The host arrays the model holds (a kept input from its keep to its last pieces, a
+    stored output from its pieces to its assemble and its in-place readers) against the made
+    step's, split ops alone and in chains, with no swap and with every swap the enforced order
+    allows: within 10 %. The model counts what a chain keeps on the device as stored, so it is
+    not under the chained step's by more than that. Fails with the model's host arrays left
+    out (0 bytes where the made steps hold about 11 MiB)."""
+    kernels = lms.cpu_kernels()
+    everything = lms.Parameters(1, 1, 0, sync_mode=0, ordering=1)
+    for chained in (False, True):
+        concrete, _keep = _residual_step()
+        analysis = analyze(concrete.graph, kernels=kernels)
+        decided = [(n, k, "") for n, k in _conv_gradients(analysis)]
+        decided += only_readers(concrete.graph, decided)
+        model = modelled(analysis, [(n, k) for n, k, *_ in decided])
+        split_decided(concrete.graph, decided, HostStore().pieces(), chained)
+        made = analyze(concrete.graph, kernels=kernels)
+        for plan_of in (lambda a: None, lambda a: plan(a, everything)):
+            hosts = [simulate(a, plan_of(a)).host_peak_bytes for a in (model, made)]
+            assert hosts[1] > 4 * MiB
+            assert 0.9 * hosts[1] <= hosts[0] <= 1.1 * hosts[1], (chained, hosts)
+
+
+@pytest.mark.kernels
+def test_a_plan_only_reported_is_the_models_and_makes_no_op(caplog):
+    """`plan_only` of a step that fits only split: the splits the made plan has (ops, pieces,
+    chains), nothing made in the step's graph, its device peak within 5 % and its host peak
+    within 10 % of the made plan's (`prepare` makes it; the pipeline's plan with `made`)."""
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((512, 512, 8), batch_size=1)
+    x = keras.layers.Conv2D(16, 3, padding="same", activation="relu")(inputs)
+    x = keras.layers.Conv2D(16, 3, padding="same", activation="relu")(x)
+    step = gradients_step(keras.Model(inputs, keras.layers.Conv2D(8, 3, padding="same")(x)))
+    spec = tf.TensorSpec((1, 512, 512, 8))
+    memory = "96MiB" if lms.cpu_kernels() == "eigen" else "64MiB"
+    planner = lms.LMS(device_memory=memory, calibration_steps=0)
+    with caplog.at_level(logging.INFO, logger="lms"):
+        report = planner.plan_only(step, spec)
+    assert report.fits and report.splits
+    assert any("not made (a plan only reported)" in r.getMessage() for r in caplog.records)
+    graph = step.get_concrete_function(spec).graph
+    assert not [op for op in graph.get_operations() if op.name.startswith(f"{SPLIT_SCOPE}/")]
+    made = lms.LMS(device_memory=memory, calibration_steps=0).pipeline.plan(step, (spec,))
+    assert getattr(made.concrete.graph, SPLITS_MADE, False)
+    key = ("op", "pieces", "axis", "chained_after", "side")
+    assert [tuple(s[k] for k in key) for s in report.splits] == [
+        tuple(getattr(s, k) for k in key) for s in made.splits
+    ]
+    peak, host = made.tuned.simulation.peak_bytes, made.tuned.simulation.host_peak_bytes
+    assert 0.95 * peak <= report.peak_bytes_with_lms <= 1.05 * peak
+    assert 0.9 * host <= report.host_peak_bytes <= 1.1 * host
