@@ -46,6 +46,7 @@ def build_report(analysis, tuned, budget, timings, planned=None, splits=()) -> P
         swapped_lists=_swapped_lists(analysis, plan),
         dropped_swaps=(tuned.dropped or None) if plan else None,
         streamed_lists=getattr(analysis.graph, STREAMED_LISTS, 0) or None,
+        splits_modelled=True if analysis.modelled and splits else None,
     )
 
 

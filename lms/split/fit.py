@@ -20,12 +20,14 @@ tuned. Only when that plan misses the budget do rounds go on as above, made one 
 (`split_in_rounds`). A step whose largest op alone is over the room starts splitting without
 tuning swaps (`past_swapping`)."""
 
+import dataclasses
 import logging
 import time
 
 from lms.errors import NothingFitsError
 from lms.graph.names import RECOMPUTE_SCOPE, SPLITS_MADE
 from lms.memory.lifetimes import footprints, largest_footprint
+from lms.memory.simulator import simulate
 from lms.split.chain import only_readers, split_decided
 from lms.split.layouts import layout, splittable
 from lms.split.modelled import modelled
@@ -319,6 +321,7 @@ def split_modelled(
     decided += readers
     if not made and io.loops and tuned is not None:  # fits as modelled: reported, not made
         splits = split_decided(graph, decided, io, chained, made=False)
+        model, tuned = _held_as_chained(analysis, decided, known, splits, model, tuned)
         log.info(
             "Split %d ops as the rounds decided on the model, not made (a plan only reported): "
             "simulated peak %s (%.1f s)",
@@ -332,6 +335,20 @@ def split_modelled(
         *(len(splits), format_size(peak), time.perf_counter() - started),
     )
     return analysis, tuned, splits, failure
+
+
+def _held_as_chained(analysis, decided: list, known: dict, splits: list, model, tuned):
+    """The model of `decided` with its host arrays held as `splits`' chains hold them
+    (lms/split/modelled.py `_chains`), and `tuned` with that host timeline: the same ops and
+    tensors, so the same plan and device bytes."""
+    if not any(split.chained_after for split in splits):
+        return model, tuned
+    pairs = [(name, pieces) for name, pieces, *_ in decided]
+    chained = modelled(analysis, pairs, known, tuple(splits))
+    host = simulate(chained, tuned.plan).host
+    return chained, dataclasses.replace(
+        tuned, simulation=dataclasses.replace(tuned.simulation, host=host)
+    )
 
 
 def chain_to_fit(

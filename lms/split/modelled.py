@@ -47,15 +47,19 @@ from lms.memory.lifetimes import kernel_holds
 from lms.split.layouts import layout
 from lms.split.looped import piece_bounds
 from lms.split.norm import NormLayout
-from lms.split.rewrite import piece_scope
+from lms.split.rewrite import piece_scope, value_readers
 
 
-def modelled(analysis: Analysis, decided: list, known: dict | None = None) -> Analysis:
+def modelled(
+    analysis: Analysis, decided: list, known: dict | None = None, chained: tuple = ()
+) -> Analysis:
     """A copy of `analysis` (of `analysis.graph`) with the ops `decided` ((op name, pieces), each
     one that can be split) modelled as split (module docstring). `analysis` is left as it is.
     `known`: a dict kept across calls on the same `analysis` (the rounds'), in which each split
     op's layout and largest piece are worked out once (GoogLeNet 4096² b1: 1,180 pieces' peaks
-    for three rounds, where 391 ops were decided)."""
+    for three rounds, where 391 ops were decided).
+    `chained`: the Splits the decided ops are made as (lms/split/chain.py), whose chains' host
+    arrays are then held as made chains hold them (`_chains`, `_host_arrays`)."""
     graph = analysis.graph
     index = {op.name: i for i, op in enumerate(analysis.ops)}
     held = kernel_holds(analysis).per_op
@@ -67,6 +71,7 @@ def modelled(analysis: Analysis, decided: list, known: dict | None = None) -> An
     keeping, after = set(), {}  # every keep; split op index -> (its pieces, its assemble)
     shared = {}  # tensor index -> the token of the keep that put it on the host
     kept_arrays, stored_arrays = {}, {}  # token -> its host array's bytes (keeps; pieces)
+    made_as = {}  # split op name -> (its pieces' op, their stored token)
     unread = []  # ops whose output a split op no longer reads
     for i, pieces in split_at.items():
         op, info = graph.get_operation_by_name(ops[i].name), ops[i]
@@ -130,23 +135,58 @@ def modelled(analysis: Analysis, decided: list, known: dict | None = None) -> An
         tensors[done].consumers = [(assemble, 0)]
         keeping.update(keeps)
         after[i] = (loop, assemble)
+        made_as[info.name] = (loop, done)
     for op in ops:  # an op that waited for a split op waits for its pieces
         if any(c in after for c in op.control_inputs):
             op.control_inputs = [after[c][0] if c in after else c for c in op.control_inputs]
     _prune(ops, tensors, unread)
     _read_in_place(ops, tensors, keeping, {assemble for _, assemble in after.values()})
     levels = assign_levels(ops, tensors)
-    held = list(analysis.host_arrays) + _host_arrays(ops, tensors, kept_arrays, stored_arrays)
+    chains = _chains(graph, chained, made_as) if chained else ([], set())
+    held = _host_arrays(ops, tensors, kept_arrays, stored_arrays, *chains)
+    held = list(analysis.host_arrays) + held
     return dataclasses.replace(
         analysis, ops=ops, tensors=tensors, levels=levels, host_arrays=held, cache={}, modelled=True
     )
 
 
-def _host_arrays(ops: list, tensors: list, kept: dict, stored: dict) -> list:
+def _chains(graph, splits, made_as: dict) -> tuple[list, set]:
+    """The chains of `splits` (linked by `chained_after`, side ops with the member they sum
+    over) as the model's pieces' ops: (per chain, the set of its members' and side ops'
+    pieces ops; the stored tokens of members whose output only the chain reads)."""
+    head, unstored = {}, set()
+    after = {s.chained_after: s.op for s in splits if s.chained_after and not s.side}
+    sides = {}
+    for s in splits:
+        if s.side:
+            sides.setdefault(s.chained_after, set()).add(s.op)
+        if s.chained_after:
+            head[s.op] = head.setdefault(s.chained_after, s.chained_after)
+    groups = {}
+    for name, first in head.items():
+        groups.setdefault(first, {first}).add(name)
+    for before, member in after.items():
+        readers = value_readers(graph.get_operation_by_name(before).outputs[0])
+        outside = [
+            c for c, _ in readers if c.name != member and c.name not in sides.get(before, ())
+        ]
+        if not outside and before in made_as:  # its rows pass on the device
+            unstored.add(made_as[before][1])
+    loops = [{made_as[n][0] for n in names if n in made_as} for names in groups.values()]
+    return loops, unstored
+
+
+def _host_arrays(
+    ops: list, tensors: list, kept: dict, stored: dict, chains=(), unstored=frozenset()
+) -> list:
     """The modelled split ops' host arrays (module docstring), as `Analysis.host_arrays`:
     (bytes, the ops that create, fill or read each). `kept`: each keep's token -> the bytes it
     puts on the host; `stored`: each pieces' stored token -> their outputs' bytes. A keep that
-    reads a stored token (another split op's output, in place) is that array's reader."""
+    reads a stored token (another split op's output, in place) is that array's reader.
+    `chains` (`_chains`): an array a chain's pieces read or fill is held until the chain's
+    last pieces (a made chain runs its members' pieces together, once every input of every
+    member is there: the 3D U-Net 128³ b1's host peak was 5.4 GiB modelled alone, 7.3 made in
+    chains); `unstored`: the stored tokens of chain members whose output never leaves it."""
     members = {done: [tensors[done].producer] for done in stored}
     arrays = []
     for token, size in kept.items():
@@ -159,9 +199,14 @@ def _host_arrays(ops: list, tensors: list, kept: dict, stored: dict) -> list:
             arrays.append((size, sorted({keep, *readers})))
     for done, size in stored.items():
         readers = [c for c, _ in tensors[done].consumers]
-        if size:
+        if size and done not in unstored:
             arrays.append((size, sorted({*members[done], *readers})))
-    running = [(size, [i for i in found if ops[i].runs]) for size, found in arrays]
+    chain_of = {loop: k for k, loops in enumerate(chains) for loop in loops}
+    running = []
+    for size, found in arrays:
+        joined = {k for i in found if (k := chain_of.get(i)) is not None}
+        found = sorted({*found, *(i for k in joined for i in chains[k])})
+        running.append((size, [i for i in found if ops[i].runs]))
     return [(size, found) for size, found in running if found]
 
 

@@ -162,6 +162,9 @@ class PlanReport:
     # loop lists streamed through the host store element by element (lms/device/list_streams.py);
     # None when none is (not written then)
     streamed_lists: int | None = None
+    # True: `splits` and the peaks are the model's, nothing made (`LMS.plan_only` of a plan that
+    # fits as modelled: lms/split/modelled.py); None otherwise (not written then)
+    splits_modelled: bool | None = None
 
     def to_dict(self) -> dict:
         data = {
@@ -195,6 +198,8 @@ class PlanReport:
             data["dropped_swaps"] = self.dropped_swaps
         if self.streamed_lists:
             data["streamed_lists"] = self.streamed_lists
+        if self.splits_modelled:
+            data["splits_modelled"] = True
         return data
 
     @classmethod

@@ -289,7 +289,7 @@ def test_a_plan_only_reported_is_the_models_and_makes_no_op(caplog):
     planner = lms.LMS(device_memory=memory, calibration_steps=0)
     with caplog.at_level(logging.INFO, logger="lms"):
         report = planner.plan_only(step, spec)
-    assert report.fits and report.splits
+    assert report.fits and report.splits and report.splits_modelled
     assert any("not made (a plan only reported)" in r.getMessage() for r in caplog.records)
     graph = step.get_concrete_function(spec).graph
     assert not [op for op in graph.get_operations() if op.name.startswith(f"{SPLIT_SCOPE}/")]
