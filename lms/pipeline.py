@@ -100,10 +100,9 @@ class Pipeline:
             log.warning(loops_warning(analysis.loops, swappable))
         analysed = time.perf_counter()
         shortfall = None
+        tuning = (concrete, analysis, parameters, budget, pieces, pruned_for, request.made)
         try:
-            analysis, tuned, made = self._tune_or_split(
-                concrete, analysis, parameters, budget, pieces, pruned_for, request.made
-            )
+            analysis, tuned, made = self._tune_or_split(*tuning)
         except NothingFitsError as error:
             splits += error.splits
             analysis = error.analysis or analysis
@@ -127,9 +126,8 @@ class Pipeline:
         timings = dict(zip(("trace_s", "analysis_s", "tune_s"), spans, strict=True))
         if tuned.plan is not None:
             log_plan(analysis, tuned.plan)
-        return Planned(
-            concrete, analysis, tuned, tuple(splits), pieces, budget, shortfall, timings, key
-        )
+        found = (concrete, analysis, tuned, tuple(splits), pieces, budget, shortfall, timings)
+        return Planned(*found, key)
 
     def prepare(self, function, args, request: Request = Request()) -> Prepared:
         """`plan`, then check the host's memory for it and rewrite the step: what runs."""
@@ -222,13 +220,10 @@ class Pipeline:
         if self.options.allocator is None:
             return None
         if not self.device.target.on_cpu:
-            device = self.device
-            return functools.partial(BestFitAllocator, device.device_bytes, device.growth)
+            return functools.partial(BestFitAllocator, self.device.device_bytes, self.device.growth)
         return functools.partial(BestFitAllocator, cpu_allocator_limit(), True)
 
-    def _tune_or_split(
-        self, concrete, analysis, parameters, budget, pieces, pruned_for=None, made=True
-    ):
+    def _tune_or_split(self, concrete, analysis, parameters, budget, pieces, pruned_for, made):
         """Tune; when nothing fits, or only the bytes asked and not the allocator's chunks, and
         `split` is "auto", split ops into pieces in rounds decided on a model of them, made once
         (lms/split/fit.py `split_in_rounds`; with `made` False, a plan that fits as modelled is
@@ -286,15 +281,10 @@ class Pipeline:
     def _chain(self, function, args, made, analysis, tuned, parameters, budget):
         """`chain_to_fit` (lms/split/fit.py) on a fresh trace, with side ops (without, if they
         made it worse): (concrete, *its result, pieces), or None (the unchained plan stays)."""
-        made_as_run = getattr(analysis.graph, SPLITS_MADE, False)  # (lms/split/fit.py)
-        if (
-            not made
-            or not self.options.split_chains
-            or analysis.loops
-            or made_as_run
-            or analysis.modelled
-        ):
-            return None  # (a modelled plan is reported as it is: `Request.made`)
+        # made as run (lms/split/fit.py), or a modelled plan, reported as it is (`Request.made`)
+        as_run = getattr(analysis.graph, SPLITS_MADE, False) or analysis.modelled
+        if not made or not self.options.split_chains or analysis.loops or as_run:
+            return None
         tune = functools.partial(self._tune_or_apply, parameters=parameters, budget=budget)
         for sides in (True, False):
             concrete = _retrace(function, args)
