@@ -31,6 +31,7 @@ from lms.memory.simulator import simulate
 from lms.split.chain import only_readers, split_decided
 from lms.split.layouts import layout, splittable
 from lms.split.modelled import modelled
+from lms.split.norm import NormLayout
 from lms.split.pieces import PieceCopies
 from lms.split.rewrite import SCOPE, Split, piece_scope, pieces_for, running_ops, split_op
 from lms.split.worth import splits_pay, swap_traffic, unsplittable_floor
@@ -236,7 +237,7 @@ def split_in_rounds(
     from the start when no round fits as modelled): (analysis, tuned, splits). When the model's
     plan fits, its ops are made as they run (in chains when `chained`) and the graph says so
     (SPLITS_MADE): else `chain_to_fit` chains them on a fresh trace. With `made` False (a plan
-    only reported) and pieces that loop, a plan that fits as modelled is not made: the model's
+    only reported), a plan that fits as modelled may be reported so, nothing made: the model's
     analysis (`Analysis.modelled`), its tuned plan and the Splits that would be made."""
     found = split_modelled(graph, analysis, budget, io, analyse, tune, chained, made)
     if found is None:
@@ -262,11 +263,9 @@ def split_modelled(
     (and their only readers, `only_readers`, when `chained`) split once, in chains when
     `chained`, analysed (`analyse()`) and tuned (`tune(analysis)`, which raises
     NothingFitsError) for real: (analysis, tuned, splits, the tuner's NothingFitsError or None).
-    None, the graph untouched, when no round fits as modelled. With `made` False and pieces
-    that loop (`PieceCopies.loops`: what the model models), a round that fits as modelled is
-    not made: (its model, its tuned plan, the Splits that would be made, None). Pieces made
-    one by one (a GPU's copies) are made: the model is short of them (ResNet50 16000² b1 in
-    32 GiB: 28.3 GiB modelled, 33.6 made)."""
+    None, the graph untouched, when no round fits as modelled. With `made` False, where the
+    model models the made pieces (`_reported_as_modelled`), a round that fits as modelled is
+    not made: (its model, its tuned plan, the Splits that would be made, None)."""
     started, decided, total, current = time.perf_counter(), [], 0, analysis
     room = budget - analysis.resident_bytes
     if room <= 0:
@@ -319,7 +318,7 @@ def split_modelled(
         return None
     decided, readers, _, model, tuned = chosen
     decided += readers
-    if not made and io.loops and tuned is not None:  # fits as modelled: reported, not made
+    if not made and tuned is not None and _reported_as_modelled(io, analysis, decided):
         splits = split_decided(graph, decided, io, chained, made=False)
         model, tuned = _held_as_chained(analysis, decided, known, splits, model, tuned)
         log.info(
@@ -335,6 +334,23 @@ def split_modelled(
         *(len(splits), format_size(peak), time.perf_counter() - started),
     )
     return analysis, tuned, splits, failure
+
+
+def _reported_as_modelled(io: PieceCopies, analysis, decided: list) -> bool:
+    """Whether a plan only reported is the model's (`split_modelled`): where the model models
+    the made pieces, alike pieces looping (`PieceCopies.loops`), with oneDNN's kernels, no
+    fused batch norm split. Not with Eigen's, whose pieces made one by one at the borders hold
+    a filter gradient's 30 MiB working set beside the op before (a test's step: 58.7 MB
+    modelled, 82.2 made); not with a GPU's copies, every piece made (ResNet50 16000² b1 in
+    32 GiB: 28.3 GiB modelled, 33.6 made); not with a fused batch norm split in two passes
+    (lms/split/norm.py, Keras 2), whose host arrays the model is short of (four residual
+    blocks: 11.5 MiB modelled, 19.9 made)."""
+    if not io.loops or analysis.kernels == "eigen":
+        return False
+    graph = analysis.graph
+    return not any(
+        isinstance(layout(graph.get_operation_by_name(name)), NormLayout) for name, *_ in decided
+    )
 
 
 def _held_as_chained(analysis, decided: list, known: dict, splits: list, model, tuned):
