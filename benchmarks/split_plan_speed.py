@@ -42,6 +42,8 @@ CASES = {
     "unet3d-128": ("unet3d", 128, "400MiB"),
     "unet3d-144": ("unet3d", 144, "400MiB"),
     "mobilenetv2-2048": ("MobileNetV2", 2048, "400MiB"),
+    "densenet121-2048": ("DenseNet121", 2048, "400MiB"),
+    "xception-1024": ("Xception", 1024, "400MiB"),
     "unet3d-320-gpu": ("unet3d", 320, "32GiB", "device-copy"),
     "resnet50-16000-gpu": ("resnet50", 16000, "32GiB", "device-copy"),
 }
