@@ -92,6 +92,7 @@ class Fact(enum.Enum):
     NEIGHBOURS = "neighbours"
     FAR_READERS = "far readers"
     FAR_READERS_ORDERED = "far readers, ordered"
+    GROUP_FIRSTS = "groups' first positions"
 
 
 class CacheKey(NamedTuple):
