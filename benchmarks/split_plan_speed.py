@@ -4,10 +4,9 @@ Each (case, mode, repeat) runs in a fresh process: the step of one of the suite'
 a Keras application: models outside the suite) at a size past its swap-only limit, planned for
 the emulated device with `split="auto"` (nothing runs) in one of two modes:
 
-- `report`: `LMS.plan_only`, what `inv plan`, `inv project` and the limit searches' predictions
-  pay: a plan that fits as modelled (lms/split/modelled.py) is reported from the model, its
-  split ops not made;
-- `made`: the plan `prepare` makes before its rewrite (the pipeline's plan with `made`): the
+- `report`: `LMS.plan_only(made=False)`, what the limit searches' predictions pay: a plan that
+  fits as modelled (lms/split/modelled.py) is reported from the model, its split ops not made;
+- `made`: the plan `prepare` (and `plan_only` by default: `inv plan`) makes before its rewrite: the
   rounds on the model, then the ops made once, analysed and tuned for real (and rounds made
   one by one when that misses).
 

@@ -90,14 +90,19 @@ class LMS(keras.callbacks.Callback):
         """The step `function` (a tf.function or a Python function of tensors) with LMS."""
         return LMSFunction(self, function)
 
-    def plan_only(self, function, *specs) -> PlanReport:
+    def plan_only(self, function, *specs, made: bool = True) -> PlanReport:
         """Trace, analyse and tune for `specs` without rewriting or running: the report. When
-        nothing fits, the report has `fits` False and the parameters that came closest. Ops
-        split in a plan that fits as modelled (lms/split/modelled.py) are not made: the
-        report is the model's (its peaks within a few per cent of the made plan's)."""
+        nothing fits, the report has `fits` False and the parameters that came closest.
+
+        made: False reports a split plan that fits as modelled (lms/split/modelled.py) without
+        making its split ops (`PlanReport.splits_modelled` then True): 1.3-2.6x the trace where
+        the made plan takes 2.2-14x, for a report whose splits and peaks are the model's, not
+        those of the plan that runs (DeepLabV3+ 512² b1 in 450 MiB: 217 ops reported, 406 made;
+        host peaks up to 35 % short: docs/lms.md). For many quick answers that a run confirms
+        (the suite's limit predictions); True (the default) reports the plan `prepare` makes."""
         if not hasattr(function, "get_concrete_function"):
             function = tf.function(function)
-        request = Request(keep_closest=True, cached=True, made=False)
+        request = Request(keep_closest=True, cached=True, made=made)
         planned = self.pipeline.plan(function, specs, request)
         self.report = self.pipeline.report(planned)
         return self.report

@@ -20,18 +20,15 @@ tuned. Only when that plan misses the budget do rounds go on as above, made one 
 (`split_in_rounds`). A step whose largest op alone is over the room starts splitting without
 tuning swaps (`past_swapping`)."""
 
-import dataclasses
 import logging
 import time
 
 from lms.errors import NothingFitsError
 from lms.graph.names import RECOMPUTE_SCOPE, SPLITS_MADE
 from lms.memory.lifetimes import footprints, largest_footprint
-from lms.memory.simulator import simulate
 from lms.split.chain import only_readers, split_decided
 from lms.split.layouts import layout, splittable
-from lms.split.modelled import modelled
-from lms.split.norm import NormLayout
+from lms.split.modelled import held_as_chained, modelled, reported_as_modelled
 from lms.split.pieces import PieceCopies
 from lms.split.rewrite import SCOPE, Split, piece_scope, pieces_for, running_ops, split_op
 from lms.split.worth import splits_pay, swap_traffic, unsplittable_floor
@@ -264,8 +261,8 @@ def split_modelled(
     `chained`, analysed (`analyse()`) and tuned (`tune(analysis)`, which raises
     NothingFitsError) for real: (analysis, tuned, splits, the tuner's NothingFitsError or None).
     None, the graph untouched, when no round fits as modelled. With `made` False, where the
-    model models the made pieces (`_reported_as_modelled`), a round that fits as modelled is
-    not made: (its model, its tuned plan, the Splits that would be made, None)."""
+    model models the made pieces (lms/split/modelled.py `reported_as_modelled`), a round that
+    fits as modelled is not made: (its model, its tuned plan, the Splits it would make, None)."""
     started, decided, total, current = time.perf_counter(), [], 0, analysis
     room = budget - analysis.resident_bytes
     if room <= 0:
@@ -318,9 +315,9 @@ def split_modelled(
         return None
     decided, readers, _, model, tuned = chosen
     decided += readers
-    if not made and tuned is not None and _reported_as_modelled(io, analysis, decided):
+    if not made and tuned is not None and reported_as_modelled(io, analysis, decided):
         splits = split_decided(graph, decided, io, chained, made=False)
-        model, tuned = _held_as_chained(analysis, decided, known, splits, model, tuned)
+        model, tuned = held_as_chained(analysis, decided, known, splits, model, tuned)
         log.info(
             "Split %d ops as the rounds decided on the model, not made (a plan only reported): "
             "simulated peak %s (%.1f s)",
@@ -334,37 +331,6 @@ def split_modelled(
         *(len(splits), format_size(peak), time.perf_counter() - started),
     )
     return analysis, tuned, splits, failure
-
-
-def _reported_as_modelled(io: PieceCopies, analysis, decided: list) -> bool:
-    """Whether a plan only reported is the model's (`split_modelled`): where the model models
-    the made pieces, alike pieces looping (`PieceCopies.loops`), with oneDNN's kernels, no
-    fused batch norm split. Not with Eigen's, whose pieces made one by one at the borders hold
-    a filter gradient's 30 MiB working set beside the op before (a test's step: 58.7 MB
-    modelled, 82.2 made); not with a GPU's copies, every piece made (ResNet50 16000² b1 in
-    32 GiB: 28.3 GiB modelled, 33.6 made); not with a fused batch norm split in two passes
-    (lms/split/norm.py, Keras 2), whose host arrays the model is short of (four residual
-    blocks: 11.5 MiB modelled, 19.9 made)."""
-    if not io.loops or analysis.kernels == "eigen":
-        return False
-    graph = analysis.graph
-    return not any(
-        isinstance(layout(graph.get_operation_by_name(name)), NormLayout) for name, *_ in decided
-    )
-
-
-def _held_as_chained(analysis, decided: list, known: dict, splits: list, model, tuned):
-    """The model of `decided` with its host arrays held as `splits`' chains hold them
-    (lms/split/modelled.py `_chains`), and `tuned` with that host timeline: the same ops and
-    tensors, so the same plan and device bytes."""
-    if not any(split.chained_after for split in splits):
-        return model, tuned
-    pairs = [(name, pieces) for name, pieces, *_ in decided]
-    chained = modelled(analysis, pairs, known, tuple(splits))
-    host = simulate(chained, tuned.plan).host
-    return chained, dataclasses.replace(
-        tuned, simulation=dataclasses.replace(tuned.simulation, host=host)
-    )
 
 
 def chain_to_fit(

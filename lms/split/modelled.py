@@ -30,7 +30,7 @@ reach the host, are counted there: the model's host peak is an upper bound of th
 plan's. It leaves out the pieces made one by one at the borders. Where a plan is to run, the
 plan the rounds settle on is made, analysed and tuned for real (lms/split/fit.py
 `split_modelled`), and splitting goes on from it when it does not fit; a plan only reported
-(`LMS.plan_only`) is the model's.
+with `LMS.plan_only(made=False)` (the suite's limit predictions) is the model's.
 """
 
 import copy
@@ -44,6 +44,7 @@ from lms.graph.pool_reads import FORWARD_MAX_POOLS
 from lms.graph.reader import assign_levels
 from lms.graph.step import Analysis, OpInfo, TensorInfo
 from lms.memory.lifetimes import kernel_holds
+from lms.memory.simulator import simulate
 from lms.split.layouts import layout
 from lms.split.looped import piece_bounds
 from lms.split.norm import NormLayout
@@ -147,6 +148,37 @@ def modelled(
     held = list(analysis.host_arrays) + held
     return dataclasses.replace(
         analysis, ops=ops, tensors=tensors, levels=levels, host_arrays=held, cache={}, modelled=True
+    )
+
+
+def reported_as_modelled(io, analysis, decided: list) -> bool:
+    """Whether a plan only reported is the model's (lms/split/fit.py `split_modelled`): where
+    the model models the made pieces, alike pieces looping (`PieceCopies.loops` of `io`), with
+    oneDNN's kernels, no fused batch norm split. Not with Eigen's, whose pieces made one by one
+    at the borders hold a filter gradient's 30 MiB working set beside the op before (a test's
+    step: 58.7 MB modelled, 82.2 made); not with a GPU's copies, every piece made (ResNet50
+    16000² b1 in 32 GiB: 28.3 GiB modelled, 33.6 made); not with a fused batch norm split in
+    two passes (lms/split/norm.py, Keras 2), whose host arrays the model is short of (four
+    residual blocks: 11.5 MiB modelled, 19.9 made)."""
+    if not io.loops or analysis.kernels == "eigen":
+        return False
+    graph = analysis.graph
+    return not any(
+        isinstance(layout(graph.get_operation_by_name(name)), NormLayout) for name, *_ in decided
+    )
+
+
+def held_as_chained(analysis, decided: list, known: dict, splits: list, model, tuned):
+    """The model of `decided` with its host arrays held as `splits`' chains hold them
+    (`_chains`), and `tuned` with that host timeline: the same ops and tensors as `model`'s,
+    so the same plan and device bytes."""
+    if not any(split.chained_after for split in splits):
+        return model, tuned
+    pairs = [(name, pieces) for name, pieces, *_ in decided]
+    chained = modelled(analysis, pairs, known, tuple(splits))
+    host = simulate(chained, tuned.plan).host
+    return chained, dataclasses.replace(
+        tuned, simulation=dataclasses.replace(tuned.simulation, host=host)
     )
 
 

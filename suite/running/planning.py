@@ -114,6 +114,7 @@ def plan_trial(
     plot: Path | None = None,
     host_memory="auto",
     host_disk=None,
+    made: bool = True,
 ) -> TrialPlan:
     """The plan of a trial, as lms makes it before the trial's first step, without running it.
 
@@ -123,7 +124,9 @@ def plan_trial(
     host_memory: what the plan's host need is checked against (lms.check_host_memory): bytes,
         "auto" (this host's available memory) or None (not checked).
     host_disk: the directory the trial's host lends LMS (emulated device): what the memory
-        cannot hold is checked against its free space."""
+        cannot hold is checked against its free space.
+    made: False: a split plan that fits as modelled is reported without being made (lms's
+        `plan_only(made=False)`: faster, the model's splits and peaks)."""
     from suite.workloads import build_workload, data, training
 
     info = params.info
@@ -143,7 +146,7 @@ def plan_trial(
     step = training.make_train_step(model, loss_fn, training.make_optimizer(), params.precision)
     specs = data.batch_specs(info, params.resolution, params.batch, params.classes)
     try:
-        report = planner.plan_only(step, *specs)
+        report = planner.plan_only(step, *specs, made=made)
     except lms.NothingFitsError as error:
         raise NoPlan(
             f"{info.name} {params.resolution}px batch {params.batch}: {error}",

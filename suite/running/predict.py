@@ -37,8 +37,8 @@ def _fits(params: "TrialParams", mode: str, disk: str | None = None) -> Probe:
     # host's GPU; the emulated device without a GPU) and checked against this host's memory,
     # where its trials run (or the spec's lms.host_memory)
     limit = host_memory_limit(params, None, here=True) if mode != "off" else None
-    try:
-        plan = plan_trial(params, host_memory=limit, host_disk=disk)
+    try:  # split plans as modelled, not made: a prediction, which the trials confirm
+        plan = plan_trial(params, host_memory=limit, host_disk=disk, made=False)
     except NoPlan as error:  # not even the closest plan: nothing LMS can do
         return Probe(False, error.device_bytes)
     except SuiteError as error:  # no device memory to plan for

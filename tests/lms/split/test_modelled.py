@@ -280,13 +280,13 @@ def test_the_modelled_host_arrays_are_near_the_made_steps():
 
 @pytest.mark.kernels
 def test_a_plan_only_reported_is_the_models_and_makes_no_op(caplog):
-    """`plan_only` of a step that fits only split, with oneDNN's kernels: the splits the made
-    plan has (ops, pieces, chains), nothing made in the step's graph, its device peak within
-    5 % and its host peak within 10 % of the made plan's (`prepare` makes it; the pipeline's
-    plan with `made`; 15 % with Keras 2, TF 2.14.1: 50.4 MB modelled, 58.7 made, the next op's
-    outputs in flight beside the peak's op in the made step alone). With Eigen's, whose border
-    pieces the model is short of (58.7 MB modelled, 82.2 made here), the plan reported is the
-    made one."""
+    """`plan_only(made=False)` of a step that fits only split, with oneDNN's kernels: the
+    splits the made plan has (ops, pieces, chains), nothing made in the step's graph, its
+    device peak within 5 % and its host peak within 10 % of the made plan's (`prepare` makes
+    it, and `plan_only` by default, which says it is not modelled; 15 % with Keras 2, TF
+    2.14.1: 50.4 MB modelled, 58.7 made, the next op's outputs in flight beside the peak's op
+    in the made step alone). With Eigen's, whose border pieces the model is short of (58.7 MB
+    modelled, 82.2 made here), the plan reported is the made one."""
     keras.utils.set_random_seed(0)
     inputs = keras.Input((512, 512, 8), batch_size=1)
     x = keras.layers.Conv2D(16, 3, padding="same", activation="relu")(inputs)
@@ -296,7 +296,7 @@ def test_a_plan_only_reported_is_the_models_and_makes_no_op(caplog):
     memory = "96MiB" if lms.cpu_kernels() == "eigen" else "64MiB"
     planner = lms.LMS(device_memory=memory, calibration_steps=0)
     with caplog.at_level(logging.INFO, logger="lms"):
-        report = planner.plan_only(step, spec)
+        report = planner.plan_only(step, spec, made=False)
     if lms.cpu_kernels() == "eigen":
         assert report.fits and report.splits and not report.splits_modelled
         return
@@ -305,6 +305,8 @@ def test_a_plan_only_reported_is_the_models_and_makes_no_op(caplog):
     graph = step.get_concrete_function(spec).graph
     assert not [op for op in graph.get_operations() if op.name.startswith(f"{SPLIT_SCOPE}/")]
     made = lms.LMS(device_memory=memory, calibration_steps=0).pipeline.plan(step, (spec,))
+    made_report = lms.LMS(device_memory=memory, calibration_steps=0).plan_only(step, spec)
+    assert made_report.fits and not made_report.splits_modelled  # the default: made
     assert getattr(made.concrete.graph, SPLITS_MADE, False)
     key = ("op", "pieces", "axis", "chained_after", "side")
     assert [tuple(s[k] for k in key) for s in report.splits] == [
