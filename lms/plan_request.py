@@ -19,8 +19,8 @@ class Request:
     parameters: None: the options'. budget_bytes: None: the device's budget (or, with `cached`,
     what the calibration cache holds for this step). keep_closest: a budget nothing meets in
     simulation gives the closest plan instead of NothingFitsError (the closed loop measures it).
-    made: False for a plan that is only reported (`LMS.plan_only`): split ops whose plan fits
-    as modelled (lms/split/modelled.py) are not made, the report is the model's.
+    made: False for a plan that is only reported (`LMS.plan_only(made=False)`): split ops whose
+    plan fits as modelled (lms/split/modelled.py) are not made, the report is the model's.
     """
 
     parameters: Parameters | None = None

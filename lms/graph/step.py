@@ -93,6 +93,7 @@ class Fact(enum.Enum):
     FAR_READERS = "far readers"
     FAR_READERS_ORDERED = "far readers, ordered"
     GROUP_FIRSTS = "groups' first positions"
+    MODELLED_ARRAYS = "a model's split ops' host arrays"
 
 
 class CacheKey(NamedTuple):

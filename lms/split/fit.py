@@ -315,9 +315,9 @@ def split_modelled(
         return None
     decided, readers, _, model, tuned = chosen
     decided += readers
-    if not made and tuned is not None and reported_as_modelled(io, analysis, decided):
+    if not made and tuned is not None and reported_as_modelled(io, analysis, decided, known):
         splits = split_decided(graph, decided, io, chained, made=False)
-        model, tuned = held_as_chained(analysis, decided, known, splits, model, tuned)
+        model, tuned = held_as_chained(model, splits, tuned)
         log.info(
             "Split %d ops as the rounds decided on the model, not made (a plan only reported): "
             "simulated peak %s (%.1f s)",

@@ -24,10 +24,11 @@ A split op X of n pieces becomes, in X's place in the order:
 
 The host arrays are modelled as the made ops hold them (`Analysis.host_arrays`): a kept input
 from its keep to the last pieces that read it, a split op's stored output (not a sum's) from
-its pieces to its assemble and the last pieces that read it in place. Each op is modelled
-alone, so a chain's members' outputs that only the chain reads, which made in chains never
-reach the host, are counted there: the model's host peak is an upper bound of the chained
-plan's. It leaves out the pieces made one by one at the borders. Where a plan is to run, the
+its pieces to its assemble and the last pieces that read it in place; once the chains are
+known (`held_as_chained`), a chain's arrays until its last pieces, its members' rows that never
+leave it not stored. Where a made chain's pieces run in the enforced order is not modelled:
+the host peak comes out up to 20 % short of the made plan's (ResNet50 1856² b1, DenseNet121
+2048²). It leaves out the pieces made one by one at the borders. Where a plan is to run, the
 plan the rounds settle on is made, analysed and tuned for real (lms/split/fit.py
 `split_modelled`), and splitting goes on from it when it does not fit; a plan only reported
 with `LMS.plan_only(made=False)` (the suite's limit predictions) is the model's.
@@ -42,7 +43,7 @@ from lms.graph.kernels import EIGEN_2D_WORKING_SET, EIGEN_3D_OPS, EIGEN_RULES
 from lms.graph.names import RECOMPUTE_SCOPE
 from lms.graph.pool_reads import FORWARD_MAX_POOLS
 from lms.graph.reader import assign_levels
-from lms.graph.step import Analysis, OpInfo, TensorInfo
+from lms.graph.step import Analysis, CacheKey, Fact, OpInfo, TensorInfo
 from lms.memory.lifetimes import kernel_holds
 from lms.memory.simulator import simulate
 from lms.split.layouts import layout
@@ -51,16 +52,12 @@ from lms.split.norm import NormLayout
 from lms.split.rewrite import piece_scope, value_readers
 
 
-def modelled(
-    analysis: Analysis, decided: list, known: dict | None = None, chained: tuple = ()
-) -> Analysis:
+def modelled(analysis: Analysis, decided: list, known: dict | None = None) -> Analysis:
     """A copy of `analysis` (of `analysis.graph`) with the ops `decided` ((op name, pieces), each
     one that can be split) modelled as split (module docstring). `analysis` is left as it is.
     `known`: a dict kept across calls on the same `analysis` (the rounds'), in which each split
     op's layout and largest piece are worked out once (GoogLeNet 4096² b1: 1,180 pieces' peaks
-    for three rounds, where 391 ops were decided).
-    `chained`: the Splits the decided ops are made as (lms/split/chain.py), whose chains' host
-    arrays are then held as made chains hold them (`_chains`, `_host_arrays`)."""
+    for three rounds, where 391 ops were decided)."""
     graph = analysis.graph
     index = {op.name: i for i, op in enumerate(analysis.ops)}
     held = kernel_holds(analysis).per_op
@@ -143,15 +140,28 @@ def modelled(
     _prune(ops, tensors, unread)
     _read_in_place(ops, tensors, keeping, {assemble for _, assemble in after.values()})
     levels = assign_levels(ops, tensors)
-    chains = _chains(graph, chained, made_as) if chained else ([], set())
-    held = _host_arrays(ops, tensors, kept_arrays, stored_arrays, *chains)
-    held = list(analysis.host_arrays) + held
+    held = list(analysis.host_arrays) + _host_arrays(ops, tensors, kept_arrays, stored_arrays)
+    # what `held_as_chained` holds the split ops' arrays again from, once the chains are known
+    cache = {
+        CacheKey(Fact.MODELLED_ARRAYS): (
+            len(analysis.host_arrays),
+            kept_arrays,
+            stored_arrays,
+            made_as,
+        )
+    }
     return dataclasses.replace(
-        analysis, ops=ops, tensors=tensors, levels=levels, host_arrays=held, cache={}, modelled=True
+        analysis,
+        ops=ops,
+        tensors=tensors,
+        levels=levels,
+        host_arrays=held,
+        cache=cache,
+        modelled=True,
     )
 
 
-def reported_as_modelled(io, analysis, decided: list) -> bool:
+def reported_as_modelled(io, analysis, decided: list, known: dict) -> bool:
     """Whether a plan only reported is the model's (lms/split/fit.py `split_modelled`): where
     the model models the made pieces, alike pieces looping (`PieceCopies.loops` of `io`), with
     oneDNN's kernels, no fused batch norm split. Not with Eigen's, whose pieces made one by one
@@ -159,23 +169,23 @@ def reported_as_modelled(io, analysis, decided: list) -> bool:
     step: 58.7 MB modelled, 82.2 made); not with a GPU's copies, every piece made (ResNet50
     16000² b1 in 32 GiB: 28.3 GiB modelled, 33.6 made); not with a fused batch norm split in
     two passes (lms/split/norm.py, Keras 2), whose host arrays the model is short of (four
-    residual blocks: 11.5 MiB modelled, 19.9 made)."""
+    residual blocks: 11.5 MiB modelled, 19.9 made). `known`: the layouts `modelled` found."""
     if not io.loops or analysis.kernels == "eigen":
         return False
-    graph = analysis.graph
-    return not any(
-        isinstance(layout(graph.get_operation_by_name(name)), NormLayout) for name, *_ in decided
-    )
+    return not any(isinstance(known[name, pieces][0], NormLayout) for name, pieces, *_ in decided)
 
 
-def held_as_chained(analysis, decided: list, known: dict, splits: list, model, tuned):
-    """The model of `decided` with its host arrays held as `splits`' chains hold them
-    (`_chains`), and `tuned` with that host timeline: the same ops and tensors as `model`'s,
-    so the same plan and device bytes."""
+def held_as_chained(model: Analysis, splits: list, tuned):
+    """`model` (`modelled`'s) with its split ops' host arrays held as `splits`' chains hold
+    them (`_chains`), and `tuned` with that host timeline: the same ops and tensors, so the
+    same plan, device bytes and plan-independent facts."""
     if not any(split.chained_after for split in splits):
         return model, tuned
-    pairs = [(name, pieces) for name, pieces, *_ in decided]
-    chained = modelled(analysis, pairs, known, tuple(splits))
+    base, kept, stored, made_as = model.cache[CacheKey(Fact.MODELLED_ARRAYS)]
+    chains = _chains(model.graph, splits, made_as)
+    held = model.host_arrays[:base] + _host_arrays(model.ops, model.tensors, kept, stored, *chains)
+    cache = {k: v for k, v in model.cache.items() if k.fact is not Fact.HOST_ARRAYS}
+    chained = dataclasses.replace(model, host_arrays=held, cache=cache)
     host = simulate(chained, tuned.plan).host
     return chained, dataclasses.replace(
         tuned, simulation=dataclasses.replace(tuned.simulation, host=host)
