@@ -156,7 +156,9 @@ def swaplifetimes(analysis: Analysis, plan: Plan) -> SwapLifetimes:
     buffer is gone before that anchor runs; a swap-in's copy runs between its trigger and the
     anchor after the trigger. Otherwise a swap-out is taken to run with the op after the
     producer."""
-    step_of, steps = schedule(analysis, plan)
+    schedule_of, steps = schedule(analysis, plan)
+    name = "positions" if plan.order is not None else "steps"
+    step_of = analysis.as_list(name, lambda: schedule_of)
     static = lifetimes(analysis, plan)
     tensors = analysis.tensors
     # a swap-out's waiter depends on the tensor alone once the order is enforced (the tuner
@@ -174,8 +176,8 @@ def swaplifetimes(analysis: Analysis, plan: Plan) -> SwapLifetimes:
             if waiter is None:
                 waiter = waiters[swap.tensor] = swap_out_waiter(analysis, plan, swap)
         if waiter >= 0:
-            return int(max(producer, step_of[waiter] - 1))
-        return int(min(producer + 1, steps - 1))
+            return max(producer, step_of[waiter] - 1)
+        return min(producer + 1, steps - 1)
 
     out_steps = [swap_out_step(swap) for swap in plan.swaps]
     new_last = {}
@@ -186,7 +188,7 @@ def swaplifetimes(analysis: Analysis, plan: Plan) -> SwapLifetimes:
         if root in new_last or root not in static.index:
             continue
         k = static.index[root]
-        last = max(static.first[k], out_step)
+        last = max(int(static.first[k]), out_step)
         for member in static.members.get(root, [root]):
             skip = rerouted.get(member, ())
             for consumer in tensors[member].consumers:
@@ -194,7 +196,7 @@ def swaplifetimes(analysis: Analysis, plan: Plan) -> SwapLifetimes:
                     last = max(last, step_of[consumer[0]])
         if root in static.output_roots:
             last = steps - 1
-        new_last[root] = int(last)
+        new_last[root] = last
     copies, host = [], []
     for swap, out_step in zip(plan.swaps, out_steps, strict=True):
         host_end = out_step
@@ -202,8 +204,8 @@ def swaplifetimes(analysis: Analysis, plan: Plan) -> SwapLifetimes:
             begin = max(step_of[swap_in.trigger] + 1, out_step + 1)
             finish = max(step_of[c] for c, _ in swap_in.consumers)
             begin = min(begin, finish)
-            copies.append(SwapInCopy(swap.tensor, int(begin), int(finish), swap_in))
-            host_end = max(host_end, int(begin))
+            copies.append(SwapInCopy(swap.tensor, begin, finish, swap_in))
+            host_end = max(host_end, begin)
         host.append(HostInterval(swap.tensor, out_step, host_end))
     return SwapLifetimes(new_last, copies, host)
 

@@ -145,7 +145,7 @@ def _ordered_trigger(analysis, where, runs_before, group, tensor, ahead) -> int 
     trigger = runs_before[max(first - ahead, producer + 1)]
     if trigger < 0 or not producer < where[trigger] < first:
         return None
-    return int(trigger)
+    return trigger
 
 
 def swap_out_waiter(analysis: Analysis, plan: Plan, swap: Swap) -> int:
@@ -178,12 +178,11 @@ def plan(analysis: Analysis, parameters: Parameters) -> Plan:
     threshold, groupby = parameters.swapout_threshold, parameters.swapin_groupby
     ahead = 1 if parameters.sync_mode & 2 else parameters.swapin_ahead
     order = depth_first_order(analysis) if parameters.ordered else None
-    where = coordinates(analysis, order is not None)
-    if order is not None:  # distances count ops of the order
-        runs = anchor_ops(analysis)[order]
-        # the latest op that can trigger at or before each position (-1: none)
-        latest = np.maximum.accumulate(np.where(runs, np.arange(len(order)), -1))
-        runs_before = np.where(latest >= 0, order[np.maximum(latest, 0)], -1)
+    ordered = order is not None
+    name = "positions" if ordered else "levels"
+    where = analysis.as_list(name, lambda: coordinates(analysis, ordered))
+    if ordered:  # distances count ops of the order
+        runs_before = analysis.as_list("runs before", lambda: _runs_before(analysis, order))
 
         def trigger_of(group, tensor):
             return _ordered_trigger(analysis, where, runs_before, group, tensor, ahead)
@@ -195,13 +194,13 @@ def plan(analysis: Analysis, parameters: Parameters) -> Plan:
 
     swaps = []
     for t, level, readers, positions, reader_ops in _swappable_readers(analysis, where, order):
-        far = readers[bisect.bisect_right(positions, level + threshold) :]
+        cut = bisect.bisect_right(positions, level + threshold)
+        far = readers[cut:]
         if not far:
             continue
         swap = Swap(t, near_consumers=sorted(reader_ops - {c for c, _ in far}))
         group, group_level = [], None
-        for consumer in far:
-            consumer_level = where[consumer[0]]
+        for consumer, consumer_level in zip(far, positions[cut:], strict=True):
             if group and consumer_level - group_level > groupby:
                 _close_group(swap, group, trigger_of([c for c, _ in group], t))
                 group = []
@@ -213,6 +212,14 @@ def plan(analysis: Analysis, parameters: Parameters) -> Plan:
             swaps.append(swap)
     levels = frozenset() if order is not None else serialized_levels(analysis, parameters)
     return Plan(parameters, _useful(analysis, where, swaps), levels, order)
+
+
+def _runs_before(analysis: Analysis, order: np.ndarray) -> np.ndarray:
+    """Per position of the enforced order, the latest op at or before it that can trigger a
+    swap-in (an anchor, `anchor_ops`), -1 where none can."""
+    runs = anchor_ops(analysis)[order]
+    latest = np.maximum.accumulate(np.where(runs, np.arange(len(order)), -1))
+    return np.where(latest >= 0, order[np.maximum(latest, 0)], -1)
 
 
 def _swappable_readers(analysis: Analysis, where: np.ndarray, order) -> list:

@@ -25,6 +25,7 @@ import time
 
 from lms.errors import NothingFitsError
 from lms.graph.names import RECOMPUTE_SCOPE, SPLITS_MADE
+from lms.graph.step import heap_frozen
 from lms.memory.lifetimes import footprints, largest_footprint
 from lms.split.chain import only_readers, split_decided
 from lms.split.layouts import layout, splittable
@@ -236,7 +237,8 @@ def split_in_rounds(
     (SPLITS_MADE): else `chain_to_fit` chains them on a fresh trace. With `made` False (a plan
     only reported), a plan that fits as modelled may be reported so, nothing made: the model's
     analysis (`Analysis.modelled`), its tuned plan and the Splits that would be made."""
-    found = split_modelled(graph, analysis, budget, io, analyse, tune, chained, made)
+    with heap_frozen():  # the rounds' models are copies of the analysis: many objects
+        found = split_modelled(graph, analysis, budget, io, analyse, tune, chained, made)
     if found is None:
         try:
             return split_to_fit(graph, analysis, budget, error, io, analyse, tune)

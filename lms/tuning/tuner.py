@@ -115,7 +115,7 @@ def _tune(analysis, budget_bytes, parameters, allocator, cost) -> Tuned:
         )
         # below this plan's own (unpadded) peak by the excess, so that the search must move
         target = min(target, found.simulation.peak_bytes) - (checked.peak_bytes - budget_bytes)
-    floor = _floor_that_fits(analysis, budget_bytes, parameters, allocator, baseline)
+    floor = _floor_that_fits(analysis, budget_bytes, parameters, allocator, baseline, peaks)
     if floor is not None:
         return floor
     best = min(attempts, key=lambda t: t.simulation.peak_bytes)
@@ -137,7 +137,9 @@ def floor_parameters(parameters: Parameters) -> Parameters:
     )
 
 
-def _floor_that_fits(analysis, budget_bytes, parameters, allocator, baseline) -> Tuned | None:
+def _floor_that_fits(
+    analysis, budget_bytes, parameters, allocator, baseline, peaks
+) -> Tuned | None:
     """The plan that swaps the most, when its chunks fit the budget where the searched plans'
     do not (parameters the user fixed are kept: None then).
 
@@ -149,7 +151,7 @@ def _floor_that_fits(analysis, budget_bytes, parameters, allocator, baseline) ->
     if any(getattr(parameters, name) != AUTO for name in TUNED_FIELDS):
         return None
     candidate = floor_parameters(parameters)
-    made = plan(analysis, candidate)
+    made, _ = peaks.planned(candidate)
     padded = simulate(analysis, made, allocator)
     if padded.peak_bytes > budget_bytes:
         return None
@@ -161,13 +163,14 @@ def _floor_that_fits(analysis, budget_bytes, parameters, allocator, baseline) ->
 
 
 class _Peaks:
-    """The simulated peaks (bytes asked) of the candidates one `tune` tried, and its plain
+    """The plans and simulations (bytes asked) of the candidates one `tune` tried, and its plain
     simulation: the searches at lowered budgets after the allocator's padding ask for many of the
-    same candidates again."""
+    same candidates again, and each search's choice, its floor and its closest plan were tried
+    in it."""
 
     def __init__(self, analysis: Analysis):
         self.analysis = analysis
-        self.peaks = {}
+        self.tried = {}  # candidate -> (its plan, its simulation)
         self._baseline = None
 
     def baseline(self) -> Simulation:
@@ -175,11 +178,14 @@ class _Peaks:
             self._baseline = simulate(self.analysis)
         return self._baseline
 
+    def planned(self, candidate: Parameters) -> tuple[Plan, Simulation]:
+        if candidate not in self.tried:
+            made = plan(self.analysis, candidate)
+            self.tried[candidate] = made, simulate(self.analysis, made)
+        return self.tried[candidate]
+
     def peak(self, candidate: Parameters) -> int:
-        if candidate not in self.peaks:
-            analysis = self.analysis
-            self.peaks[candidate] = simulate(analysis, plan(analysis, candidate)).peak_bytes
-        return self.peaks[candidate]
+        return self.planned(candidate)[1].peak_bytes
 
 
 def _search(
@@ -260,8 +266,8 @@ def _search(
             f"swapping gets under {format_size(floor.bytes + analysis.resident_bytes)}"
         )
         if lowest is not None:  # what came closest, for reports that show the shortfall
-            closest = plan(analysis, lowest)
-            error.closest = Tuned(lowest, closest, simulate(analysis, closest), baseline, count)
+            closest, simulation = peaks.planned(lowest)
+            error.closest = Tuned(lowest, closest, simulation, baseline, count)
             error.analysis = analysis
         raise error
     if parameters.swapin_ahead == AUTO and not chosen.sync_mode & 2:
@@ -280,8 +286,7 @@ def _search(
         )
         chosen = chosen.resolved(swapin_groupby=groupby or 0)
         log.info("Found swapin_groupby=%d", chosen.swapin_groupby)
-    final_plan = plan(analysis, chosen)
-    simulation = simulate(analysis, final_plan)
+    final_plan, simulation = peaks.planned(chosen)
     if cost is None or any(getattr(parameters, name) != AUTO for name in TUNED_FIELDS):
         return Tuned(chosen, final_plan, simulation, baseline, count)
     pruned = prune(analysis, final_plan, simulation, budget_bytes, cost)
